@@ -1,0 +1,74 @@
+"""Events: what observers see of a run, one typed record per transition.
+
+An observer is any callable taking an ``Event``. Observers run in the order given; one
+that raises is skipped for that event (the run goes on), since watching must never
+change what is watched.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from prana._model import ErrorInfo
+
+
+class EventType(enum.Enum):
+    """Every kind of event a run emits."""
+
+    EXECUTION_STARTED = "execution_started"
+    NODE_STARTED = "node_started"
+    NODE_COMPLETED = "node_completed"
+    NODE_FAILED = "node_failed"
+    NODE_RETRY_SCHEDULED = "node_retry_scheduled"
+    NODE_RETRY_EXHAUSTED = "node_retry_exhausted"
+    NODE_SUSPENDED = "node_suspended"
+    NODE_RESUMED = "node_resumed"
+    EXECUTION_SUSPENDED = "execution_suspended"
+    EXECUTION_RESUMED = "execution_resumed"
+    EXECUTION_COMPLETED = "execution_completed"
+    EXECUTION_FAILED = "execution_failed"
+    EXECUTION_CANCELLED = "execution_cancelled"
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """One transition of an execution, as plain data.
+
+    Node events carry ``node_key``, ``run_index`` and ``attempt``; retry events also carry
+    ``delay_ms``, ``max_attempts`` and the ``error``; suspension events carry ``kind``.
+    """
+
+    type: EventType
+    execution_id: str
+    workflow_id: str
+    at: datetime
+    node_key: str | None = None
+    run_index: int | None = None
+    attempt: int | None = None
+    max_attempts: int | None = None
+    delay_ms: int | None = None
+    error: ErrorInfo | None = None
+    kind: str | None = None
+    output: Any = None
+
+    @property
+    def name(self) -> str:
+        """The event's name, e.g. ``"node_retry_scheduled"``."""
+        return self.type.value
+
+
+Observer = Callable[[Event], object]
+
+
+def emit(observers: Sequence[Observer], event: Event) -> None:
+    """Send ``event`` to every observer; an observer that raises is skipped, not fatal."""
+    for observer in observers:
+        try:
+            observer(event)
+        except Exception:  # noqa: BLE001, S112 - an observer must never break a run
+            continue

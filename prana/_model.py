@@ -1,0 +1,415 @@
+"""The model: workflow definitions, execution records and outcomes, as frozen attrs classes.
+
+Definitions (``Workflow``, ``Node``, ``Connection``, ``NodeSettings``) are plain data that
+round-trip through JSON. Execution records (``WorkflowExecution``, ``NodeExecution``,
+``AttemptRecord``) are what the executor returns; it never changes one it was given.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+import attrs
+
+from prana._errors import InvalidSettingsError
+
+if TYPE_CHECKING:
+    from prana._policy import RetryPolicy
+
+JSON = Any
+"""A JSON-native value: str-keyed dicts, lists, str, int, float, bool or None."""
+
+OnError = Literal["stop_workflow", "continue", "continue_error_output"]
+ON_ERROR_MODES: tuple[str, ...] = ("stop_workflow", "continue", "continue_error_output")
+
+
+class ExecutionStatus(enum.Enum):
+    """Where a workflow execution stands; transitions are listed in ``prana._state``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class NodeStatus(enum.Enum):
+    """Where one node run stands. ``suspended`` covers both a pause and a retry wait."""
+
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class AttemptOutcome(enum.Enum):
+    """How one attempt ended."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SUSPENDED = "suspended"
+    CANCELLED = "cancelled"
+
+
+def _settings_error(field: str, fix: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+        raise InvalidSettingsError(f"NodeSettings.{field}={value!r}: {fix}")
+
+    return check
+
+
+def _check_max_retries(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
+        _settings_error("max_retries", "use a whole number from 1 to 10")(_inst, _attr, value)
+
+
+def _check_retry_delay_ms(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 60_000:
+        _settings_error("retry_delay_ms", "use whole milliseconds from 0 to 60000")(
+            _inst, _attr, value
+        )
+
+
+def _check_on_error(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+    if value not in ON_ERROR_MODES:
+        _settings_error("on_error", f"use one of {', '.join(ON_ERROR_MODES)}")(_inst, _attr, value)
+
+
+def _check_bool(name: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, bool):
+            _settings_error(name, "use True or False")(_inst, _attr, value)
+
+    return check
+
+
+def _convert_retry(value: Any) -> Any:
+    from prana._policy import coerce_policies
+
+    return coerce_policies(value, field="NodeSettings.retry")
+
+
+def _convert_timeout(value: Any) -> float | None:
+    from prana._durations import optional_seconds
+
+    return optional_seconds(value, field="NodeSettings.timeout")
+
+
+@attrs.frozen(kw_only=True)
+class NodeSettings:
+    """How a node retries and what happens when it finally fails.
+
+    ``retry_on_failed`` / ``max_retries`` / ``retry_delay_ms`` are Prana's simple form
+    (constant delay, every error retried). ``retry`` takes a full ``RetryPolicy``, a list of
+    them matched in order by error type, or Rappel's bracket text; it wins when given.
+    ``timeout`` is a per-attempt timeout in seconds (a policy's own ``timeout`` wins).
+    """
+
+    retry_on_failed: bool = attrs.field(default=False, validator=_check_bool("retry_on_failed"))
+    max_retries: int = attrs.field(default=1, validator=_check_max_retries)
+    retry_delay_ms: int = attrs.field(default=1000, validator=_check_retry_delay_ms)
+    on_error: OnError = attrs.field(default="stop_workflow", validator=_check_on_error)
+    retry: tuple[RetryPolicy, ...] | None = attrs.field(default=None, converter=_convert_retry)
+    timeout: float | None = attrs.field(default=None, converter=_convert_timeout)
+
+
+def _nonempty_str(owner: str, field: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, str) or not value:
+            raise InvalidSettingsError(f"{owner}.{field}={value!r}: use a non-empty string")
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class Node:
+    """One step of a workflow: ``type`` names an action in a ``Registry``."""
+
+    key: str = attrs.field(validator=_nonempty_str("Node", "key"))
+    type: str = attrs.field(validator=_nonempty_str("Node", "type"))
+    params: Mapping[str, Any] = attrs.field(factory=dict)
+    settings: NodeSettings = attrs.field(factory=NodeSettings)
+    name: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Connection:
+    """An edge: ``from_node`` completing on ``from_port`` delivers to ``to_node``'s ``to_port``."""
+
+    from_node: str = attrs.field(validator=_nonempty_str("Connection", "from_node"))
+    to_node: str = attrs.field(validator=_nonempty_str("Connection", "to_node"))
+    from_port: str = attrs.field(default="main", validator=_nonempty_str("Connection", "from_port"))
+    to_port: str = attrs.field(default="main", validator=_nonempty_str("Connection", "to_port"))
+
+
+def _convert_retry_defaults(value: Any) -> Mapping[str, tuple[RetryPolicy, ...]]:
+    from prana._policy import coerce_policies
+
+    if not isinstance(value, Mapping):
+        raise InvalidSettingsError(
+            "Workflow.retry_defaults: use a mapping of node type (or '*') to a RetryPolicy"
+        )
+    out: dict[str, tuple[RetryPolicy, ...]] = {}
+    for key, policy in value.items():
+        coerced = coerce_policies(policy, field=f"Workflow.retry_defaults[{key!r}]")
+        if coerced is not None:
+            out[key] = coerced
+    return out
+
+
+def _check_positive_int(owner: str, field: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidSettingsError(f"{owner}.{field}={value!r}: use a whole number >= 1")
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class Workflow:
+    """A workflow definition: nodes joined by connections, plus defaults.
+
+    ``retry_defaults`` maps a node type, or ``"*"`` for every type, to the policy used
+    when a node has none of its own. ``max_iterations`` caps how often one node may run
+    in one execution, so a runaway loop fails with a clear error instead of spinning.
+    """
+
+    id: str = attrs.field(validator=_nonempty_str("Workflow", "id"))
+    nodes: tuple[Node, ...] = attrs.field(converter=tuple)
+    connections: tuple[Connection, ...] = attrs.field(converter=tuple)
+    name: str = ""
+    version: int = attrs.field(default=1, validator=_check_positive_int("Workflow", "version"))
+    variables: Mapping[str, Any] = attrs.field(factory=dict)
+    retry_defaults: Mapping[str, tuple[RetryPolicy, ...]] = attrs.field(
+        factory=dict, converter=_convert_retry_defaults
+    )
+    max_iterations: int = attrs.field(
+        default=1000, validator=_check_positive_int("Workflow", "max_iterations")
+    )
+
+
+@attrs.frozen(kw_only=True)
+class ErrorInfo:
+    """A failure as plain data: never a live exception, so it survives a JSON round-trip.
+
+    ``code`` says what kind of failure it is (``action_error``, ``timeout``,
+    ``template_error``, ``params_invalid``, ``output_not_json``, ``non_retryable``,
+    ``resume_error``, ``webhook_timeout``, ``iteration_limit``, ``sub_workflow_failed``,
+    ``result_rejected``); ``type`` and ``module`` name the exception class.
+    """
+
+    code: str
+    type: str
+    module: str
+    message: str
+    details: Any = None
+    node_key: str | None = None
+
+    def as_output(self) -> dict[str, Any]:
+        """The error-shaped output a node completes with under ``continue`` modes."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "details": {
+                "type": self.type,
+                "module": self.module,
+                "message": self.message,
+                "details": self.details,
+            },
+        }
+
+
+@attrs.frozen(kw_only=True)
+class AttemptRecord:
+    """One attempt of one node run: the audit trail keeps every one of them.
+
+    ``due_at`` is when a retry attempt was scheduled to start, so ``started_at - due_at``
+    is its lateness; ``retry_delay_ms`` is the delay chosen after this attempt failed.
+    """
+
+    number: int
+    started_at: datetime
+    ended_at: datetime | None = None
+    outcome: AttemptOutcome = AttemptOutcome.RUNNING
+    error: ErrorInfo | None = None
+    due_at: datetime | None = None
+    retry_delay_ms: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class NodeExecution:
+    """One run of one node (a loop runs a node several times, each with its ``run_index``)."""
+
+    node_key: str
+    status: NodeStatus
+    execution_index: int
+    run_index: int
+    started_at: datetime
+    completed_at: datetime | None = None
+    params: Any = None
+    output: Any = None
+    output_port: str | None = None
+    error: ErrorInfo | None = None
+    attempts: tuple[AttemptRecord, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Activation:
+    """A node waiting to run: which source feeds each of its input ports.
+
+    The input itself is rebuilt from the sources' latest outputs when the node runs,
+    never cached, so a retry sees the execution state as it is at resume time.
+    """
+
+    node_key: str
+    seq: int
+    sources: Mapping[str, tuple[str, str]] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class ParentRef:
+    """Where a sub-workflow execution reports back: the parent execution and its node."""
+
+    execution_id: str
+    node_key: str
+    mode: str = "sync"
+
+
+@attrs.frozen(kw_only=True)
+class RetryData:
+    """What a ``Suspend(kind="retry")`` carries.
+
+    ``attempt_number`` is the attempt that runs on resume (1-based), ``max_attempts`` the
+    total allowed (``None``: unlimited within a time budget), ``resume_at`` the due time.
+    """
+
+    retry_delay_ms: int
+    attempt_number: int
+    max_attempts: int | None
+    original_error: ErrorInfo
+    resume_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class TimerData:
+    """What a ``Suspend(kind="timer")`` carries: when to resume."""
+
+    resume_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class WebhookData:
+    """What a ``Suspend(kind="webhook")`` carries: when the wait expires (``None``: never)."""
+
+    expires_at: datetime | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SubWorkflowData:
+    """What a ``Suspend(kind="sub_workflow")`` carries: the child to run and how to wait."""
+
+    workflow_id: str
+    input: Any = None
+    mode: Literal["sync", "async", "fire_and_forget"] = "sync"
+    version: int | None = None
+    timeout_ms: int | None = None
+    child_execution_id: str | None = None
+
+
+SuspendData = Union[RetryData, TimerData, WebhookData, SubWorkflowData, Any]
+BUILTIN_SUSPEND_DATA: dict[str, type[Any]] = {
+    "retry": RetryData,
+    "timer": TimerData,
+    "webhook": WebhookData,
+    "sub_workflow": SubWorkflowData,
+}
+
+
+@attrs.frozen(kw_only=True)
+class WorkflowExecution:
+    """The whole state of one execution: enough to resume it in another process.
+
+    ``node_executions`` maps node key to its runs, oldest first; a node on a branch that
+    was not taken has no entry. ``pending`` lists nodes activated but not yet run.
+    """
+
+    id: str
+    workflow_id: str
+    workflow_version: int
+    status: ExecutionStatus
+    input: Any = None
+    node_executions: Mapping[str, tuple[NodeExecution, ...]] = attrs.field(factory=dict)
+    state: Mapping[str, Any] = attrs.field(factory=dict)
+    pending: tuple[Activation, ...] = ()
+    next_index: int = 0
+    suspended_node: str | None = None
+    suspension: Suspend | None = None
+    output: Any = None
+    error: ErrorInfo | None = None
+    parent: ParentRef | None = None
+    started_at: datetime | None = None
+    updated_at: datetime | None = None
+    completed_at: datetime | None = None
+
+    def node(self, key: str) -> NodeExecution | None:
+        """The latest run of node ``key``, or ``None`` if it never ran."""
+        runs = self.node_executions.get(key)
+        return runs[-1] if runs else None
+
+    def ordered_node_executions(self) -> list[NodeExecution]:
+        """Every node run in the order they started (by ``execution_index``)."""
+        runs = [run for group in self.node_executions.values() for run in group]
+        runs.sort(key=lambda r: r.execution_index)
+        return runs
+
+
+@attrs.frozen(init=False)
+class Output:
+    """An action's result on a named port: ``Output(value, port="true")``."""
+
+    value: Any
+    port: str = "main"
+
+    def __init__(self, value: Any, port: str = "main") -> None:
+        self.__attrs_init__(value=value, port=port)  # type: ignore[attr-defined]
+
+
+@attrs.frozen(init=False)
+class Suspend:
+    """A pause: returned by an action (``execution`` unset) or by the executor (filled in)."""
+
+    kind: str
+    data: Any = None
+    execution: WorkflowExecution | None = None
+
+    def __init__(
+        self, kind: str, data: Any = None, execution: WorkflowExecution | None = None
+    ) -> None:
+        if not isinstance(kind, str) or not kind:
+            raise InvalidSettingsError(f"Suspend.kind={kind!r}: use a non-empty string")
+        self.__attrs_init__(kind=kind, data=data, execution=execution)  # type: ignore[attr-defined]
+
+
+@attrs.frozen(kw_only=True)
+class Completed:
+    """The execution ran to the end; ``output`` is the output of the last node run."""
+
+    execution: WorkflowExecution
+    output: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class Failed:
+    """The execution failed; ``error`` says which node and why."""
+
+    execution: WorkflowExecution
+    error: ErrorInfo
+
+
+Outcome = Union[Completed, Suspend, Failed]

@@ -1,0 +1,176 @@
+"""Actions: the registry that maps a node ``type`` to code, and the context code receives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import attrs
+
+from prana._errors import InvalidSettingsError
+from prana._policy import RetryPolicy, coerce_policies
+
+ActionFn = Callable[[Any, "ActionContext"], Any]
+ResumeFn = Callable[[Any, "ActionContext", Any], Any]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@attrs.frozen(kw_only=True)
+class ActionSpec:
+    """A registered action: its code, how it resumes, and what it declares about itself.
+
+    ``params`` is an optional attrs class the rendered params are structured into;
+    ``output_ports`` (``None``: any port) lists the ports it may complete on; ``trigger``
+    marks an entry action; ``retry`` is its default policy, the last in precedence;
+    ``side_effects`` says retries should use ``ctx.idempotency_key`` (``prana.lint`` checks).
+    """
+
+    type: str
+    fn: ActionFn
+    resume: ResumeFn | None = None
+    params: type[Any] | None = None
+    output_ports: tuple[str, ...] | None = None
+    trigger: bool = False
+    retry: tuple[RetryPolicy, ...] | None = None
+    side_effects: bool = False
+    uses_idempotency_key: bool = False
+
+
+class Registry:
+    """Maps node types (``"<integration>.<action>"``) to actions; starts with the built-ins."""
+
+    def __init__(self, *, builtins: bool = True) -> None:
+        self._specs: dict[str, ActionSpec] = {}
+        if builtins:
+            from prana._builtins import register_builtins
+
+            register_builtins(self)
+
+    def register(
+        self,
+        type_name: str,
+        fn: ActionFn,
+        resume: ResumeFn | None = None,
+        *,
+        params: type[Any] | None = None,
+        output_ports: Iterable[str] | None = None,
+        trigger: bool = False,
+        retry: Any = None,
+        side_effects: bool = False,
+        uses_idempotency_key: bool = False,
+    ) -> ActionSpec:
+        """Add (or replace) the action ``type_name``; returns its spec."""
+        if not isinstance(type_name, str) or not type_name:
+            raise InvalidSettingsError(
+                f"Registry.register: type_name={type_name!r}; use a non-empty string such as "
+                "'http.request'"
+            )
+        if not callable(fn):
+            raise InvalidSettingsError(f"Registry.register({type_name!r}): fn is not callable")
+        if resume is not None and not callable(resume):
+            raise InvalidSettingsError(
+                f"Registry.register({type_name!r}): resume is not callable"
+            )
+        if params is not None and not attrs.has(params):
+            raise InvalidSettingsError(
+                f"Registry.register({type_name!r}): params={params!r} is not an attrs class; "
+                "declare the params schema with @attrs.define"
+            )
+        spec = ActionSpec(
+            type=type_name,
+            fn=fn,
+            resume=resume,
+            params=params,
+            output_ports=tuple(output_ports) if output_ports is not None else None,
+            trigger=trigger,
+            retry=coerce_policies(retry, field=f"Registry.register({type_name!r}).retry"),
+            side_effects=side_effects,
+            uses_idempotency_key=uses_idempotency_key,
+        )
+        self._specs[type_name] = spec
+        return spec
+
+    def action(self, type_name: str, **options: Any) -> Callable[[F], F]:
+        """Decorator form of ``register``: ``@registry.action("http.request")``."""
+
+        def decorate(fn: F) -> F:
+            self.register(type_name, fn, **options)
+            return fn
+
+        return decorate
+
+    def get(self, type_name: str) -> ActionSpec | None:
+        """The spec registered under ``type_name``, or ``None``."""
+        return self._specs.get(type_name)
+
+    def __contains__(self, type_name: object) -> bool:
+        return type_name in self._specs
+
+    def types(self) -> list[str]:
+        """Every registered type name, sorted."""
+        return sorted(self._specs)
+
+
+class ActionContext:
+    """What an action sees besides its params: input, identity, attempt, state and time.
+
+    ``state`` is a read-only view of the shared workflow state; ``update_state`` stages
+    changes that are applied only if this attempt completes, so a failed attempt leaves
+    no trace. ``idempotency_key`` is stable across retries of the same node run.
+    """
+
+    __slots__ = (
+        "_state_updates",
+        "attempt",
+        "env",
+        "execution_id",
+        "input",
+        "node_key",
+        "now",
+        "run_index",
+        "state",
+        "variables",
+        "workflow_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        input: Mapping[str, Any],  # noqa: A002 - the contract's name
+        execution_id: str,
+        node_key: str,
+        attempt: int,
+        run_index: int,
+        state: Mapping[str, Any],
+        now: datetime,
+        env: Mapping[str, Any],
+        variables: Mapping[str, Any],
+        workflow_id: str,
+    ) -> None:
+        self.input = input
+        self.execution_id = execution_id
+        self.node_key = node_key
+        self.attempt = attempt
+        self.run_index = run_index
+        self.state: Mapping[str, Any] = MappingProxyType(dict(state)) if state else _EMPTY
+        self.now = now
+        self.env = env
+        self.variables = variables
+        self.workflow_id = workflow_id
+        self._state_updates: dict[str, Any] | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """``"{execution_id}:{node_key}:{run_index}"``: the same for every retry of this run."""
+        return f"{self.execution_id}:{self.node_key}:{self.run_index}"
+
+    def update_state(self, changes: Mapping[str, Any]) -> None:
+        """Stage changes to the shared state, applied when this attempt completes."""
+        if self._state_updates is None:
+            self._state_updates = {}
+        self._state_updates.update(changes)
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
