@@ -357,6 +357,18 @@ class WorkflowExecution:
     updated_at: datetime | None = None
     completed_at: datetime | None = None
 
+    @property
+    def due_at(self) -> datetime | None:
+        """When this execution needs an alarm: a retry's or timer's due time, a webhook's expiry."""
+        if self.status is not ExecutionStatus.SUSPENDED or self.suspension is None:
+            return None
+        data = self.suspension.data
+        if isinstance(data, RetryData | TimerData):
+            return data.resume_at
+        if isinstance(data, WebhookData):
+            return data.expires_at
+        return None
+
     def node(self, key: str) -> NodeExecution | None:
         """The latest run of node ``key``, or ``None`` if it never ran."""
         runs = self.node_executions.get(key)

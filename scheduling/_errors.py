@@ -1,0 +1,31 @@
+"""Errors of the scheduling shell; all derive from ``prana.PranaError``."""
+
+from __future__ import annotations
+
+from prana import PranaError
+
+
+class StoreError(PranaError):
+    """Base of every store error."""
+
+
+class StaleVersionError(StoreError):
+    """A save named a version that is no longer current: someone else saved first.
+
+    Reload the execution, and redo the transition on the newer record if it still applies.
+    """
+
+
+class ExecutionNotFound(StoreError, LookupError):  # noqa: N818 - reads as what happened
+    """No execution with that id is stored."""
+
+
+class WorkflowNotFound(StoreError, LookupError):  # noqa: N818 - reads as what happened
+    """No workflow definition with that id and version is stored."""
+
+
+class WorkflowConflictError(StoreError, ValueError):
+    """A different definition is already stored under this workflow id and version.
+
+    A definition never changes for a given id and version: bump ``Workflow.version``.
+    """

@@ -1,0 +1,91 @@
+"""The two interfaces of the shell: the alarm clock (``Scheduler``) and the truth (``ExecutionStore``).
+
+Invariants every backend keeps (see ``docs/extending.md``):
+
+- ``Scheduler.schedule`` is idempotent and replacing: one alarm per execution id, the
+  latest due time wins. Firing is at-least-once: a fired id may fire again, late or twice;
+  the runner's compare-and-set on the store's version makes each transition happen once.
+- An alarm carries only the execution id. Everything else is read from the store on fire.
+- ``ExecutionStore.save`` never overwrites a newer record: a save whose
+  ``expected_version`` is not the stored one raises ``StaleVersionError`` and changes nothing.
+- A workflow definition never changes for a given id and version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from prana import ExecutionStatus, Workflow, WorkflowExecution
+
+Fire = Callable[[str], object]
+"""Called with an execution id when its alarm is due; it may return an awaitable."""
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """An alarm clock: calls ``fire(execution_id)`` at (or after) each due time."""
+
+    def start(self, fire: Fire) -> None:
+        """Begin firing due alarms through ``fire``."""
+
+    def schedule(self, execution_id: str, due_at: datetime) -> None:
+        """Arm (or re-arm) the one alarm of ``execution_id`` for ``due_at`` (aware)."""
+
+    def cancel(self, execution_id: str) -> None:
+        """Disarm the alarm of ``execution_id``; unknown ids are ignored."""
+
+    def shutdown(self) -> None:
+        """Stop firing; pending alarms are dropped (the store still knows them)."""
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionSummary:
+    """One row of ``ExecutionStore.list``: enough to show a table without loading JSON."""
+
+    id: str
+    workflow_id: str
+    workflow_version: int
+    status: ExecutionStatus
+    version: int
+    due_at: datetime | None
+    updated_at: datetime | None
+
+
+@runtime_checkable
+class ExecutionStore(Protocol):
+    """Where executions and workflow definitions live; the single source of truth."""
+
+    def save(self, execution: WorkflowExecution, expected_version: int | None) -> int:
+        """Store ``execution`` and return its new version.
+
+        ``expected_version=None`` creates it (``StaleVersionError`` if the id exists);
+        otherwise the stored version must equal ``expected_version``, or nothing changes
+        and ``StaleVersionError`` is raised.
+        """
+
+    def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
+        """The execution and its version; ``ExecutionNotFound`` if there is none."""
+
+    def find_due(self, now: datetime, limit: int = 100) -> Sequence[tuple[str, datetime]]:
+        """Suspended executions whose ``due_at <= now``, earliest first: (id, due_at)."""
+
+    def alarms(self) -> Sequence[tuple[str, datetime]]:
+        """Every suspended execution that has a due time: what a runner re-arms on start."""
+
+    def list(
+        self, status: ExecutionStatus | None = None, limit: int = 100
+    ) -> Sequence[ExecutionSummary]:
+        """Executions, newest first, optionally only those with ``status``."""
+
+    def save_workflow(self, workflow: Workflow) -> None:
+        """Keep a definition; ``WorkflowConflictError`` if a different one has its id+version."""
+
+    def load_workflow(self, workflow_id: str, version: int) -> Workflow:
+        """The stored definition; ``WorkflowNotFound`` if there is none."""
+
+    def close(self) -> None:
+        """Release connections and files."""
