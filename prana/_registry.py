@@ -43,6 +43,8 @@ class Registry:
 
     def __init__(self, *, builtins: bool = True) -> None:
         self._specs: dict[str, ActionSpec] = {}
+        self.generation = 0
+        """Bumped on every ``register``, so compiled workflows know when to revalidate."""
         if builtins:
             from prana._builtins import register_builtins
 
@@ -90,6 +92,7 @@ class Registry:
             uses_idempotency_key=uses_idempotency_key,
         )
         self._specs[type_name] = spec
+        self.generation += 1
         return spec
 
     def action(self, type_name: str, **options: Any) -> Callable[[F], F]:

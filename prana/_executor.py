@@ -1,0 +1,1118 @@
+"""The executor: runs a workflow until it completes, fails or must pause.
+
+Theory of operation. The engine (``_Run.drive``) is a generator: it decides everything and
+*yields* each action call it needs (a ``_Call``); a driver performs the call and sends the
+result back. The sync driver calls directly, the async driver awaits, so the same engine
+serves ``execute_workflow`` and ``aexecute_workflow`` (APScheduler 4's "write it once").
+
+The engine works on a private mutable copy of the execution and freezes it into a new
+``WorkflowExecution`` when it returns; the caller's execution is never changed.
+
+Scheduling is depth-first: the most recently activated ready node runs next, ties by key.
+A node with several input ports waits until every port has data or can no longer get any.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import threading
+import uuid
+from collections.abc import Callable, Generator, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import attrs
+
+from prana._errors import (
+    AttemptTimeout,
+    InvalidWorkflowError,
+    NonRetryable,
+    ResumeError,
+)
+from prana._events import Event, EventType, Observer, emit
+from prana._graph import CompiledGraph, CompiledNode, compile_workflow
+from prana._model import (
+    Activation,
+    AttemptOutcome,
+    AttemptRecord,
+    Completed,
+    ErrorInfo,
+    ExecutionStatus,
+    Failed,
+    NodeExecution,
+    NodeStatus,
+    Outcome,
+    Output,
+    ParentRef,
+    RetryData,
+    SubWorkflowData,
+    Suspend,
+    TimerData,
+    WebhookData,
+    Workflow,
+    WorkflowExecution,
+)
+from prana._policy import AttemptView, decide_retry, rejects_result
+from prana._registry import ActionContext, Registry
+from prana._state import FINAL, check_transition
+from prana._schema import structure_params
+from prana._templates import TemplateError
+
+Clock = Callable[[], datetime]
+_JSON_SCALARS = (str, int, float, bool, type(None))
+_EMPTY_ENV: Mapping[str, Any] = {}
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class _Call:
+    """One action call the engine needs made: ``fn(*args)``, with an optional timeout."""
+
+    __slots__ = ("args", "fn", "timeout")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None):
+        self.fn = fn
+        self.args = args
+        self.timeout = timeout
+
+
+_Result = tuple[bool, Any]
+"""``(True, value)`` when the call returned, ``(False, exception)`` when it raised."""
+
+
+class _NodeRun:
+    """The mutable form of a ``NodeExecution`` while its node is running."""
+
+    __slots__ = ("attempts", "execution_index", "key", "params", "run_index", "started_at")
+
+    def __init__(
+        self,
+        key: str,
+        execution_index: int,
+        run_index: int,
+        started_at: datetime,
+        attempts: list[AttemptRecord],
+        params: Any = None,
+    ) -> None:
+        self.key = key
+        self.execution_index = execution_index
+        self.run_index = run_index
+        self.started_at = started_at
+        self.attempts = attempts
+        self.params = params
+
+    def freeze(
+        self,
+        status: NodeStatus,
+        *,
+        output: Any = None,
+        port: str | None = None,
+        error: ErrorInfo | None = None,
+        completed_at: datetime | None = None,
+    ) -> NodeExecution:
+        return NodeExecution(
+            node_key=self.key,
+            status=status,
+            execution_index=self.execution_index,
+            run_index=self.run_index,
+            started_at=self.started_at,
+            completed_at=completed_at,
+            params=self.params,
+            output=output,
+            output_port=port,
+            error=error,
+            attempts=tuple(self.attempts),
+        )
+
+
+class _Pending:
+    __slots__ = ("seq", "sources")
+
+    def __init__(self, seq: int, sources: dict[str, tuple[str, str]]) -> None:
+        self.seq = seq
+        self.sources = sources
+
+
+def error_info(exc: BaseException, node_key: str | None, code: str | None = None) -> ErrorInfo:
+    """Turn a live exception into plain data; ``NonRetryable(exc)`` records ``exc``."""
+    cause: BaseException = exc
+    if code is None:
+        if isinstance(exc, NonRetryable):
+            code = "non_retryable"
+        elif isinstance(exc, AttemptTimeout):
+            code = "timeout"
+        else:
+            code = "action_error"
+    if isinstance(exc, NonRetryable) and isinstance(exc.error, BaseException):
+        cause = exc.error
+    details = getattr(cause, "details", None)
+    if details is not None and json_problem(details) is not None:
+        details = repr(details)
+    cls = type(cause)
+    return ErrorInfo(
+        code=code,
+        type=cls.__name__,
+        module=cls.__module__,
+        message=str(cause),
+        details=details,
+        node_key=node_key,
+    )
+
+
+def _prana_error(code: str, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
+    return ErrorInfo(
+        code=code, type=type_name, module="prana", message=message, node_key=node_key
+    )
+
+
+def json_problem(value: Any, path: str = "$") -> str | None:
+    """Describe where ``value`` stops being JSON-native, or ``None`` if it is."""
+    tp = type(value)
+    if tp in _JSON_SCALARS:
+        if tp is float and not math.isfinite(value):
+            return f"{path}: {value!r} is not a finite number"
+        return None
+    if tp is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                return f"{path}: key {k!r} is a {type(k).__name__}, keys must be strings"
+            problem = json_problem(v, f"{path}.{k}")
+            if problem is not None:
+                return problem
+        return None
+    if tp is list or tp is tuple:
+        for i, v in enumerate(value):
+            problem = json_problem(v, f"{path}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, bool | int | str) and not isinstance(value, type):
+        return f"{path}: {tp.__name__} is a subclass; convert it to a plain {tp.__mro__[-2].__name__}"
+    return f"{path}: a {tp.__name__} is not JSON-native (use dicts, lists, str, numbers, bool, None)"
+
+
+def _jsonable(value: Any) -> Any:
+    """A JSON-native copy of rendered params for the audit record (datetimes as ISO text)."""
+    if type(value) in _JSON_SCALARS:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if attrs.has(type(value)):
+        return _jsonable(attrs.asdict(value))
+    return repr(value)
+
+
+class _NodesView(Mapping[str, Any]):
+    """``$nodes`` for templates: each node's latest run, computed only when looked at."""
+
+    __slots__ = ("_runs",)
+
+    def __init__(self, runs: dict[str, list[NodeExecution]]) -> None:
+        self._runs = runs
+
+    def __getitem__(self, key: str) -> Any:
+        runs = self._runs.get(key)
+        if not runs:
+            raise KeyError(key)
+        last = runs[-1]
+        return {
+            "output": last.output,
+            "port": last.output_port,
+            "status": last.status.value,
+            "run_index": last.run_index,
+        }
+
+    def __iter__(self) -> Any:
+        return (k for k, v in self._runs.items() if v)
+
+    def __len__(self) -> int:
+        return sum(1 for v in self._runs.values() if v)
+
+
+class _Run:
+    """One executor call's private, mutable working copy of an execution."""
+
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        *,
+        execution_id: str,
+        input_data: Any,
+        clock: Clock,
+        env: Mapping[str, Any],
+        observers: Sequence[Observer],
+        parent: ParentRef | None,
+    ) -> None:
+        self.graph = graph
+        self.workflow: Workflow = graph.workflow
+        self.id = execution_id
+        self.input = input_data
+        self.clock = clock
+        self.env = env
+        self.observers = observers
+        self.parent = parent
+        self.runs: dict[str, list[NodeExecution]] = {}
+        self.state: dict[str, Any] = {}
+        self.pending: dict[str, _Pending] = {}
+        self.next_index = 0
+        self.started_at: datetime | None = None
+        self.last_output: Any = None
+        self.status = ExecutionStatus.PENDING
+
+    # -- loading and freezing ------------------------------------------------------------
+
+    @classmethod
+    def from_execution(
+        cls,
+        graph: CompiledGraph,
+        execution: WorkflowExecution,
+        *,
+        clock: Clock,
+        env: Mapping[str, Any],
+        observers: Sequence[Observer],
+    ) -> _Run:
+        run = cls(
+            graph,
+            execution_id=execution.id,
+            input_data=execution.input,
+            clock=clock,
+            env=env,
+            observers=observers,
+            parent=execution.parent,
+        )
+        run.runs = {k: list(v) for k, v in execution.node_executions.items()}
+        run.state = dict(execution.state)
+        run.pending = {
+            a.node_key: _Pending(a.seq, {p: tuple(s) for p, s in a.sources.items()})  # type: ignore[misc]
+            for a in execution.pending
+        }
+        run.next_index = execution.next_index
+        run.started_at = execution.started_at
+        run.last_output = execution.output
+        run.status = execution.status
+        return run
+
+    def freeze(
+        self,
+        status: ExecutionStatus,
+        *,
+        suspended_node: str | None = None,
+        suspension: Suspend | None = None,
+        output: Any = None,
+        error: ErrorInfo | None = None,
+    ) -> WorkflowExecution:
+        check_transition(self.status, status)
+        self.status = status
+        now = self.clock()
+        return WorkflowExecution(
+            id=self.id,
+            workflow_id=self.workflow.id,
+            workflow_version=self.workflow.version,
+            status=status,
+            input=self.input,
+            node_executions={k: tuple(v) for k, v in self.runs.items()},
+            state=self.state,
+            pending=tuple(
+                Activation(node_key=k, seq=p.seq, sources=p.sources)
+                for k, p in self.pending.items()
+            ),
+            next_index=self.next_index,
+            suspended_node=suspended_node,
+            suspension=suspension,
+            output=output,
+            error=error,
+            parent=self.parent,
+            started_at=self.started_at,
+            updated_at=now,
+            completed_at=now if status in FINAL else None,
+        )
+
+    def event(self, type_: EventType, **fields: Any) -> None:
+        if self.observers:
+            emit(
+                self.observers,
+                Event(
+                    type=type_,
+                    execution_id=self.id,
+                    workflow_id=self.workflow.id,
+                    at=self.clock(),
+                    **fields,
+                ),
+            )
+
+    # -- scheduling ----------------------------------------------------------------------
+
+    def pick_ready(self) -> str | None:
+        """The next node to run: most recently activated first, ties by key."""
+        pending = self.pending
+        if not pending:
+            return None
+        if len(pending) == 1:
+            return next(iter(pending))
+        order = sorted(pending, key=lambda k: (-pending[k].seq, k))
+        for key in order:
+            if self._ready(key):
+                return key
+        return order[0]  # every candidate waits on another: run one rather than deadlock
+
+    def _ready(self, key: str) -> bool:
+        in_ports = self.graph.nodes[key].in_ports
+        if len(in_ports) <= 1:
+            return True
+        delivered = self.pending[key].sources
+        waiting = [p for p in in_ports if p not in delivered]
+        if not waiting:
+            return True
+        live = self.graph.reachable_from((k for k in self.pending if k != key), avoid=key)
+        return not any(src in live for p in waiting for src, _ in in_ports[p])
+
+    def build_input(self, key: str, pending: _Pending | None) -> dict[str, Any]:
+        """The node's input, rebuilt from its sources' latest outputs (never cached)."""
+        if key == self.graph.trigger:
+            return {"main": self.input}
+        if pending is None:
+            return {}
+        result: dict[str, Any] = {}
+        for port, (src, src_port) in pending.sources.items():
+            for record in reversed(self.runs.get(src, ())):
+                if record.status is NodeStatus.COMPLETED and record.output_port == src_port:
+                    result[port] = record.output
+                    break
+        return result
+
+    def deliver(self, key: str, port: str, seq: int) -> None:
+        for target, to_port in self.graph.nodes[key].outgoing.get(port, ()):
+            pending = self.pending.get(target)
+            if pending is None:
+                self.pending[target] = _Pending(seq, {to_port: (key, port)})
+            else:
+                pending.seq = seq
+                pending.sources[to_port] = (key, port)
+
+    # -- the engine ----------------------------------------------------------------------
+
+    def start(self) -> Generator[_Call, _Result, Outcome]:
+        check_transition(self.status, ExecutionStatus.RUNNING)
+        self.status = ExecutionStatus.RUNNING
+        self.started_at = self.clock()
+        self.event(EventType.EXECUTION_STARTED)
+        self.pending[self.graph.trigger] = _Pending(-1, {})
+        return self.drive()
+
+    def drive(self) -> Generator[_Call, _Result, Outcome]:
+        while True:
+            key = self.pick_ready()
+            if key is None:
+                return self.complete()
+            outcome = yield from self.run_node(key)
+            if outcome is not None:
+                return outcome
+
+    def complete(self) -> Completed:
+        output = self.last_output
+        execution = self.freeze(ExecutionStatus.COMPLETED, output=output)
+        self.event(EventType.EXECUTION_COMPLETED, output=output)
+        return Completed(execution=execution, output=output)
+
+    def run_node(self, key: str) -> Generator[_Call, _Result, Outcome | None]:
+        cn = self.graph.nodes[key]
+        runs = self.runs.setdefault(key, [])
+        run_index = len(runs)
+        if run_index >= self.workflow.max_iterations:
+            message = (
+                f"node {key!r} would run a {run_index + 1}th time, past the workflow's "
+                f"max_iterations={self.workflow.max_iterations}; a loop does not end "
+                "(or raise Workflow.max_iterations)"
+            )
+            error = _prana_error("iteration_limit", message, key, "IterationLimitExceeded")
+            return self.fail_execution(error)
+        node_run = _NodeRun(key, self.next_index, run_index, self.clock(), [])
+        self.next_index += 1
+        runs.append(node_run.freeze(NodeStatus.RUNNING))
+        return (yield from self.attempt(cn, node_run, 1, None))
+
+    def attempt(
+        self, cn: CompiledNode, node_run: _NodeRun, number: int, due_at: datetime | None
+    ) -> Generator[_Call, _Result, Outcome | None]:
+        """Run attempt ``number`` of ``node_run`` and settle what follows from it."""
+        key = cn.key
+        started = self.clock()
+        node_run.attempts.append(AttemptRecord(number=number, started_at=started, due_at=due_at))
+        self.event(EventType.NODE_STARTED, node_key=key, run_index=node_run.run_index, attempt=number)
+        pending = self.pending.get(key)
+        input_data = self.build_input(key, pending)
+        ctx = ActionContext(
+            input=input_data,
+            execution_id=self.id,
+            node_key=key,
+            attempt=number,
+            run_index=node_run.run_index,
+            state=self.state,
+            now=started,
+            env=self.env,
+            variables=self.workflow.variables,
+            workflow_id=self.workflow.id,
+        )
+        params, problem = self.prepare_params(cn, node_run, ctx)
+        if problem is not None:
+            return self.settle_failure(cn, node_run, problem, retryable=False)
+        ok, value = yield _Call(cn.spec.fn, (params, ctx), cn.timeout)
+        if not ok:
+            return self.settle_failure(cn, node_run, error_info(value, key), exception=value)
+        return self.settle_value(cn, node_run, ctx, value, from_resume=False)
+
+    def prepare_params(
+        self, cn: CompiledNode, node_run: _NodeRun, ctx: ActionContext
+    ) -> tuple[Any, ErrorInfo | None]:
+        """Render the params' templates and structure them into the action's schema."""
+        params: Any = cn.node.params
+        if cn.params_template is not None:
+            try:
+                params = cn.params_template.render(self.template_scope(ctx))
+            except TemplateError as exc:
+                message = f"params.{exc.path}: {exc.message}"
+                return None, _prana_error("template_error", message, cn.key, "TemplateError")
+            node_run.params = _jsonable(params)
+        else:
+            node_run.params = params
+        schema = cn.spec.params
+        if schema is not None:
+            try:
+                params = structure_params(params, schema)
+            except ValueError as exc:
+                return None, _prana_error("params_invalid", str(exc), cn.key, "ParamsInvalid")
+        return params, None
+
+    def template_scope(self, ctx: ActionContext) -> dict[str, Any]:
+        workflow = self.workflow
+        return {
+            "input": ctx.input,
+            "nodes": _NodesView(self.runs),
+            "vars": workflow.variables,
+            "env": self.env,
+            "execution": {
+                "id": self.id,
+                "state": self.state,
+                "run_index": ctx.run_index,
+                "attempt": ctx.attempt,
+                "workflow_id": workflow.id,
+            },
+            "workflow": {"id": workflow.id, "name": workflow.name, "version": workflow.version},
+            "now": ctx.now,
+        }
+
+    def settle_value(
+        self,
+        cn: CompiledNode,
+        node_run: _NodeRun,
+        ctx: ActionContext,
+        value: Any,
+        *,
+        from_resume: bool,
+    ) -> Outcome | None:
+        """The action returned: a pause, or an output on a port (which may still be refused)."""
+        key = cn.key
+        retryable = not from_resume
+        if type(value) is Suspend:
+            return self.settle_suspend(cn, node_run, value)
+        if type(value) is Output:
+            port, output = value.port, value.value
+            ports = cn.spec.output_ports
+            if ports is not None and port not in ports:
+                message = f"completed on port {port!r}, which {cn.spec.type!r} does not declare ({', '.join(ports)})"
+                return self.settle_failure(
+                    cn, node_run, _prana_error("invalid_port", message, key, "InvalidPort"),
+                    retryable=False,
+                )
+        else:
+            port, output = "main", value
+        problem = json_problem(output)
+        if problem is not None:
+            message = f"node {key!r} output is not JSON-native at {problem}"
+            return self.settle_failure(
+                cn, node_run, _prana_error("output_not_json", message, key, "OutputNotJSON"),
+                retryable=False,
+            )
+        updates = ctx._state_updates  # noqa: SLF001 - the engine owns the context
+        if updates:
+            problem = json_problem(updates)
+            if problem is not None:
+                message = f"node {key!r} state update is not JSON-native at {problem}"
+                return self.settle_failure(
+                    cn, node_run, _prana_error("output_not_json", message, key, "StateNotJSON"),
+                    retryable=False,
+                )
+        if retryable and cn.policies:
+            view = AttemptView(
+                attempt=node_run.attempts[-1].number,
+                error=None,
+                output=output,
+                elapsed_seconds=self.elapsed(node_run),
+            )
+            if rejects_result(cn.policies, view):
+                error = _prana_error(
+                    "result_rejected",
+                    f"node {key!r} output matched retry_on_result",
+                    key,
+                    "ResultRejected",
+                )
+                return self.settle_failure(cn, node_run, error, output=output)
+        if updates:
+            self.state.update(updates)
+        self.complete_node(cn, node_run, output, port)
+        return None
+
+    def complete_node(
+        self, cn: CompiledNode, node_run: _NodeRun, output: Any, port: str, *, error: ErrorInfo | None = None
+    ) -> None:
+        now = self.clock()
+        self.close_attempt(node_run, AttemptOutcome.COMPLETED if error is None else AttemptOutcome.FAILED, now, error)
+        self.runs[cn.key][-1] = node_run.freeze(
+            NodeStatus.COMPLETED, output=output, port=port, error=error, completed_at=now
+        )
+        self.pending.pop(cn.key, None)
+        self.last_output = output
+        self.event(
+            EventType.NODE_COMPLETED,
+            node_key=cn.key,
+            run_index=node_run.run_index,
+            attempt=node_run.attempts[-1].number,
+            output=output,
+        )
+        self.deliver(cn.key, port, node_run.execution_index)
+
+    @staticmethod
+    def close_attempt(
+        node_run: _NodeRun,
+        outcome: AttemptOutcome,
+        now: datetime,
+        error: ErrorInfo | None = None,
+        retry_delay_ms: int | None = None,
+    ) -> None:
+        last = node_run.attempts[-1]
+        node_run.attempts[-1] = AttemptRecord(
+            number=last.number,
+            started_at=last.started_at,
+            ended_at=now,
+            outcome=outcome,
+            error=error,
+            due_at=last.due_at,
+            retry_delay_ms=retry_delay_ms,
+        )
+
+    def elapsed(self, node_run: _NodeRun) -> float:
+        return (self.clock() - node_run.attempts[0].started_at).total_seconds()
+
+    def settle_suspend(self, cn: CompiledNode, node_run: _NodeRun, value: Suspend) -> Outcome | None:
+        """The action asked to pause: record it and hand the suspension to the caller."""
+        key = cn.key
+        kind, data = value.kind, value.data
+        problem: str | None = None
+        if kind == "retry":
+            problem = "actions may not return Suspend(kind='retry'); raise an error (or RetryAfter) instead"
+        elif kind in _SUSPEND_TYPES:
+            if not isinstance(data, _SUSPEND_TYPES[kind]):
+                problem = f"Suspend({kind!r}) needs {_SUSPEND_TYPES[kind].__name__} data, got {type(data).__name__}"
+        else:
+            json_issue = json_problem(data)
+            if json_issue is not None:
+                problem = f"Suspend({kind!r}) data is not JSON-native at {json_issue}"
+        if problem is not None:
+            error = _prana_error("invalid_suspend", f"node {key!r}: {problem}", key, "InvalidSuspend")
+            return self.settle_failure(cn, node_run, error, retryable=False)
+        now = self.clock()
+        self.close_attempt(node_run, AttemptOutcome.SUSPENDED, now)
+        self.runs[key][-1] = node_run.freeze(NodeStatus.SUSPENDED)
+        suspension = Suspend(kind, data)
+        self.event(EventType.NODE_SUSPENDED, node_key=key, run_index=node_run.run_index,
+                   attempt=node_run.attempts[-1].number, kind=kind)
+        return self.suspend_execution(key, suspension)
+
+    def suspend_execution(self, key: str, suspension: Suspend) -> Suspend:
+        execution = self.freeze(ExecutionStatus.SUSPENDED, suspended_node=key, suspension=suspension)
+        self.event(EventType.EXECUTION_SUSPENDED, node_key=key, kind=suspension.kind)
+        return Suspend(suspension.kind, suspension.data, execution)
+
+    def settle_failure(
+        self,
+        cn: CompiledNode,
+        node_run: _NodeRun,
+        error: ErrorInfo,
+        *,
+        exception: BaseException | None = None,
+        retryable: bool = True,
+        output: Any = None,
+    ) -> Outcome | None:
+        """An attempt failed: retry it (a suspension), or let ``on_error`` decide."""
+        key = cn.key
+        number = node_run.attempts[-1].number
+        if retryable and cn.policies:
+            view = AttemptView(
+                attempt=number,
+                error=error,
+                exception=exception,
+                output=output,
+                elapsed_seconds=self.elapsed(node_run),
+            )
+            decision = decide_retry(
+                cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"
+            )
+            if decision is not None:
+                delay_ms = max(0, round(decision.delay_seconds * 1000))
+                now = self.clock()
+                self.close_attempt(node_run, AttemptOutcome.FAILED, now, error, delay_ms)
+                self.runs[key][-1] = node_run.freeze(NodeStatus.SUSPENDED, error=error)
+                data = RetryData(
+                    retry_delay_ms=delay_ms,
+                    attempt_number=number + 1,
+                    max_attempts=decision.max_attempts,
+                    original_error=error,
+                    resume_at=now + timedelta(milliseconds=delay_ms),
+                )
+                self.event(
+                    EventType.NODE_RETRY_SCHEDULED,
+                    node_key=key,
+                    run_index=node_run.run_index,
+                    attempt=number + 1,
+                    max_attempts=decision.max_attempts,
+                    delay_ms=delay_ms,
+                    error=error,
+                )
+                return self.suspend_execution(key, Suspend("retry", data))
+        if number > 1:
+            self.event(
+                EventType.NODE_RETRY_EXHAUSTED,
+                node_key=key,
+                run_index=node_run.run_index,
+                attempt=number,
+                error=error,
+            )
+        self.event(EventType.NODE_FAILED, node_key=key, run_index=node_run.run_index,
+                   attempt=number, error=error)
+        mode = cn.node.settings.on_error
+        if mode == "stop_workflow":
+            now = self.clock()
+            self.close_attempt(node_run, AttemptOutcome.FAILED, now, error)
+            self.runs[key][-1] = node_run.freeze(NodeStatus.FAILED, error=error, completed_at=now)
+            self.pending.pop(key, None)
+            return self.fail_execution(error)
+        port = "main" if mode == "continue" else "error"
+        self.complete_node(cn, node_run, error.as_output(), port, error=error)
+        return None
+
+    def fail_execution(self, error: ErrorInfo) -> Failed:
+        execution = self.freeze(ExecutionStatus.FAILED, error=error)
+        self.event(EventType.EXECUTION_FAILED, node_key=error.node_key, error=error)
+        return Failed(execution=execution, error=error)
+
+    def resume(
+        self, execution: WorkflowExecution, resume_data: Any
+    ) -> Generator[_Call, _Result, Outcome]:
+        """Continue the suspended node of ``execution``, then the rest of the workflow."""
+        suspension = execution.suspension
+        key = execution.suspended_node
+        assert suspension is not None
+        assert key is not None
+        cn = self.graph.nodes[key]
+        check_transition(self.status, ExecutionStatus.RUNNING)
+        self.status = ExecutionStatus.RUNNING
+        self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
+        last = self.runs[key][-1]
+        node_run = _NodeRun(key, last.execution_index, last.run_index, last.started_at,
+                            list(last.attempts), last.params)
+        if suspension.kind == "retry":
+            data: RetryData = suspension.data
+            outcome = yield from self.attempt(cn, node_run, data.attempt_number, data.resume_at)
+        else:
+            outcome = yield from self.resume_node(cn, node_run, suspension, resume_data)
+        if outcome is not None:
+            return outcome
+        return (yield from self.drive())
+
+    def resume_node(
+        self, cn: CompiledNode, node_run: _NodeRun, suspension: Suspend, resume_data: Any
+    ) -> Generator[_Call, _Result, Outcome | None]:
+        """Hand resume data to the paused attempt; a failure here never retries."""
+        key = cn.key
+        number = node_run.attempts[-1].number
+        self.event(EventType.NODE_RESUMED, node_key=key, run_index=node_run.run_index,
+                   attempt=number, kind=suspension.kind)
+        input_data = self.build_input(key, self.pending.get(key))
+        now = self.clock()
+        ctx = ActionContext(
+            input=input_data,
+            execution_id=self.id,
+            node_key=key,
+            attempt=number,
+            run_index=node_run.run_index,
+            state=self.state,
+            now=now,
+            env=self.env,
+            variables=self.workflow.variables,
+            workflow_id=self.workflow.id,
+        )
+        resume_fn = cn.spec.resume
+        if resume_fn is None:
+            value: Any = input_data.get("main") if suspension.kind == "timer" else resume_data
+        else:
+            params, problem = self.prepare_params(cn, node_run, ctx)
+            if problem is not None:
+                return self.settle_failure(cn, node_run, problem, retryable=False)
+            ok, value = yield _Call(resume_fn, (params, ctx, resume_data), cn.timeout)
+            if not ok:
+                error = error_info(value, key, "resume_error")
+                return self.settle_failure(cn, node_run, error, retryable=False)
+        return self.settle_value(cn, node_run, ctx, value, from_resume=True)
+
+
+_SUSPEND_TYPES: dict[str, type[Any]] = {
+    "timer": TimerData,
+    "webhook": WebhookData,
+    "sub_workflow": SubWorkflowData,
+}
+
+
+# -- the public API ----------------------------------------------------------------------
+
+
+def _check_resume_data(suspension: Suspend, resume_data: Any) -> None:
+    kind = suspension.kind
+    if kind == "sub_workflow":
+        if not isinstance(resume_data, Mapping) or resume_data.get("status") not in (
+            "completed",
+            "failed",
+            "timeout",
+        ):
+            raise ResumeError(
+                "resume data for a sub_workflow suspension must be "
+                "{'status': 'completed', 'output': ...} or {'status': 'failed'|'timeout', "
+                f"'error': ...}}, got {resume_data!r}"
+            )
+        if resume_data["status"] == "completed" and "output" not in resume_data:
+            raise ResumeError("resume data {'status': 'completed'} needs an 'output' key")
+        if resume_data["status"] != "completed" and "error" not in resume_data:
+            raise ResumeError(f"resume data {{'status': {resume_data['status']!r}}} needs an 'error' key")
+    if kind not in ("retry", "timer"):
+        problem = json_problem(resume_data)
+        if problem is not None:
+            raise ResumeError(f"resume data must be JSON-native: {problem}")
+
+
+def _prepare_resume(
+    execution: WorkflowExecution, workflow: Workflow, registry: Registry | None, resume_data: Any
+) -> CompiledGraph:
+    if not isinstance(execution, WorkflowExecution):
+        raise ResumeError(f"expected a WorkflowExecution to resume, got {type(execution).__name__}")
+    if execution.status is not ExecutionStatus.SUSPENDED or execution.suspension is None:
+        raise ResumeError(
+            f"execution {execution.id!r} is {execution.status.value}, not suspended; "
+            "only a suspended execution can be resumed"
+        )
+    if not isinstance(workflow, Workflow):
+        raise ResumeError(f"workflow= must be a prana.Workflow, got {type(workflow).__name__}")
+    if (workflow.id, workflow.version) != (execution.workflow_id, execution.workflow_version):
+        raise ResumeError(
+            f"execution {execution.id!r} belongs to workflow {execution.workflow_id!r} version "
+            f"{execution.workflow_version}, but workflow {workflow.id!r} version {workflow.version} "
+            "was given; pass the definition it started with"
+        )
+    graph = compile_workflow(workflow, registry if registry is not None else _default_registry())
+    key = execution.suspended_node
+    runs = execution.node_executions.get(key or "")
+    if key is None or key not in graph.nodes or not runs:
+        raise ResumeError(
+            f"execution {execution.id!r} names suspended node {key!r}, which the workflow "
+            "or the execution's records do not have"
+        )
+    if execution.suspension.kind == "retry" and not isinstance(execution.suspension.data, RetryData):
+        raise ResumeError(f"execution {execution.id!r}: a retry suspension without RetryData")
+    _check_resume_data(execution.suspension, resume_data)
+    return graph
+
+
+_DEFAULT_REGISTRY: list[Registry] = []
+_DEFAULT_LOCK = threading.Lock()
+
+
+def _default_registry() -> Registry:
+    with _DEFAULT_LOCK:
+        if not _DEFAULT_REGISTRY:
+            _DEFAULT_REGISTRY.append(Registry())
+        return _DEFAULT_REGISTRY[0]
+
+
+def _new_run(
+    workflow: Workflow,
+    input_data: Any,
+    registry: Registry | None,
+    clock: Clock | None,
+    env: Mapping[str, Any] | None,
+    observers: Sequence[Observer] | None,
+    execution_id: str | None,
+    parent: ParentRef | None,
+) -> _Run:
+    graph = compile_workflow(workflow, registry if registry is not None else _default_registry())
+    problem = json_problem(input_data)
+    if problem is not None:
+        raise InvalidWorkflowError([f"workflow input must be JSON-native: {problem}"])
+    return _Run(
+        graph,
+        execution_id=execution_id if execution_id is not None else uuid.uuid4().hex,
+        input_data=input_data,
+        clock=clock if clock is not None else _utcnow,
+        env=env if env is not None else _EMPTY_ENV,
+        observers=tuple(observers) if observers else (),
+        parent=parent,
+    )
+
+
+def _resumed_run(
+    execution: WorkflowExecution,
+    resume_data: Any,
+    workflow: Workflow,
+    registry: Registry | None,
+    clock: Clock | None,
+    env: Mapping[str, Any] | None,
+    observers: Sequence[Observer] | None,
+) -> Generator[_Call, _Result, Outcome]:
+    graph = _prepare_resume(execution, workflow, registry, resume_data)
+    run = _Run.from_execution(
+        graph,
+        execution,
+        clock=clock if clock is not None else _utcnow,
+        env=env if env is not None else _EMPTY_ENV,
+        observers=tuple(observers) if observers else (),
+    )
+    return run.resume(execution, resume_data)
+
+
+def execute_workflow(
+    workflow: Workflow,
+    input: Any = None,  # noqa: A002 - the contract's name
+    *,
+    registry: Registry | None = None,
+    clock: Clock | None = None,
+    env: Mapping[str, Any] | None = None,
+    observers: Sequence[Observer] | None = None,
+    execution_id: str | None = None,
+    parent: ParentRef | None = None,
+) -> Outcome:
+    """Run ``workflow`` from its trigger until it completes, fails or suspends.
+
+    Never raises for anything a node does; raises ``InvalidWorkflowError`` for a workflow
+    that cannot run. Async actions are run to completion on a private event loop; inside a
+    running loop use ``aexecute_workflow``.
+    """
+    run = _new_run(workflow, input, registry, clock, env, observers, execution_id, parent)
+    return _drive_sync(run.start())
+
+
+def resume_workflow(
+    execution: WorkflowExecution,
+    resume_data: Any = None,
+    *,
+    workflow: Workflow,
+    registry: Registry | None = None,
+    clock: Clock | None = None,
+    env: Mapping[str, Any] | None = None,
+    observers: Sequence[Observer] | None = None,
+) -> Outcome:
+    """Continue a suspended execution; returns a new execution, the given one is untouched.
+
+    A retry suspension re-runs its node with input rebuilt from ``execution`` (resume data
+    is ignored); a pause hands ``resume_data`` to the node's ``resume`` callback.
+    """
+    return _drive_sync(
+        _resumed_run(execution, resume_data, workflow, registry, clock, env, observers)
+    )
+
+
+async def aexecute_workflow(
+    workflow: Workflow,
+    input: Any = None,  # noqa: A002 - the contract's name
+    *,
+    registry: Registry | None = None,
+    clock: Clock | None = None,
+    env: Mapping[str, Any] | None = None,
+    observers: Sequence[Observer] | None = None,
+    execution_id: str | None = None,
+    parent: ParentRef | None = None,
+) -> Outcome:
+    """``execute_workflow`` for async code: awaits async actions, calls sync ones."""
+    run = _new_run(workflow, input, registry, clock, env, observers, execution_id, parent)
+    return await _drive_async(run.start())
+
+
+async def aresume_workflow(
+    execution: WorkflowExecution,
+    resume_data: Any = None,
+    *,
+    workflow: Workflow,
+    registry: Registry | None = None,
+    clock: Clock | None = None,
+    env: Mapping[str, Any] | None = None,
+    observers: Sequence[Observer] | None = None,
+) -> Outcome:
+    """``resume_workflow`` for async code."""
+    return await _drive_async(
+        _resumed_run(execution, resume_data, workflow, registry, clock, env, observers)
+    )
+
+
+def cancel_execution(
+    execution: WorkflowExecution,
+    reason: str | None = None,
+    *,
+    clock: Clock | None = None,
+    observers: Sequence[Observer] | None = None,
+) -> WorkflowExecution:
+    """Return ``execution`` cancelled, its suspended node's record closed.
+
+    Cancelling a cancelled execution returns it unchanged; a completed or failed one
+    raises ``ResumeError``.
+    """
+    if execution.status is ExecutionStatus.CANCELLED:
+        return execution
+    check_transition(execution.status, ExecutionStatus.CANCELLED)
+    now = (clock or _utcnow)()
+    runs = dict(execution.node_executions)
+    key = execution.suspended_node
+    if key is not None and runs.get(key):
+        last = runs[key][-1]
+        attempts = list(last.attempts)
+        if attempts and attempts[-1].outcome in (AttemptOutcome.RUNNING, AttemptOutcome.SUSPENDED):
+            attempts[-1] = attrs.evolve(
+                attempts[-1], ended_at=now, outcome=AttemptOutcome.CANCELLED
+            )
+        closed = attrs.evolve(
+            last, status=NodeStatus.CANCELLED, completed_at=now, attempts=tuple(attempts)
+        )
+        runs[key] = (*runs[key][:-1], closed)
+    message = reason or "cancelled"
+    cancelled = attrs.evolve(
+        execution,
+        status=ExecutionStatus.CANCELLED,
+        node_executions=runs,
+        error=ErrorInfo(code="cancelled", type="Cancelled", module="prana", message=message,
+                        node_key=key),
+        updated_at=now,
+        completed_at=now,
+    )
+    if observers:
+        emit(
+            tuple(observers),
+            Event(
+                type=EventType.EXECUTION_CANCELLED,
+                execution_id=execution.id,
+                workflow_id=execution.workflow_id,
+                at=now,
+                node_key=key,
+            ),
+        )
+    return cancelled
+
+
+# -- drivers -----------------------------------------------------------------------------
+
+
+def _drive_sync(engine: Generator[_Call, _Result, Outcome]) -> Outcome:
+    try:
+        call = next(engine)
+        while True:
+            call = engine.send(_call_sync(call))
+    except StopIteration as stop:
+        result: Outcome = stop.value
+        return result
+
+
+def _call_sync(call: _Call) -> _Result:
+    try:
+        if call.timeout is None:
+            value = call.fn(*call.args)
+        else:
+            value = _call_in_thread(call)
+        if inspect.isawaitable(value):
+            value = _run_awaitable(value, call.timeout)
+    except Exception as exc:  # noqa: BLE001 - an action's failure is data, not a crash
+        return False, exc
+    return True, value
+
+
+def _call_in_thread(call: _Call) -> Any:
+    """Run a sync call in a worker thread; past the deadline, abandon it and time out."""
+    box: list[tuple[bool, Any]] = []
+
+    def target() -> None:
+        try:
+            box.append((True, call.fn(*call.args)))
+        except BaseException as exc:  # noqa: BLE001 - carried back to the caller's thread
+            box.append((False, exc))
+
+    worker = threading.Thread(target=target, name="prana-attempt", daemon=True)
+    worker.start()
+    worker.join(call.timeout)
+    if not box:
+        raise AttemptTimeout(f"attempt timed out after {call.timeout:g}s (its thread was abandoned)")
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _run_awaitable(awaitable: Any, timeout: float | None) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError(
+            "an async action was called from execute_workflow inside a running event loop; "
+            "use aexecute_workflow / aresume_workflow there"
+        )
+
+    async def run() -> Any:
+        return await _await_with_timeout(awaitable, timeout)
+
+    return asyncio.run(run())
+
+
+async def _await_with_timeout(awaitable: Any, timeout: float | None) -> Any:
+    if timeout is None:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except asyncio.TimeoutError:
+        raise AttemptTimeout(f"attempt timed out after {timeout:g}s (cancelled)") from None
+
+
+async def _drive_async(engine: Generator[_Call, _Result, Outcome]) -> Outcome:
+    try:
+        call = next(engine)
+        while True:
+            call = engine.send(await _call_async(call))
+    except StopIteration as stop:
+        result: Outcome = stop.value
+        return result
+
+
+async def _call_async(call: _Call) -> _Result:
+    try:
+        if call.timeout is not None and not inspect.iscoroutinefunction(call.fn):
+            loop = asyncio.get_running_loop()
+            future = loop.run_in_executor(None, lambda: call.fn(*call.args))
+            value = await _await_with_timeout(future, call.timeout)
+        else:
+            value = call.fn(*call.args)
+        if inspect.isawaitable(value):
+            value = await _await_with_timeout(value, call.timeout)
+    except Exception as exc:  # noqa: BLE001 - an action's failure is data, not a crash
+        return False, exc
+    return True, value

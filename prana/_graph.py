@@ -1,0 +1,169 @@
+"""Compile a workflow once into an execution graph, validating everything on the way.
+
+Validation collects every problem before raising, so a user fixes a workflow in one pass.
+Compiled graphs are cached per (workflow object, registry generation): running the same
+workflow again costs a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from prana._errors import InvalidWorkflowError
+from prana._model import Node, Workflow
+from prana._policy import RetryPolicy, attempt_timeout
+from prana._policy import resolve as resolve_policies
+from prana._registry import ActionSpec, Registry
+from prana._templates import CompiledParams, compile_params
+
+
+class CompiledNode:
+    """A node with everything the executor needs precomputed."""
+
+    __slots__ = (
+        "in_ports",
+        "key",
+        "node",
+        "outgoing",
+        "params_template",
+        "policies",
+        "spec",
+        "timeout",
+    )
+
+    def __init__(self, node: Node, spec: ActionSpec, workflow: Workflow) -> None:
+        self.key = node.key
+        self.node = node
+        self.spec = spec
+        self.params_template: CompiledParams | None = compile_params(node.params)
+        self.outgoing: dict[str, list[tuple[str, str]]] = {}
+        self.in_ports: dict[str, list[tuple[str, str]]] = {}
+        self.policies: tuple[RetryPolicy, ...] = resolve_policies(node, workflow, spec.retry)
+        policy_timeout = attempt_timeout(self.policies)
+        self.timeout = policy_timeout if policy_timeout is not None else node.settings.timeout
+
+
+class CompiledGraph:
+    """The validated, indexed form of a workflow for one registry."""
+
+    __slots__ = ("__weakref__", "nodes", "successors", "trigger", "workflow")
+
+    def __init__(self, workflow: Workflow, nodes: dict[str, CompiledNode], trigger: str) -> None:
+        self.workflow = workflow
+        self.nodes = nodes
+        self.trigger = trigger
+        self.successors: dict[str, frozenset[str]] = {
+            key: frozenset(to for targets in cn.outgoing.values() for to, _ in targets)
+            for key, cn in nodes.items()
+        }
+
+    def reachable_from(self, starts: Iterable[str], avoid: str) -> set[str]:
+        """Every node reachable from ``starts`` (included) without passing through ``avoid``."""
+        seen: set[str] = set()
+        stack = [s for s in starts if s != avoid]
+        while stack:
+            key = stack.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            stack.extend(n for n in self.successors[key] if n != avoid and n not in seen)
+        return seen
+
+
+_CACHE: dict[int, tuple[weakref.ref[Workflow], weakref.ref[Registry], int, CompiledGraph]] = {}
+
+
+def compile_workflow(workflow: Workflow, registry: Registry) -> CompiledGraph:
+    """Validate ``workflow`` against ``registry`` and index it; raises ``InvalidWorkflowError``."""
+    cached = _CACHE.get(id(workflow))
+    if cached is not None:
+        wf_ref, reg_ref, generation, graph = cached
+        if wf_ref() is workflow and reg_ref() is registry and generation == registry.generation:
+            return graph
+    graph = _compile(workflow, registry)
+    if len(_CACHE) > 256:
+        _CACHE.clear()
+    _CACHE[id(workflow)] = (weakref.ref(workflow), weakref.ref(registry), registry.generation, graph)
+    return graph
+
+
+def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
+    problems: list[str] = []
+    if not isinstance(workflow, Workflow):
+        raise InvalidWorkflowError([f"expected a prana.Workflow, got {type(workflow).__name__}"])
+    nodes: dict[str, CompiledNode] = {}
+    triggers: list[str] = []
+    for index, node in enumerate(workflow.nodes):
+        if not isinstance(node, Node):
+            problems.append(f"nodes[{index}]: expected a prana.Node, got {type(node).__name__}")
+            continue
+        if node.key in nodes:
+            problems.append(f"node {node.key!r}: duplicate key (nodes[{index}]); keys must be unique")
+            continue
+        spec = registry.get(node.type)
+        if spec is None:
+            problems.append(
+                f"node {node.key!r}: unknown action type {node.type!r}; register it with "
+                f"registry.register({node.type!r}, fn) (known: {_short_list(registry.types())})"
+            )
+            continue
+        try:
+            nodes[node.key] = CompiledNode(node, spec, workflow)
+        except ValueError as exc:
+            problems.append(f"node {node.key!r}: {exc}")
+            continue
+        if spec.trigger:
+            triggers.append(node.key)
+    known_keys = {n.key for n in workflow.nodes if isinstance(n, Node)}
+    for index, conn in enumerate(workflow.connections):
+        label = f"connection[{index}] {conn.from_node}.{conn.from_port} -> {conn.to_node}.{conn.to_port}"
+        bad = False
+        for end in (conn.from_node, conn.to_node):
+            if end not in known_keys:
+                problems.append(f"{label}: unknown node {end!r}")
+                bad = True
+        if bad:
+            continue
+        source = nodes.get(conn.from_node)
+        target = nodes.get(conn.to_node)
+        if source is None or target is None:
+            continue  # the node itself was already reported
+        ports = source.spec.output_ports
+        if ports is not None and conn.from_port not in ports:
+            problems.append(
+                f"{label}: {source.spec.type!r} has no output port {conn.from_port!r} "
+                f"(its ports: {', '.join(ports)})"
+            )
+            continue
+        if target.spec.trigger:
+            problems.append(f"{label}: a trigger node ({conn.to_node!r}) takes no incoming connection")
+            continue
+        source.outgoing.setdefault(conn.from_port, []).append((conn.to_node, conn.to_port))
+        target.in_ports.setdefault(conn.to_port, []).append((conn.from_node, conn.from_port))
+    if not triggers and not any(
+        (spec := registry.get(n.type)) is not None and spec.trigger
+        for n in workflow.nodes
+        if isinstance(n, Node)
+    ):
+        problems.append(
+            "workflow has no trigger node; add one, e.g. Node(key='start', type='manual.trigger')"
+        )
+    elif len(triggers) > 1:
+        problems.append(
+            f"workflow has {len(triggers)} trigger nodes ({', '.join(map(repr, triggers))}); "
+            "keep exactly one"
+        )
+    if problems:
+        raise InvalidWorkflowError(problems)
+    return CompiledGraph(workflow, nodes, triggers[0])
+
+
+def _short_list(items: list[str], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
+def validate(workflow: Workflow, registry: Registry | None = None) -> None:
+    """Raise ``InvalidWorkflowError`` listing every problem; return quietly if there is none."""
+    compile_workflow(workflow, registry if registry is not None else Registry())
+

@@ -1,0 +1,44 @@
+"""Theory of operation: the execution-status state machine, as one table.
+
+An execution starts ``pending``, is ``running`` only inside the executor, and leaves every
+executor call ``suspended``, ``completed``, ``failed`` or ``cancelled``. Only a suspended (or
+still pending) execution can be resumed or cancelled; the three end states are final.
+Every status change in prana goes through ``check_transition``, so this table is the whole
+truth; ``transition_diagram()`` renders it for the docs.
+"""
+
+from __future__ import annotations
+
+from prana._errors import ResumeError
+from prana._model import ExecutionStatus
+
+S = ExecutionStatus
+
+TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
+    S.PENDING: frozenset({S.RUNNING, S.CANCELLED}),
+    S.RUNNING: frozenset({S.SUSPENDED, S.COMPLETED, S.FAILED}),
+    S.SUSPENDED: frozenset({S.RUNNING, S.CANCELLED}),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+FINAL: frozenset[ExecutionStatus] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+
+
+def check_transition(current: ExecutionStatus, new: ExecutionStatus) -> None:
+    """Raise ``ResumeError`` unless ``current -> new`` is an edge of the table."""
+    if new not in TRANSITIONS[current]:
+        raise ResumeError(
+            f"an execution that is {current.value} cannot become {new.value}; "
+            f"from {current.value} it may become: "
+            + (", ".join(sorted(s.value for s in TRANSITIONS[current])) or "nothing (final)")
+        )
+
+
+def transition_diagram() -> str:
+    """The table as a Mermaid state diagram."""
+    lines = ["stateDiagram-v2", "    [*] --> pending"]
+    for src, targets in TRANSITIONS.items():
+        lines.extend(f"    {src.value} --> {dst.value}" for dst in sorted(targets, key=str))
+    lines.extend(f"    {s.value} --> [*]" for s in sorted(FINAL, key=str))
+    return "\n".join(lines)
