@@ -1,0 +1,451 @@
+"""Templates in params: native types, text rendering, scope roots, the sandbox and errors."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prana._templates import (
+    CompiledParams,
+    TemplateError,
+    _compile_string,
+    compile_params,
+    evaluate,
+)
+
+NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+class LazyNodes(Mapping[str, Any]):
+    """A read-only mapping like the executor's lazy ``$nodes`` view."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def make_scope(**overrides: Any) -> dict[str, Any]:
+    scope: dict[str, Any] = {
+        "input": {
+            "main": {
+                "count": 3,
+                "user": {"id": 7, "name": "Ada"},
+                "tags": ["a", "b"],
+                "items": [10, 20, 30],
+                "key with space": "spaced",
+                "nothing": None,
+            },
+            "other": [1, 2],
+        },
+        "nodes": {
+            "fetch": {"output": {"id": 42}, "port": "main", "status": "completed", "run_index": 0},
+            "my-node": {"output": "dashed", "port": "main", "status": "completed", "run_index": 1},
+        },
+        "vars": {"base_url": "https://api.example.com"},
+        "env": {"TOKEN": "s3cret"},
+        "execution": {
+            "id": "exec-1",
+            "state": {"counter": 5},
+            "run_index": 2,
+            "attempt": 1,
+            "workflow_id": "wf",
+        },
+        "workflow": {"id": "wf", "name": "Demo", "version": 3},
+        "now": NOW,
+    }
+    scope.update(overrides)
+    return scope
+
+
+def render(params: Any, scope: Mapping[str, Any] | None = None) -> Any:
+    compiled = compile_params(params)
+    assert compiled is not None
+    return compiled.render(make_scope() if scope is None else scope)
+
+
+def render_one(text: str, scope: Mapping[str, Any] | None = None) -> Any:
+    return render({"p": text}, scope)["p"]
+
+
+def error_of(params: Any, scope: Mapping[str, Any] | None = None) -> TemplateError:
+    with pytest.raises(TemplateError) as info:
+        render(params, scope)
+    return info.value
+
+
+# --- the fast path -----------------------------------------------------------------------
+
+
+def test_params_without_templates_compile_to_none() -> None:
+    """Params with no ``{{`` anywhere need no rendering, so compile_params returns None."""
+    params = {"url": "https://x", "n": 3, "h": {"a": ["b", {"c": None}]}, "s": "{ not }"}
+    assert compile_params(params) is None
+    assert compile_params({}) is None
+    assert compile_params("plain") is None
+    assert compile_params(None) is None
+
+
+def test_a_template_anywhere_makes_params_compiled() -> None:
+    """A template deep inside lists and dicts is found."""
+    assert isinstance(compile_params({"a": [1, {"b": "{{ $vars.base_url }}"}]}), CompiledParams)
+
+
+# --- native types and text ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{{ $input.main.count }}", 3),
+        ("  {{ $input.main.count }}  ", 3),
+        ("{{$input.main.count}}", 3),
+        ("{{- $input.main.count -}}", 3),
+        ("{{ $input.main.user }}", {"id": 7, "name": "Ada"}),
+        ("{{ $input.main.tags }}", ["a", "b"]),
+        ("{{ $input.main.nothing }}", None),
+        ("{{ $input.main.count > 2 }}", True),
+        ("{{ $input.main.count * 1.5 }}", 4.5),
+        ("{{ $input.main.tags | length }}", 2),
+        ("{{ [1, 2] + [3] }}", [1, 2, 3]),
+        ("{{ -1 }}", -1),
+    ],
+)
+def test_single_expression_keeps_native_type(text: str, expected: Any) -> None:
+    """A string that is exactly one expression evaluates to the value itself, not its text."""
+    result = render_one(text)
+    assert result == expected
+    assert type(result) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("n={{ $input.main.count }}", "n=3"),
+        ("{{ $input.main.count }}{{ $input.main.count }}", "33"),
+        ("{{ $vars.base_url }}/users/{{ $input.main.user.id }}", "https://api.example.com/users/7"),
+        ("x{{ $input.main.nothing }}y", "xy"),
+        ("flag={{ $input.main.count > 2 }}", "flag=true"),
+        ("flag={{ $input.main.count > 5 }}", "flag=false"),
+        ("user={{ $input.main.user }}", 'user={"id":7,"name":"Ada"}'),
+        ("at {{ $now }}", "at 2030-01-02T03:04:05+00:00"),
+        ("{% if $input.main.count > 2 %}big{% else %}small{% endif %}", "big"),
+        ("{% for t in $input.main.tags %}{{ loop.index }}{{ t }}{% endfor %}", "1a2b"),
+        ("{{ $input.main.count }} {# a comment #}", "3 "),
+    ],
+)
+def test_mixed_text_renders_a_string(text: str, expected: str) -> None:
+    """Text mixed with expressions renders to a string, with JSON-minded value formatting."""
+    assert render_one(text) == expected
+
+
+def test_statement_only_template_renders_a_string() -> None:
+    """A ``{% %}`` block alone is a template too, and renders as text."""
+    assert render_one("{% if true %}yes{% endif %}") == "yes"
+
+
+# --- scope roots -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{{ $input.main.user.id }}", 7),
+        ("{{ $input.other[1] }}", 2),
+        ("{{ $nodes.fetch.output.id }}", 42),
+        ("{{ $nodes.fetch.status }}", "completed"),
+        ("{{ $vars.base_url }}", "https://api.example.com"),
+        ("{{ $env.TOKEN }}", "s3cret"),
+        ("{{ $execution.state.counter }}", 5),
+        ("{{ $execution.run_index }}", 2),
+        ("{{ $execution.attempt }}", 1),
+        ("{{ $execution.id }}", "exec-1"),
+        ("{{ $workflow.name }}", "Demo"),
+        ("{{ $workflow.version }}", 3),
+        ("{{ $now }}", NOW),
+        ("{{ $now.year }}", 2030),
+    ],
+)
+def test_every_scope_root_is_reachable(text: str, expected: Any) -> None:
+    """Each root the executor passes is readable with its ``$`` name."""
+    assert render_one(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{{ $nodes["my-node"].output }}', "dashed"),
+        ("{{ $nodes['my-node'].output }}", "dashed"),
+        ('{{ $input.main["key with space"] }}', "spaced"),
+        ('{{ $input["main"]["user"]["name"] }}', "Ada"),
+        ("{{ $input.main.items[2] }}", 30),
+        ("{{ $input.main.tags[0] }}", "a"),
+        ("{{ $input.main.items[-1] }}", 30),
+    ],
+)
+def test_item_access(text: str, expected: Any) -> None:
+    """Brackets reach keys that are not identifiers, and list items by index."""
+    assert render_one(text) == expected
+
+
+def test_dict_keys_win_over_dict_methods() -> None:
+    """``.items`` on data with a key "items" reads the key, not the dict method."""
+    assert render_one("{{ $input.main.items }}") == [10, 20, 30]
+    assert render_one("{{ $input.main.items | sum }}") == 60
+
+
+def test_dict_methods_remain_callable_when_no_key_shadows_them() -> None:
+    """Read-only dict methods still work for loops over keys and values."""
+    text = "{% for k, v in $input.main.user.items() %}{{ k }}={{ v }};{% endfor %}"
+    assert render_one(text) == "id=7;name=Ada;"
+
+
+def test_non_dict_mappings_are_read_like_dicts() -> None:
+    """A lazy mapping (like the executor's ``$nodes`` view) is read through both paths."""
+    scope = make_scope(nodes=LazyNodes({"fetch": {"output": {"id": 42}}}))
+    assert render_one("{{ $nodes.fetch.output.id }}", scope) == 42
+    assert render_one("id={{ $nodes.fetch.output.id }}", scope) == "id=42"
+    assert render_one("{{ $nodes.missing }}", scope) is None
+
+
+def test_missing_keys_are_none_at_any_depth() -> None:
+    """A missing key is None as a value and empty in text, however deep the path goes."""
+    assert render_one("{{ $input.main.missing }}") is None
+    assert render_one("{{ $input.main.missing.deeper.still }}") is None
+    assert render_one("{{ $input.main.items[99] }}") is None
+    assert render_one("[{{ $input.main.missing.deeper }}]") == "[]"
+    assert render_one("{{ $input.main.missing is defined }}") is False
+
+
+def test_a_root_missing_from_the_scope_is_none() -> None:
+    """A known root the caller did not pass reads as None rather than failing."""
+    scope = make_scope()
+    del scope["env"]
+    assert render_one("{{ $env.TOKEN }}", scope) is None
+
+
+# --- the ``$`` rewrite -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{{ '$input' }}", "$input"),
+        ('{{ "costs $5 for $input.main" }}', "costs $5 for $input.main"),
+        ("{{ 'it\\'s $vars' }}", "it's $vars"),
+        ('{{ "}} $x {{" }}', "}} $x {{"),
+        ("price: $5 {{ $input.main.count }}", "price: $5 3"),
+        ("{% raw %}{{ $input }}{% endraw %}", "{{ $input }}"),
+        ("{{ $input.main.user.name ~ ' $vars' }}", "Ada $vars"),
+    ],
+)
+def test_dollar_inside_string_literals_and_text_is_untouched(text: str, expected: str) -> None:
+    """Only ``$name`` in code is rewritten; quoted literals, plain text and raw blocks keep it."""
+    assert render_one(text) == expected
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{{ ''.__class__ }}",
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "x {{ $input.main.__class__ }}",
+        "{{ $input.main.tags.append(1) }}",
+        "{{ $input.main.user.update({'id': 1}) }}",
+        "{{ $now.__class__ }}",
+        "{{ $input.main['__class__'] }}",
+        "{{ range.__globals__ }}",
+    ],
+)
+def test_sandbox_blocks_escapes(text: str) -> None:
+    """Underscore attributes and mutating methods raise TemplateError, never render silently."""
+    error = error_of({"p": text})
+    assert error.path == "p"
+    assert "sandbox" in error.message
+
+
+def test_error_paths_name_the_param() -> None:
+    """A failing template names its place in the params: dotted keys and list indexes."""
+    bad = "{{ 1 / 0 }}"
+    assert error_of({"url": bad}).path == "url"
+    assert error_of({"headers": {"Authorization": bad}}).path == "headers.Authorization"
+    assert error_of({"items": ["ok", "{{ 1 }}", bad]}).path == "items[2]"
+    assert error_of({"a": [{"b": [bad]}]}).path == "a[0].b[0]"
+    error = error_of({"url": bad})
+    assert str(error) == f"url: {error.message}"
+    assert "ZeroDivisionError" in error.message
+
+
+def test_syntax_errors_raise_at_compile_time_with_the_path() -> None:
+    """A template that does not parse fails in compile_params, naming the param and the text."""
+    with pytest.raises(TemplateError) as info:
+        compile_params({"body": {"x": "{{ $input.main.count + }}"}})
+    assert info.value.path == "body.x"
+    assert "syntax" in info.value.message
+    assert "$input.main.count +" in info.value.message
+
+
+@pytest.mark.parametrize("text", ["{{ 1 2 }}", "{{ $input.main", "{% if %}", "{{ ) }}"])
+def test_malformed_templates_fail_to_compile(text: str) -> None:
+    """Unclosed or malformed templates are syntax errors."""
+    with pytest.raises(TemplateError, match="syntax"):
+        compile_params({"p": text})
+
+
+def test_unknown_root_is_refused() -> None:
+    """A ``$name`` that is not a scope root fails at compile time, listing the roots."""
+    with pytest.raises(TemplateError) as info:
+        compile_params({"p": "{{ $inptu.main }}"})
+    assert info.value.message.startswith("unknown root $inptu")
+    assert "$input" in info.value.message
+
+
+def test_name_without_dollar_is_refused() -> None:
+    """A bare name (a forgotten ``$``) fails at compile time instead of reading as None."""
+    with pytest.raises(TemplateError, match="unknown name 'input'"):
+        compile_params({"p": "a {{ input.main }}"})
+    with pytest.raises(TemplateError, match="unknown name 'x'"):
+        compile_params({"p": "{{ x }}"})
+
+
+def test_jinja_globals_and_loop_variables_are_allowed() -> None:
+    """Globals like ``range`` and names bound in the template are not unknown names."""
+    assert render_one("{{ range(3) | list }}") == [0, 1, 2]
+    assert render_one("{% set n = 2 %}{{ n * $input.main.count }}") == "6"
+
+
+def test_arithmetic_on_a_missing_value_fails() -> None:
+    """Using a missing value in arithmetic is an error, not a silent result."""
+    error = error_of({"p": "{{ $input.main.missing + 1 }}"})
+    assert "missing" in error.message
+
+
+def test_template_error_pickles() -> None:
+    """A TemplateError survives pickling with its path and message (for worker processes)."""
+    error = pickle.loads(pickle.dumps(TemplateError("a.b", "boom")))
+    assert (error.path, error.message, str(error)) == ("a.b", "boom", "a.b: boom")
+
+
+# --- no mutation, caching ----------------------------------------------------------------
+
+
+def test_render_never_mutates_params() -> None:
+    """Rendering returns a new structure and leaves the params as they were."""
+    params = {
+        "a": "{{ $input.main.count }}",
+        "b": ["{{ $input.main.count }}", {"c": "{{ $vars.base_url }}"}],
+        "static": {"x": [1, 2]},
+        "t": ("{{ 1 }}", "two"),
+    }
+    before = copy.deepcopy(params)
+    compiled = compile_params(params)
+    assert compiled is not None
+    first = compiled.render(make_scope())
+    second = compiled.render(make_scope(input={"main": {"count": 9}}))
+    assert params == before
+    assert first == {
+        "a": 3,
+        "b": [3, {"c": "https://api.example.com"}],
+        "static": {"x": [1, 2]},
+        "t": [1, "two"],
+    }
+    assert second["a"] == 9
+    assert first is not params
+    assert first["b"] is not params["b"]
+
+
+def test_compiled_templates_are_cached_by_text() -> None:
+    """The same template text compiles once, however many params hold it."""
+    text = "{{ $input.main.count + 12345 }}"
+    _compile_string.cache_clear()
+    compile_params({"a": text, "b": [text]})
+    compile_params({"c": text})
+    info = _compile_string.cache_info()
+    assert (info.misses, info.hits) == (1, 2)
+
+
+def test_one_compiled_params_renders_many_scopes() -> None:
+    """Compile once, render many: each render sees its own scope."""
+    compiled = compile_params({"n": "{{ $input.main }}", "t": "n={{ $input.main }}"})
+    assert compiled is not None
+    for i in range(5):
+        assert compiled.render({"input": {"main": i}}) == {"n": i, "t": f"n={i}"}
+
+
+# --- evaluate ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("$input.main.count > 2", True),
+        ("{{ $input.main.count > 5 }}", False),
+        ("  $execution.attempt  ", 1),
+        ("$input.main.user", {"id": 7, "name": "Ada"}),
+        ("$input.main.missing", None),
+        ("'$input' == '$input'", True),
+        ("n={{ $input.main.count }}", "n=3"),
+        (True, True),
+        (None, None),
+    ],
+)
+def test_evaluate_conditions(text: Any, expected: Any) -> None:
+    """evaluate reads a bare expression or a ``{{ }}`` template to its native value."""
+    assert evaluate(text, make_scope()) == expected
+
+
+def test_evaluate_errors_name_the_condition() -> None:
+    """A bad condition raises TemplateError naming the path given (``condition`` by default)."""
+    with pytest.raises(TemplateError) as info:
+        evaluate("$input.main.count >", make_scope())
+    assert info.value.path == "condition"
+    with pytest.raises(TemplateError) as info:
+        evaluate("''.__class__", make_scope(), path="retry_when")
+    assert info.value.path == "retry_when"
+
+
+# --- properties --------------------------------------------------------------------------
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=10)
+json_values = st.recursive(
+    json_scalars | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_single_expression_round_trips_any_json_value(value: Any) -> None:
+    """``{{ $input.main }}`` gives back exactly the value it reads, for any JSON value."""
+    assert render_one("{{ $input.main }}", {"input": {"main": value}}) == value
+    assert render_one("{{ ($input.main) }}", {"input": {"main": value}}) == value
+
+
+@given(st.text(max_size=30).filter(lambda s: "{{" not in s and "{%" not in s))
+def test_text_without_templates_is_left_alone(text: str) -> None:
+    """Any string without ``{{`` or ``{%`` is not a template."""
+    assert compile_params({"p": text, "q": [text]}) is None
+
+
+@given(st.text(alphabet="abc $'\"\\{}.", max_size=12))
+def test_string_literals_come_back_verbatim(text: str) -> None:
+    """Any text written as a quoted literal in an expression renders as itself."""
+    literal = repr(text)
+    assert render_one("{{ " + literal + " }}") == text
