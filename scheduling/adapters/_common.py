@@ -1,0 +1,28 @@
+"""What every scheduler adapter shares: checking due times and refusing calls out of order."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prana import InvalidSettingsError, PranaError
+
+
+class SchedulerStateError(PranaError, RuntimeError):
+    """A scheduler was used out of order (firing before ``start``, starting twice, no loop).
+
+    The message names the call to make first.
+    """
+
+
+def require_aware(due_at: object, where: str) -> datetime:
+    """Return ``due_at`` if it is an aware datetime, else raise a clear ``InvalidSettingsError``."""
+    if not isinstance(due_at, datetime):
+        raise InvalidSettingsError(
+            f"{where}: due_at must be an aware datetime, got {type(due_at).__name__} {due_at!r}"
+        )
+    if due_at.tzinfo is None or due_at.utcoffset() is None:
+        raise InvalidSettingsError(
+            f"{where}: due_at={due_at!r} is naive; pass an aware datetime, "
+            "e.g. datetime.now(timezone.utc) + timedelta(seconds=5)"
+        )
+    return due_at

@@ -1,0 +1,276 @@
+"""The default scheduler: APScheduler 3.11 (not 4.x, still an alpha with open double-run bugs).
+
+One ``date`` job per due resume, with the stable id ``prana:<execution_id>``, so arming
+again replaces (``replace_existing=True``). ``misfire_grace_time=None``: APScheduler's
+default grace of one second silently drops a one-off job that runs late (a busy process,
+a restart), and an alarm must never be dropped. ``coalesce=True`` and a high
+``max_instances`` follow from the same rule: a callback that re-arms its own execution
+for "now" must fire again, not be skipped because the previous run is still running.
+
+A job holds only plain strings: the execution id and the adapter's ``name``. The job
+function is module-level, so a persistent job store can reference it by name; it finds
+the fire callback in a process-wide registry keyed by the adapter's ``name``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import uuid
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal
+
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import BaseScheduler
+
+from prana import InvalidSettingsError
+from scheduling.adapters._common import SchedulerStateError, require_aware
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from scheduling.abc import Fire
+
+__all__ = [
+    "JOB_ID_PREFIX",
+    "APSchedulerAdapter",
+    "SchedulerStateError",
+    "job_id",
+    "stop_scheduler",
+]
+
+logger = logging.getLogger(__name__)
+
+JOB_ID_PREFIX = "prana:"
+"""Every job this adapter adds has the id ``JOB_ID_PREFIX + execution_id``."""
+
+_JOBSTORE_ALIAS = "prana"
+"""The alias a ``jobstore=`` given to the adapter is added under."""
+
+_MAX_INSTANCES = 1_000_000
+"""Effectively unlimited: a second fire of one id while the first runs must not be dropped."""
+
+_FIRES: dict[str, Fire] = {}
+_FIRES_LOCK = threading.Lock()
+
+
+def job_id(execution_id: str) -> str:
+    """The APScheduler job id of the alarm of ``execution_id``."""
+    return JOB_ID_PREFIX + execution_id
+
+
+def _lookup(adapter: str, execution_id: str) -> Fire | None:
+    fire = _FIRES.get(adapter)
+    if fire is None:
+        logger.warning(
+            "the alarm of execution %r fired but no started APSchedulerAdapter is named %r; "
+            "dropped (a runner re-arms every due execution from its store when it starts)",
+            execution_id,
+            adapter,
+        )
+    return fire
+
+
+async def _await(awaitable: Awaitable[object]) -> object:
+    return await awaitable
+
+
+def _fire_job(execution_id: str, adapter: str) -> None:
+    """The job of background mode, run in APScheduler's thread pool.
+
+    An awaitable returned by the callback is run to completion on a fresh event loop in
+    this worker thread.
+    """
+    fire = _lookup(adapter, execution_id)
+    if fire is None:
+        return
+    result = fire(execution_id)
+    if inspect.isawaitable(result):
+        asyncio.run(_await(result))
+
+
+async def _fire_job_async(execution_id: str, adapter: str) -> None:
+    """The job of asyncio mode, run on the scheduler's event loop; awaits an awaitable result."""
+    fire = _lookup(adapter, execution_id)
+    if fire is None:
+        return
+    result = fire(execution_id)
+    if inspect.isawaitable(result):
+        await result
+
+
+def stop_scheduler(scheduler: BaseScheduler) -> None:
+    """Shut an APScheduler 3 scheduler down without killing its thread mid-pass.
+
+    ``shutdown`` marks the scheduler stopped without taking the job store lock; a job pass
+    running at that moment then fails to remove the one-off job it just submitted
+    (``JobLookupError``) and the scheduler thread dies with it. Pausing first, then
+    waiting for the lock (``get_jobs`` takes it), lets that pass finish cleanly.
+    """
+    scheduler.pause()
+    scheduler.get_jobs()
+    scheduler.shutdown(wait=False)
+
+
+class APSchedulerAdapter:
+    """The ``Scheduler`` protocol over an APScheduler 3.11 scheduler.
+
+    By default it creates (and owns) a ``BackgroundScheduler`` in UTC; ``mode="asyncio"``
+    creates an ``AsyncIOScheduler`` instead, whose ``start`` must then run inside the
+    event loop. Pass ``scheduler=`` to use a scheduler you configured yourself, and
+    ``jobstore=`` (e.g. an ``SQLAlchemyJobStore``) to keep the jobs in a persistent store,
+    added under the alias ``"prana"``. ``name`` keys the process-wide registry the jobs use
+    to find the fire callback; give a stable one with a persistent store so that jobs
+    written by an earlier process reach this adapter (the default is unique per instance).
+    """
+
+    def __init__(
+        self,
+        scheduler: BaseScheduler | None = None,
+        *,
+        mode: Literal["background", "asyncio"] = "background",
+        jobstore: Any = None,
+        name: str | None = None,
+    ) -> None:
+        if mode not in ("background", "asyncio"):
+            raise InvalidSettingsError(
+                f"APSchedulerAdapter(mode={mode!r}): use 'background' (a thread) or 'asyncio' "
+                "(the running event loop)"
+            )
+        if scheduler is not None and not isinstance(scheduler, BaseScheduler):
+            raise InvalidSettingsError(
+                f"APSchedulerAdapter(scheduler={scheduler!r}): pass an APScheduler 3.x scheduler "
+                "such as BackgroundScheduler(timezone=timezone.utc), or None for the default"
+            )
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InvalidSettingsError(
+                f"APSchedulerAdapter(name={name!r}): use a non-empty string, or None"
+            )
+        self._mode = mode
+        self._jobstore = jobstore
+        self._owns_scheduler = scheduler is None
+        self._scheduler: BaseScheduler = scheduler if scheduler is not None else self._create()
+        if scheduler is not None and jobstore is not None:
+            scheduler.add_jobstore(jobstore, alias=_JOBSTORE_ALIAS)
+        self._alias = "default" if jobstore is None else _JOBSTORE_ALIAS
+        self._job_func = (
+            _fire_job_async if isinstance(self._scheduler, AsyncIOScheduler) else _fire_job
+        )
+        self.name = name if name is not None else f"adapter-{uuid.uuid4().hex}"
+        self._started = False
+        self._started_scheduler = False
+        self._stopped_scheduler = False
+
+    @property
+    def scheduler(self) -> BaseScheduler:
+        """The underlying APScheduler scheduler (to add listeners or inspect jobs)."""
+        return self._scheduler
+
+    def _create(self) -> BaseScheduler:
+        scheduler: BaseScheduler
+        if self._mode == "asyncio":
+            scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        else:
+            scheduler = BackgroundScheduler(timezone=timezone.utc)
+        if self._jobstore is not None:
+            scheduler.add_jobstore(self._jobstore, alias=_JOBSTORE_ALIAS)
+        return scheduler
+
+    def start(self, fire: Fire) -> None:
+        """Register ``fire`` under this adapter's name and start the scheduler if it is stopped."""
+        with _FIRES_LOCK:
+            if self._started:
+                raise SchedulerStateError(
+                    "APSchedulerAdapter.start: already started; call shutdown() first"
+                )
+            if self.name in _FIRES:
+                raise SchedulerStateError(
+                    f"APSchedulerAdapter.start: another started adapter is named {self.name!r}; "
+                    "shut it down first or give this one a different name="
+                )
+            _FIRES[self.name] = fire
+            self._started = True
+        try:
+            if self._stopped_scheduler and not self._owns_scheduler:
+                raise SchedulerStateError(
+                    "APSchedulerAdapter.start: this adapter shut down the scheduler you passed, "
+                    "and APScheduler 3 cannot restart one; pass a new scheduler to a new adapter, "
+                    "or pass none and let the adapter own (and renew) its scheduler"
+                )
+            if self._stopped_scheduler:
+                # A shut-down APScheduler cannot restart (its thread pool is closed), and an
+                # AsyncIOScheduler's shutdown may still be queued on the loop: use a new one.
+                self._scheduler = self._create()
+                self._stopped_scheduler = False
+            if not self._scheduler.running:
+                self._scheduler.start()
+                self._started_scheduler = True
+        except SchedulerStateError:
+            self._unregister()
+            raise
+        except RuntimeError as error:
+            self._unregister()
+            if isinstance(self._scheduler, AsyncIOScheduler):
+                raise SchedulerStateError(
+                    "APSchedulerAdapter(mode='asyncio').start: no running event loop; call "
+                    "start() from code running in the loop (e.g. inside `async def main()`)"
+                ) from error
+            raise
+
+    def schedule(self, execution_id: str, due_at: datetime) -> None:
+        """Add (or replace) the ``date`` job of ``execution_id`` for ``due_at``."""
+        require_aware(due_at, f"APSchedulerAdapter.schedule({execution_id!r})")
+        if not self._scheduler.running:
+            # A stopped APScheduler queues jobs and does not dedupe the queue: keep one.
+            self.cancel(execution_id)
+        self._scheduler.add_job(
+            self._job_func,
+            trigger="date",
+            run_date=due_at,
+            args=(execution_id, self.name),
+            id=job_id(execution_id),
+            name=f"prana resume {execution_id}",
+            jobstore=self._alias,
+            replace_existing=True,
+            coalesce=True,
+            misfire_grace_time=None,
+            max_instances=_MAX_INSTANCES,
+        )
+
+    def cancel(self, execution_id: str) -> None:
+        """Remove the job of ``execution_id``; a job already gone (fired or unknown) is ignored."""
+        while self._remove_one(job_id(execution_id)):
+            pass  # a stopped APScheduler may hold several queued jobs with one id
+
+    def _remove_one(self, job: str) -> bool:
+        try:
+            self._scheduler.remove_job(job, jobstore=self._alias)
+        except JobLookupError:
+            return False
+        return True
+
+    def shutdown(self) -> None:
+        """Stop firing and shut the scheduler down without waiting for running jobs.
+
+        Pending jobs are removed, except in a persistent ``jobstore=``, where keeping them
+        is the point (a runner re-arms from its store anyway, replacing them).
+        """
+        self._unregister()
+        if self._jobstore is None:
+            for job in self._scheduler.get_jobs(jobstore=self._alias):
+                if job.id.startswith(JOB_ID_PREFIX):
+                    self.cancel(job.id[len(JOB_ID_PREFIX) :])
+        if self._started_scheduler and self._scheduler.running:
+            stop_scheduler(self._scheduler)
+            self._stopped_scheduler = True
+        self._started_scheduler = False
+
+    def _unregister(self) -> None:
+        with _FIRES_LOCK:
+            if self._started:
+                _FIRES.pop(self.name, None)
+                self._started = False
