@@ -1,0 +1,244 @@
+"""Helpers every store shares: argument checks, time columns, reading records back.
+
+The SQL stores and the memory reference all go through these, so they refuse the same
+bad input with the same message and surface an unreadable record the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import orjson
+
+from prana import (
+    ExecutionStatus,
+    InvalidSettingsError,
+    RecordError,
+    Workflow,
+    WorkflowExecution,
+    dumps_workflow,
+    loads,
+    loads_workflow,
+)
+from scheduling._errors import StaleVersionError
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def to_micros(when: datetime) -> int:
+    """An aware datetime as whole microseconds since the epoch: exact, and orders as time does."""
+    return (when - EPOCH) // _MICROSECOND
+
+
+def from_micros(micros: int) -> datetime:
+    """The inverse of ``to_micros``, in UTC."""
+    return EPOCH + timedelta(microseconds=micros)
+
+
+def check_aware(when: Any, field: str) -> datetime:
+    """``when`` if it is an aware datetime, else a clear error naming ``field``."""
+    if not isinstance(when, datetime) or when.utcoffset() is None:
+        raise InvalidSettingsError(
+            f"{field}={when!r}: use an aware datetime, e.g. datetime.now(timezone.utc)"
+        )
+    return when
+
+
+def check_limit(limit: Any, field: str = "limit") -> int:
+    """``limit`` if it is a whole number >= 1, else a clear error."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidSettingsError(f"{field}={limit!r}: use a whole number >= 1")
+    return limit
+
+
+def check_save(execution: Any, expected_version: Any) -> None:
+    """Refuse a save whose arguments are of the wrong kind, before anything is written."""
+    if not isinstance(execution, WorkflowExecution):
+        raise InvalidSettingsError(
+            f"save(execution={type(execution).__name__}): pass a prana.WorkflowExecution"
+        )
+    if expected_version is not None and (
+        isinstance(expected_version, bool)
+        or not isinstance(expected_version, int)
+        or expected_version < 1
+    ):
+        raise InvalidSettingsError(
+            f"save(expected_version={expected_version!r}): use None to create, or the "
+            "version load() returned"
+        )
+
+
+def check_status(status: Any) -> ExecutionStatus | None:
+    """``status`` as an ``ExecutionStatus`` (its string value is accepted too), or ``None``."""
+    if status is None or isinstance(status, ExecutionStatus):
+        return status
+    try:
+        return ExecutionStatus(status)
+    except ValueError:
+        choices = ", ".join(s.value for s in ExecutionStatus)
+        raise InvalidSettingsError(f"status={status!r}: use one of {choices}") from None
+
+
+def check_schema_name(name: Any, field: str) -> str:
+    """A plain SQL identifier (letters, digits, underscores; not starting with a digit)."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name) > 40
+        or not name.isascii()
+        or not (name.replace("_", "a").isalnum())
+        or name[0].isdigit()
+    ):
+        raise InvalidSettingsError(
+            f"{field}={name!r}: use letters, digits and underscores (at most 40, "
+            "not starting with a digit)"
+        )
+    return name
+
+
+def stale(execution_id: str, expected_version: int | None, stored: int | None) -> StaleVersionError:
+    """The error for a refused save, saying what was expected and what is stored."""
+    if expected_version is None:
+        return StaleVersionError(
+            f"execution {execution_id!r} already exists (version {stored}); "
+            "load it and save with its version to update it"
+        )
+    if stored is None:
+        return StaleVersionError(
+            f"execution {execution_id!r} is not stored, so version {expected_version} "
+            "cannot be updated; save with expected_version=None to create it"
+        )
+    return StaleVersionError(
+        f"execution {execution_id!r}: expected version {expected_version}, but version "
+        f"{stored} is stored (someone else saved first); reload it and redo the transition"
+    )
+
+
+def read_execution(execution_id: str, text: Any) -> WorkflowExecution:
+    """Parse a stored execution; an unreadable one raises ``RecordError`` naming the id."""
+    try:
+        execution = loads(text)
+    except RecordError as exc:
+        raise RecordError(
+            f"stored execution {execution_id!r} cannot be read: {exc.args[0] if exc.args else ''}"
+            if not exc.problems
+            else f"stored execution {execution_id!r} cannot be read",
+            exc.problems,
+        ) from exc
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise RecordError(f"stored execution {execution_id!r} cannot be read: {exc}") from exc
+    if execution.id != execution_id:
+        raise RecordError(
+            f"stored execution {execution_id!r} cannot be read",
+            [f"id: the record holds execution {execution.id!r}"],
+        )
+    return execution
+
+
+class ParsedCache:
+    """The executions a store last wrote or read, keyed by id, with the JSON text they came from.
+
+    ``load`` still reads the row; when the stored text is exactly the text this store
+    wrote or parsed, the frozen record parsed (or saved) from it is returned instead of
+    parsing the same text again, which is most of a load's cost. Comparing the text, not
+    the version, keeps it right whoever else writes to the database. Holds at most
+    ``size`` records, oldest dropped first; ``size=0`` turns it off.
+    """
+
+    def __init__(self, size: int) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise InvalidSettingsError(f"cache_size={size!r}: use a whole number >= 0 (0: off)")
+        self.size = size
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[str, WorkflowExecution]] = {}
+
+    def put(self, execution_id: str, text: str, execution: WorkflowExecution) -> None:
+        """Remember that ``text`` reads as ``execution``."""
+        if not self.size:
+            return
+        with self._lock:
+            entries = self._entries
+            entries.pop(execution_id, None)
+            if len(entries) >= self.size:
+                del entries[next(iter(entries))]
+            entries[execution_id] = (text, execution)
+
+    def read(self, execution_id: str, text: Any) -> WorkflowExecution:
+        """The execution stored as ``text``: from the cache if it holds that text, else parsed."""
+        entry = self._entries.get(execution_id)
+        if entry is not None and entry[0] == text:
+            return entry[1]
+        execution = read_execution(execution_id, text)
+        self.put(execution_id, text, execution)
+        return execution
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._entries.clear()
+
+
+def read_workflow(workflow_id: str, version: int, text: Any) -> Workflow:
+    """Parse a stored definition; an unreadable one raises ``RecordError`` naming id and version."""
+    where = f"stored workflow {workflow_id!r} version {version}"
+    try:
+        return loads_workflow(text)
+    except RecordError as exc:
+        raise RecordError(
+            f"{where} cannot be read: {exc.args[0] if exc.args else ''}"
+            if not exc.problems
+            else f"{where} cannot be read",
+            exc.problems,
+        ) from exc
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise RecordError(f"{where} cannot be read: {exc}") from exc
+
+
+def read_status(execution_id: str, value: Any) -> ExecutionStatus:
+    """A stored status column as an ``ExecutionStatus``, or ``RecordError`` naming the id."""
+    try:
+        return ExecutionStatus(value)
+    except ValueError:
+        raise RecordError(
+            f"stored execution {execution_id!r} cannot be read",
+            [f"status: {value!r} is not an execution status"],
+        ) from None
+
+
+def same_definition(stored_text: str | bytes, new_text: str) -> bool:
+    """Whether two serialized definitions hold the same data (key order does not matter)."""
+    if stored_text == new_text:
+        return True
+    try:
+        return bool(orjson.loads(stored_text) == orjson.loads(new_text))
+    except orjson.JSONDecodeError:
+        return False
+
+
+def dump_workflow(workflow: Any) -> str:
+    """Serialize a definition, refusing anything that is not a ``prana.Workflow``."""
+    if not isinstance(workflow, Workflow):
+        raise InvalidSettingsError(
+            f"save_workflow(workflow={type(workflow).__name__}): pass a prana.Workflow"
+        )
+    return dumps_workflow(workflow)
+
+
+def conflict_message(workflow_id: str, version: int) -> str:
+    """The message of ``WorkflowConflictError``."""
+    return (
+        f"workflow {workflow_id!r} version {version} is already stored with a different "
+        "definition; a definition never changes for a given id and version: bump "
+        "Workflow.version"
+    )
+
+
+def not_found_message(workflow_id: str, version: int) -> str:
+    """The message of ``WorkflowNotFound``."""
+    return (
+        f"no workflow {workflow_id!r} version {version} is stored; save it with "
+        "save_workflow() (Runner.start does) before resuming its executions"
+    )

@@ -1,0 +1,439 @@
+"""The PostgreSQL store (psycopg 3): several runners, in several processes, share one database.
+
+Every save is one statement in its own transaction: ``INSERT ... ON CONFLICT DO
+NOTHING`` creates, ``UPDATE ... WHERE id = %s AND version = %s`` updates, and a row
+count of zero means the save was refused. So the version check and the write are one
+atomic step however many workers race.
+
+Connections come from a ``psycopg_pool.ConnectionPool`` (opened on first use): a runner
+fires resumes from scheduler threads, and a pool lets them talk to the server at the
+same time where one shared connection would queue them behind a lock.
+
+Claims (``claim_due``) spread due executions over workers without a job queue: a claim
+is a lease, not a lock. See ``claim_due`` for the exact rules.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from prana import ExecutionStatus, InvalidSettingsError, Workflow, WorkflowExecution, dumps
+from scheduling._errors import (
+    ExecutionNotFound,
+    StoreError,
+    WorkflowConflictError,
+    WorkflowNotFound,
+)
+from scheduling.abc import ExecutionSummary
+from scheduling.stores._sql import (
+    ParsedCache,
+    check_aware,
+    check_limit,
+    check_save,
+    check_schema_name,
+    check_status,
+    conflict_message,
+    dump_workflow,
+    not_found_message,
+    read_status,
+    read_workflow,
+    same_definition,
+    stale,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["PostgresStore"]
+
+# ``data`` is text, not jsonb: the store never looks inside it, and text skips the
+# server's parse on every write and its re-render on every read.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {executions} (
+    seq bigint GENERATED ALWAYS AS IDENTITY,
+    id text PRIMARY KEY,
+    workflow_id text NOT NULL,
+    workflow_version integer NOT NULL,
+    status text NOT NULL,
+    due_at timestamptz,
+    version bigint NOT NULL,
+    updated_at timestamptz,
+    claimed_by text,
+    claimed_until timestamptz,
+    data text NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS {seq_index} ON {executions} (seq);
+CREATE INDEX IF NOT EXISTS {due_index} ON {executions} (due_at, seq) WHERE due_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {status_index} ON {executions} (status, seq);
+CREATE TABLE IF NOT EXISTS {workflows} (
+    workflow_id text NOT NULL,
+    version integer NOT NULL,
+    data text NOT NULL,
+    PRIMARY KEY (workflow_id, version)
+);
+"""
+
+_SETUP_LOCK = 0x70_72_61_6E_61  # "prana": one advisory lock so concurrent setups do not race
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    return None if when is None else when.astimezone(timezone.utc)
+
+
+class PostgresStore:
+    """Executions and definitions in PostgreSQL; tables are created on first use.
+
+    ``schema`` puts the tables (``prana_executions``, ``prana_workflows``) in that schema,
+    created if missing; ``None`` uses the connection's ``search_path`` (normally
+    ``public``). ``max_connections`` caps the pool. ``cache_size`` executions are
+    remembered with the JSON text they were saved as, so loading one whose stored text is
+    unchanged skips parsing it (``0`` parses every time); records are frozen values and
+    must not be mutated, here as everywhere in prana.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        max_connections: int = 4,
+        connect_timeout_seconds: float = 10.0,
+        cache_size: int = 1024,
+    ) -> None:
+        if not isinstance(dsn, str):
+            raise InvalidSettingsError(
+                f"PostgresStore(dsn={type(dsn).__name__}): use a connection string such as "
+                "'postgresql://user@host:5432/dbname'"
+            )
+        if schema is not None:
+            check_schema_name(schema, "PostgresStore(schema)")
+        if isinstance(max_connections, bool) or not isinstance(max_connections, int):
+            raise InvalidSettingsError(
+                f"PostgresStore(max_connections={max_connections!r}): use a whole number >= 1"
+            )
+        check_limit(max_connections, "PostgresStore(max_connections)")
+        self.dsn = dsn
+        self.schema = schema
+        self.max_connections = max_connections
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self._pool: ConnectionPool | None = None
+        self._pool_lock = threading.Lock()
+        self._ready = False
+        self._workflow_cache: dict[tuple[str, int], Workflow] = {}
+        self._workflows_saved: dict[tuple[str, int], str] = {}
+        self._parsed = ParsedCache(cache_size)
+        self._q = _queries(schema)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(schema={self.schema!r})"
+
+    # -- connections ------------------------------------------------------------------
+
+    def _connections(self) -> ConnectionPool:
+        pool = self._pool
+        if pool is not None and self._ready:
+            return pool
+        with self._pool_lock:
+            if self._pool is None:
+                pool = ConnectionPool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=self.max_connections,
+                    kwargs={"autocommit": True},
+                    configure=_configure,
+                    open=False,
+                    name="prana-store",
+                )
+                try:
+                    pool.open(wait=True, timeout=self.connect_timeout_seconds)
+                except PoolTimeout:
+                    pool.close()
+                    raise StoreError(
+                        f"cannot connect to PostgreSQL within {self.connect_timeout_seconds:g}s"
+                        " (PostgresStore dsn); check that the server runs and the dsn is right"
+                    ) from None
+                self._pool = pool
+            if not self._ready:
+                self._setup(self._pool)
+                self._ready = True
+            return self._pool
+
+    def _setup(self, pool: ConnectionPool) -> None:
+        with pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SETUP_LOCK,))
+            if self.schema is not None:
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
+            conn.execute(self._q["schema"])
+
+    def setup(self) -> None:
+        """Create the schema and tables if they do not exist (done on first use anyway)."""
+        self._connections()
+
+    def drop(self) -> None:
+        """Drop this store's two tables and everything in them (for tests and teardown)."""
+        pool = self._connections()
+        with pool.connection() as conn:
+            conn.execute(self._q["drop"])
+        self._ready = False
+        self._workflow_cache.clear()
+        self._workflows_saved.clear()
+        self._parsed.clear()
+
+    def close(self) -> None:
+        """Close the pool's connections (idempotent); the next use opens a new pool."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+            self._ready = False
+        if pool is not None:
+            pool.close()
+
+    # -- executions -------------------------------------------------------------------
+
+    def save(self, execution: WorkflowExecution, expected_version: int | None) -> int:
+        """Store ``execution`` if ``expected_version`` is the stored one; return the new version.
+
+        A successful save also ends any claim on the execution (its state moved on).
+        """
+        check_save(execution, expected_version)
+        data = dumps(execution)
+        execution_id = execution.id
+        pool = self._connections()
+        with pool.connection() as conn:
+            if expected_version is None:
+                cur = conn.execute(
+                    self._q["insert"],
+                    (
+                        execution_id,
+                        execution.workflow_id,
+                        execution.workflow_version,
+                        execution.status.value,
+                        execution.due_at,
+                        execution.updated_at,
+                        data,
+                    ),
+                )
+                if cur.rowcount != 1:
+                    raise stale(execution_id, None, self._stored_version(conn, execution_id))
+                self._parsed.put(execution_id, data, execution)
+                return 1
+            cur = conn.execute(
+                self._q["update"],
+                (
+                    execution.workflow_id,
+                    execution.workflow_version,
+                    execution.status.value,
+                    execution.due_at,
+                    execution.updated_at,
+                    data,
+                    execution_id,
+                    expected_version,
+                ),
+            )
+            if cur.rowcount != 1:
+                raise stale(
+                    execution_id, expected_version, self._stored_version(conn, execution_id)
+                )
+        self._parsed.put(execution_id, data, execution)
+        return expected_version + 1
+
+    def _stored_version(self, conn: psycopg.Connection[Any], execution_id: str) -> int | None:
+        row = conn.execute(self._q["version"], (execution_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
+        """The execution and its version; ``ExecutionNotFound`` if there is none."""
+        pool = self._connections()
+        with pool.connection() as conn:
+            row = conn.execute(self._q["load"], (execution_id,)).fetchone()
+        if row is None:
+            raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
+        return self._parsed.read(execution_id, row[0]), int(row[1])
+
+    def find_due(self, now: datetime, limit: int = 100) -> Sequence[tuple[str, datetime]]:
+        """Suspended executions due at or before ``now``, earliest first (ties: oldest first).
+
+        Claims are ignored: this is a read, for a runner that owns the whole store.
+        """
+        check_aware(now, "find_due(now)")
+        check_limit(limit)
+        pool = self._connections()
+        with pool.connection() as conn:
+            rows = conn.execute(self._q["find_due"], (now, limit)).fetchall()
+        return [(eid, at.astimezone(timezone.utc)) for eid, at in rows]
+
+    def alarms(self) -> Sequence[tuple[str, datetime]]:
+        """Every suspended execution with a due time, earliest first."""
+        pool = self._connections()
+        with pool.connection() as conn:
+            rows = conn.execute(self._q["alarms"]).fetchall()
+        return [(eid, at.astimezone(timezone.utc)) for eid, at in rows]
+
+    def claim_due(
+        self,
+        now: datetime,
+        limit: int = 100,
+        *,
+        worker: str,
+        lease: timedelta = timedelta(seconds=60),
+    ) -> list[str]:
+        """Claim up to ``limit`` due executions for ``worker``; return their ids, earliest first.
+
+        A claim is a lease: the row gets ``claimed_by = worker`` and ``claimed_until = now
+        + lease``, and until then no other ``claim_due`` returns it (rows another worker is
+        claiming at this very moment are skipped, ``FOR UPDATE SKIP LOCKED``, never waited
+        for). The lease ends early when the execution is saved (its state moved on) or
+        ``release``d; if the worker dies, it ends at ``claimed_until`` and another worker
+        claims the execution again. A claim does not change the version: it only spreads
+        work; the compare-and-set on save is what makes each transition happen once, so a
+        worker whose lease ran out and a second claimant can both try, and one save wins.
+        """
+        check_aware(now, "claim_due(now)")
+        check_limit(limit)
+        if not isinstance(worker, str) or not worker:
+            raise InvalidSettingsError(
+                f"claim_due(worker={worker!r}): use a non-empty name, e.g. host and pid"
+            )
+        if not isinstance(lease, timedelta) or lease <= timedelta(0):
+            raise InvalidSettingsError(
+                f"claim_due(lease={lease!r}): use a positive timedelta, e.g. timedelta(seconds=60)"
+            )
+        pool = self._connections()
+        with pool.connection() as conn:
+            rows = conn.execute(
+                self._q["claim"],
+                {"now": now, "limit": limit, "worker": worker, "until": now + lease},
+            ).fetchall()
+        rows.sort(key=lambda row: (row[1], row[2]))
+        return [row[0] for row in rows]
+
+    def release(self, execution_id: str, *, worker: str) -> bool:
+        """End ``worker``'s claim on ``execution_id``; ``False`` if it held none."""
+        pool = self._connections()
+        with pool.connection() as conn:
+            cur = conn.execute(self._q["release"], (execution_id, worker))
+        return cur.rowcount == 1
+
+    def list(
+        self, status: ExecutionStatus | None = None, limit: int = 100
+    ) -> Sequence[ExecutionSummary]:
+        """Executions, most recently created first, optionally only those with ``status``."""
+        wanted = check_status(status)
+        check_limit(limit)
+        pool = self._connections()
+        with pool.connection() as conn:
+            if wanted is None:
+                rows = conn.execute(self._q["list"], (limit,)).fetchall()
+            else:
+                rows = conn.execute(self._q["list_status"], (wanted.value, limit)).fetchall()
+        return [_summary(row) for row in rows]
+
+    # -- workflow definitions ---------------------------------------------------------
+
+    def save_workflow(self, workflow: Workflow) -> None:
+        """Keep a definition; the same one again is a no-op, a different one is refused."""
+        text = dump_workflow(workflow)
+        key = (workflow.id, workflow.version)
+        if self._workflows_saved.get(key) == text:
+            return
+        pool = self._connections()
+        with pool.connection() as conn:
+            inserted = conn.execute(self._q["insert_workflow"], (*key, text)).rowcount
+            row = None if inserted == 1 else conn.execute(self._q["workflow"], key).fetchone()
+        if inserted != 1 and (row is None or not same_definition(row[0], text)):
+            raise WorkflowConflictError(conflict_message(*key))
+        self._workflows_saved[key] = text
+
+    def load_workflow(self, workflow_id: str, version: int) -> Workflow:
+        """The stored definition; ``WorkflowNotFound`` if there is none.
+
+        Definitions never change for an id and version, so each is parsed once and cached.
+        """
+        key = (workflow_id, version)
+        cached = self._workflow_cache.get(key)
+        if cached is not None:
+            return cached
+        pool = self._connections()
+        with pool.connection() as conn:
+            row = conn.execute(self._q["workflow"], key).fetchone()
+        if row is None:
+            raise WorkflowNotFound(not_found_message(workflow_id, version))
+        workflow = read_workflow(workflow_id, version, row[0])
+        self._workflow_cache[key] = workflow
+        return workflow
+
+
+def _summary(row: Any) -> ExecutionSummary:
+    eid, workflow_id, workflow_version, status, version, due_at, updated_at = row
+    return ExecutionSummary(
+        id=eid,
+        workflow_id=workflow_id,
+        workflow_version=workflow_version,
+        status=read_status(eid, status),
+        version=version,
+        due_at=_utc(due_at),
+        updated_at=_utc(updated_at),
+    )
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Every pooled connection reads times back in UTC."""
+    conn.execute("SET TIME ZONE 'UTC'")
+
+
+def _queries(schema: str | None) -> dict[str, str]:
+    """Every statement, with the table names quoted once (so each call is a plain string)."""
+
+    def name(table: str) -> sql.Identifier:
+        return sql.Identifier(schema, table) if schema is not None else sql.Identifier(table)
+
+    names = {
+        "executions": name("prana_executions"),
+        "workflows": name("prana_workflows"),
+        "seq_index": sql.Identifier("prana_executions_seq"),
+        "due_index": sql.Identifier("prana_executions_due"),
+        "status_index": sql.Identifier("prana_executions_status"),
+    }
+    summary = (
+        "SELECT id, workflow_id, workflow_version, status, version, due_at, updated_at"
+        " FROM {executions}"
+    )
+    text = {
+        "schema": _SCHEMA,
+        "drop": "DROP TABLE IF EXISTS {executions}, {workflows}",
+        "insert": "INSERT INTO {executions}"
+        " (id, workflow_id, workflow_version, status, due_at, version, updated_at, data)"
+        " VALUES (%s, %s, %s, %s, %s, 1, %s, %s) ON CONFLICT (id) DO NOTHING",
+        "update": "UPDATE {executions} SET workflow_id = %s, workflow_version = %s,"
+        " status = %s, due_at = %s, version = version + 1, updated_at = %s, data = %s,"
+        " claimed_by = NULL, claimed_until = NULL"
+        " WHERE id = %s AND version = %s",
+        "version": "SELECT version FROM {executions} WHERE id = %s",
+        "load": "SELECT data, version FROM {executions} WHERE id = %s",
+        "find_due": "SELECT id, due_at FROM {executions}"
+        " WHERE due_at IS NOT NULL AND due_at <= %s ORDER BY due_at, seq LIMIT %s",
+        "alarms": "SELECT id, due_at FROM {executions}"
+        " WHERE due_at IS NOT NULL ORDER BY due_at, seq",
+        "claim": "UPDATE {executions} AS e"
+        " SET claimed_by = %(worker)s, claimed_until = %(until)s"
+        " FROM (SELECT id FROM {executions}"
+        "  WHERE due_at IS NOT NULL AND due_at <= %(now)s"
+        "  AND (claimed_until IS NULL OR claimed_until <= %(now)s)"
+        "  ORDER BY due_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS due"
+        " WHERE e.id = due.id RETURNING e.id, e.due_at, e.seq",
+        "release": "UPDATE {executions} SET claimed_by = NULL, claimed_until = NULL"
+        " WHERE id = %s AND claimed_by = %s",
+        "list": summary + " ORDER BY seq DESC LIMIT %s",
+        "list_status": summary + " WHERE status = %s ORDER BY seq DESC LIMIT %s",
+        "workflow": "SELECT data FROM {workflows} WHERE workflow_id = %s AND version = %s",
+        "insert_workflow": "INSERT INTO {workflows} (workflow_id, version, data)"
+        " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+    }
+    return {key: sql.SQL(query).format(**names).as_string(None) for key, query in text.items()}

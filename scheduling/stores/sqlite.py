@@ -1,0 +1,309 @@
+"""The embedded default store: one SQLite file (stdlib ``sqlite3``), WAL journal.
+
+Durability: ``synchronous="NORMAL"`` (the default) with WAL survives a crash of the
+process, not a power loss or an OS crash, which may lose the last commits (never corrupt
+the file). ``synchronous="FULL"`` syncs every commit and survives those too, at the cost
+of one fsync per save.
+
+Concurrency: one connection, shared by every thread behind a lock (the runner's
+scheduler fires from a background thread, and ``":memory:"`` is one database per
+connection, so per-thread connections would not see each other's data there). Each save
+is a single statement, ``UPDATE ... WHERE id = ? AND version = ?``, so the version check
+and the write are one atomic step, also between processes sharing the file; reads that
+must agree with a following write (``save_workflow``) run under ``BEGIN IMMEDIATE``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from typing import TYPE_CHECKING, Any
+
+from prana import ExecutionStatus, InvalidSettingsError, Workflow, WorkflowExecution, dumps
+from scheduling._errors import ExecutionNotFound, WorkflowConflictError, WorkflowNotFound
+from scheduling.abc import ExecutionSummary
+from scheduling.stores._sql import (
+    ParsedCache,
+    check_aware,
+    check_limit,
+    check_save,
+    check_status,
+    conflict_message,
+    dump_workflow,
+    from_micros,
+    not_found_message,
+    read_status,
+    read_workflow,
+    same_definition,
+    stale,
+    to_micros,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+__all__ = ["SQLiteStore"]
+
+SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
+
+# Times are whole microseconds since the epoch (UTC): exact, and they sort as time does.
+# ``seq`` (the rowid) is creation order: ``list`` is newest first by it, ties in due
+# time go oldest first. There is no index on ``status``: keeping one costs every save
+# about a fifth of its SQL time, and ``list(status)`` walks the rowid backwards, stopping
+# at ``limit`` matches.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS prana_executions (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    workflow_id TEXT NOT NULL,
+    workflow_version INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    due_at INTEGER,
+    version INTEGER NOT NULL,
+    updated_at INTEGER,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS prana_executions_due
+    ON prana_executions (due_at, seq) WHERE due_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS prana_workflows (
+    workflow_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (workflow_id, version)
+);
+"""
+
+_INSERT = (
+    "INSERT INTO prana_executions"
+    " (id, workflow_id, workflow_version, status, due_at, version, updated_at, data)"
+    " VALUES (?, ?, ?, ?, ?, 1, ?, ?)"
+)
+_UPDATE = (
+    "UPDATE prana_executions SET workflow_id = ?, workflow_version = ?, status = ?,"
+    " due_at = ?, version = version + 1, updated_at = ?, data = ?"
+    " WHERE id = ? AND version = ?"
+)
+_VERSION = "SELECT version FROM prana_executions WHERE id = ?"
+_LOAD = "SELECT data, version FROM prana_executions WHERE id = ?"
+_FIND_DUE = (
+    "SELECT id, due_at FROM prana_executions WHERE due_at IS NOT NULL AND due_at <= ?"
+    " ORDER BY due_at, seq LIMIT ?"
+)
+_ALARMS = "SELECT id, due_at FROM prana_executions WHERE due_at IS NOT NULL ORDER BY due_at, seq"
+_SUMMARY = (
+    "SELECT id, workflow_id, workflow_version, status, version, due_at, updated_at"
+    " FROM prana_executions"
+)
+_LIST = _SUMMARY + " ORDER BY seq DESC LIMIT ?"
+_LIST_STATUS = _SUMMARY + " WHERE status = ? ORDER BY seq DESC LIMIT ?"
+_WORKFLOW = "SELECT data FROM prana_workflows WHERE workflow_id = ? AND version = ?"
+_INSERT_WORKFLOW = "INSERT INTO prana_workflows (workflow_id, version, data) VALUES (?, ?, ?)"
+
+
+def _micros_or_none(when: datetime | None) -> int | None:
+    return None if when is None else to_micros(when)
+
+
+def _time_or_none(micros: int | None) -> datetime | None:
+    return None if micros is None else from_micros(micros)
+
+
+class SQLiteStore:
+    """Executions and definitions in one SQLite database file (``":memory:"`` works).
+
+    ``synchronous`` is ``"NORMAL"`` (survives a process crash) or ``"FULL"`` (survives a
+    power loss too); ``busy_timeout_ms`` is how long a write waits for another process
+    holding the file's write lock before ``sqlite3.OperationalError``. ``cache_size``
+    executions are remembered with the JSON text they were saved as, so loading one whose
+    stored text is unchanged skips parsing it (``0`` parses every time); records are frozen
+    values and must not be mutated, here as everywhere in prana.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 5000,
+        cache_size: int = 1024,
+    ) -> None:
+        mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
+        if mode not in SYNCHRONOUS_MODES:
+            raise InvalidSettingsError(
+                f"SQLiteStore(synchronous={synchronous!r}): use one of "
+                f"{', '.join(SYNCHRONOUS_MODES)} (NORMAL survives a process crash, FULL a "
+                "power loss too)"
+            )
+        if (
+            isinstance(busy_timeout_ms, bool)
+            or not isinstance(busy_timeout_ms, int)
+            or busy_timeout_ms < 0
+        ):
+            raise InvalidSettingsError(
+                f"SQLiteStore(busy_timeout_ms={busy_timeout_ms!r}): use whole milliseconds >= 0"
+            )
+        self.path = os.fspath(path)
+        self.synchronous = mode
+        self._lock = threading.RLock()
+        self._workflow_cache: dict[tuple[str, int], Workflow] = {}
+        self._workflows_saved: dict[tuple[str, int], str] = {}
+        self._parsed = ParsedCache(cache_size)
+        # isolation_level=None: autocommit; each statement commits unless we BEGIN.
+        self._conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=busy_timeout_ms / 1000,
+            cached_statements=64,
+        )
+        try:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute(f"PRAGMA synchronous = {mode}")
+            self._conn.executescript(_SCHEMA)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
+
+    def save(self, execution: WorkflowExecution, expected_version: int | None) -> int:
+        """Store ``execution`` if ``expected_version`` is the stored one; return the new version."""
+        check_save(execution, expected_version)
+        data = dumps(execution)
+        execution_id = execution.id
+        due_at = _micros_or_none(execution.due_at)
+        updated_at = _micros_or_none(execution.updated_at)
+        status = execution.status.value
+        with self._lock:
+            if expected_version is None:
+                try:
+                    self._conn.execute(
+                        _INSERT,
+                        (
+                            execution_id,
+                            execution.workflow_id,
+                            execution.workflow_version,
+                            status,
+                            due_at,
+                            updated_at,
+                            data,
+                        ),
+                    )
+                except sqlite3.IntegrityError:
+                    raise stale(execution_id, None, self._stored_version(execution_id)) from None
+                self._parsed.put(execution_id, data, execution)
+                return 1
+            changed = self._conn.execute(
+                _UPDATE,
+                (
+                    execution.workflow_id,
+                    execution.workflow_version,
+                    status,
+                    due_at,
+                    updated_at,
+                    data,
+                    execution_id,
+                    expected_version,
+                ),
+            ).rowcount
+            if changed != 1:
+                raise stale(execution_id, expected_version, self._stored_version(execution_id))
+            self._parsed.put(execution_id, data, execution)
+        return expected_version + 1
+
+    def _stored_version(self, execution_id: str) -> int | None:
+        row = self._conn.execute(_VERSION, (execution_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
+        """The execution and its version; ``ExecutionNotFound`` if there is none."""
+        with self._lock:
+            row = self._conn.execute(_LOAD, (execution_id,)).fetchone()
+        if row is None:
+            raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
+        return self._parsed.read(execution_id, row[0]), row[1]
+
+    def find_due(self, now: datetime, limit: int = 100) -> Sequence[tuple[str, datetime]]:
+        """Suspended executions due at or before ``now``, earliest first (ties: oldest first)."""
+        check_aware(now, "find_due(now)")
+        check_limit(limit)
+        with self._lock:
+            rows = self._conn.execute(_FIND_DUE, (to_micros(now), limit)).fetchall()
+        return [(eid, from_micros(at)) for eid, at in rows]
+
+    def alarms(self) -> Sequence[tuple[str, datetime]]:
+        """Every suspended execution with a due time, earliest first."""
+        with self._lock:
+            rows = self._conn.execute(_ALARMS).fetchall()
+        return [(eid, from_micros(at)) for eid, at in rows]
+
+    def list(
+        self, status: ExecutionStatus | None = None, limit: int = 100
+    ) -> Sequence[ExecutionSummary]:
+        """Executions, most recently created first, optionally only those with ``status``."""
+        wanted = check_status(status)
+        check_limit(limit)
+        with self._lock:
+            if wanted is None:
+                rows = self._conn.execute(_LIST, (limit,)).fetchall()
+            else:
+                rows = self._conn.execute(_LIST_STATUS, (wanted.value, limit)).fetchall()
+        return [_summary(row) for row in rows]
+
+    def save_workflow(self, workflow: Workflow) -> None:
+        """Keep a definition; the same one again is a no-op, a different one is refused."""
+        text = dump_workflow(workflow)
+        key = (workflow.id, workflow.version)
+        if self._workflows_saved.get(key) == text:
+            return
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute(_WORKFLOW, key).fetchone()
+                if row is None:
+                    self._conn.execute(_INSERT_WORKFLOW, (*key, text))
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        if row is not None and not same_definition(row[0], text):
+            raise WorkflowConflictError(conflict_message(*key))
+        self._workflows_saved[key] = text
+
+    def load_workflow(self, workflow_id: str, version: int) -> Workflow:
+        """The stored definition; ``WorkflowNotFound`` if there is none.
+
+        Definitions never change for an id and version, so each is parsed once and cached.
+        """
+        key = (workflow_id, version)
+        cached = self._workflow_cache.get(key)
+        if cached is not None:
+            return cached
+        with self._lock:
+            row = self._conn.execute(_WORKFLOW, key).fetchone()
+        if row is None:
+            raise WorkflowNotFound(not_found_message(workflow_id, version))
+        workflow = read_workflow(workflow_id, version, row[0])
+        self._workflow_cache[key] = workflow
+        return workflow
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self._conn.close()
+
+
+def _summary(row: Any) -> ExecutionSummary:
+    eid, workflow_id, workflow_version, status, version, due_at, updated_at = row
+    return ExecutionSummary(
+        id=eid,
+        workflow_id=workflow_id,
+        workflow_version=workflow_version,
+        status=read_status(eid, status),
+        version=version,
+        due_at=_time_or_none(due_at),
+        updated_at=_time_or_none(updated_at),
+    )

@@ -1,0 +1,96 @@
+"""Shared fixtures: the PostgreSQL server, and one store of each kind."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from scheduling.abc import ExecutionStore
+    from scheduling.stores.memory import MemoryStore
+    from scheduling.stores.postgres import PostgresStore
+    from scheduling.stores.sqlite import SQLiteStore
+
+DEFAULT_POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    """The test server's DSN (``PRANA_TEST_POSTGRES_DSN``); skipped if unreachable, unless in CI.
+
+    In CI (env ``CI`` set) an unreachable server fails the test loudly instead.
+    """
+    import psycopg
+
+    dsn = os.environ.get("PRANA_TEST_POSTGRES_DSN", DEFAULT_POSTGRES_DSN)
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError as exc:
+        message = f"PostgreSQL test server unreachable at PRANA_TEST_POSTGRES_DSN: {exc}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return dsn
+
+
+@pytest.fixture
+def memory_store() -> MemoryStore:
+    """A fresh in-memory store keeping live records (the default)."""
+    from scheduling.stores.memory import MemoryStore
+
+    return MemoryStore()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    """A SQLite store on a fresh file in ``tmp_path``."""
+    from scheduling.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "prana.sqlite3")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def postgres_store(postgres_dsn: str) -> Iterator[PostgresStore]:
+    """A PostgreSQL store in its own fresh schema, dropped (with its tables) afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    from scheduling.stores.postgres import PostgresStore
+
+    schema = f"prana_test_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(postgres_dsn, schema=schema)
+    try:
+        yield store
+    finally:
+        store.close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture(
+    params=[
+        "memory",
+        "memory-json",
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+def store(request: pytest.FixtureRequest) -> ExecutionStore:
+    """Each store in turn: the conformance suite runs every test against all of them."""
+    from scheduling.stores.memory import MemoryStore
+
+    if request.param == "memory":
+        return MemoryStore()
+    if request.param == "memory-json":
+        return MemoryStore(serialize=True)
+    fixture: ExecutionStore = request.getfixturevalue(f"{request.param}_store")
+    return fixture

@@ -1,0 +1,698 @@
+"""The store conformance suite: every ``ExecutionStore`` keeps the same promises.
+
+Each test in the first part runs against the memory store (live and JSON), SQLite and
+PostgreSQL (``store`` fixture in ``conftest.py``); a new backend joins by adding itself
+there. Backend-specific behaviour (SQLite's files and pragmas, PostgreSQL's claims)
+follows at the end.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import orjson
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+
+from prana import (
+    AttemptOutcome,
+    AttemptRecord,
+    Connection,
+    ErrorInfo,
+    ExecutionStatus,
+    InvalidSettingsError,
+    Node,
+    NodeExecution,
+    NodeStatus,
+    RecordError,
+    RetryData,
+    SubWorkflowData,
+    Suspend,
+    TimerData,
+    WebhookData,
+    Workflow,
+    WorkflowExecution,
+    dumps,
+)
+from scheduling import (
+    ExecutionNotFound,
+    ExecutionStore,
+    StaleVersionError,
+    StoreError,
+    WorkflowConflictError,
+    WorkflowNotFound,
+)
+from scheduling.stores.memory import MemoryStore
+from scheduling.stores.postgres import PostgresStore
+from scheduling.stores.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+BOOM = ErrorInfo(code="action_error", type="RuntimeError", module="builtins", message="boom")
+
+
+def at(seconds: float) -> datetime:
+    """``T0`` plus ``seconds``."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def node_run(status: NodeStatus = NodeStatus.COMPLETED) -> NodeExecution:
+    """One run of node ``a`` whose first attempt failed."""
+    return NodeExecution(
+        node_key="a",
+        status=status,
+        execution_index=1,
+        run_index=0,
+        started_at=T0,
+        params={"url": "https://example.test"},
+        attempts=(
+            AttemptRecord(
+                number=1,
+                started_at=T0,
+                ended_at=at(1),
+                outcome=AttemptOutcome.FAILED,
+                error=BOOM,
+                retry_delay_ms=1000,
+            ),
+        ),
+    )
+
+
+def execution(
+    eid: str = "e1",
+    *,
+    status: ExecutionStatus = ExecutionStatus.COMPLETED,
+    suspension: Suspend | None = None,
+    updated: datetime = T0,
+    workflow_id: str = "wf",
+    state: dict[str, Any] | None = None,
+) -> WorkflowExecution:
+    """A record built by hand; ``suspension`` implies status ``suspended``."""
+    if suspension is not None:
+        status = ExecutionStatus.SUSPENDED
+    return WorkflowExecution(
+        id=eid,
+        workflow_id=workflow_id,
+        workflow_version=1,
+        status=status,
+        input={"n": 1},
+        node_executions={
+            "a": (node_run(NodeStatus.SUSPENDED if suspension else NodeStatus.COMPLETED),)
+        },
+        state=state or {},
+        next_index=2,
+        suspended_node="a" if suspension else None,
+        suspension=suspension,
+        output=None if suspension else {"ok": True},
+        started_at=T0,
+        updated_at=updated,
+        completed_at=None if suspension else updated,
+    )
+
+
+def retry(eid: str, due: datetime, **kwargs: Any) -> WorkflowExecution:
+    """A suspended execution waiting for its retry at ``due``."""
+    data = RetryData(
+        retry_delay_ms=1000, attempt_number=2, max_attempts=3, original_error=BOOM, resume_at=due
+    )
+    return execution(eid, suspension=Suspend("retry", data), **kwargs)
+
+
+def timer(eid: str, due: datetime) -> WorkflowExecution:
+    """A suspended execution waiting for a timer at ``due``."""
+    return execution(eid, suspension=Suspend("timer", TimerData(resume_at=due)))
+
+
+def webhook(eid: str, expires: datetime | None) -> WorkflowExecution:
+    """A suspended execution waiting for a webhook, expiring at ``expires`` (or never)."""
+    return execution(eid, suspension=Suspend("webhook", WebhookData(expires_at=expires)))
+
+
+def definition(version: int = 1, url: str = "https://example.test") -> Workflow:
+    """A two-node workflow definition."""
+    # Passed through a dict: mypy cannot type Workflow's ``converter=tuple`` fields.
+    graph: dict[str, Any] = {
+        "nodes": (
+            Node(key="start", type="manual.trigger"),
+            Node(key="a", type="http.request", params={"url": url}),
+        ),
+        "connections": (Connection(from_node="start", to_node="a"),),
+    }
+    return Workflow(
+        id="wf", version=version, name="fetch", variables={"region": "eu", "limit": 3}, **graph
+    )
+
+
+def corrupt(store: ExecutionStore, eid: str, text: str) -> None:
+    """Write ``text`` over the stored record of ``eid``, behind the store's back."""
+    if isinstance(store, MemoryStore):
+        store._rows[eid].record = text
+    elif isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("UPDATE prana_executions SET data = ? WHERE id = ?", (text, eid))
+        conn.close()
+    elif isinstance(store, PostgresStore):
+        assert store.schema is not None
+        table = sql.Identifier(store.schema, "prana_executions")
+        with psycopg.connect(store.dsn, autocommit=True) as pg:
+            pg.execute(sql.SQL("UPDATE {} SET data = %s WHERE id = %s").format(table), (text, eid))
+    else:  # pragma: no cover - a new backend must teach the suite how to corrupt it
+        raise NotImplementedError(type(store).__name__)
+
+
+def run_together(*jobs: Callable[[], object]) -> list[object]:
+    """Run each job in its own thread, released together by a barrier; return results or errors."""
+    return run_in_step(*(lambda meet, job=job: (meet(), job())[1] for job in jobs))
+
+
+def run_in_step(*jobs: Callable[[Callable[[], None]], object]) -> list[object]:
+    """Run each job in its own thread; a job calls ``meet()`` to wait until all others do too."""
+    barrier = threading.Barrier(len(jobs))
+    results: list[object] = [None] * len(jobs)
+
+    def meet() -> None:
+        barrier.wait(timeout=10)
+
+    def worker(i: int, job: Callable[[Callable[[], None]], object]) -> None:
+        try:
+            results[i] = job(meet)
+        except Exception as exc:  # noqa: BLE001 - the test inspects what each thread got
+            results[i] = exc
+
+    threads = [threading.Thread(target=worker, args=(i, job)) for i, job in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    return results
+
+
+# -- the conformance suite ----------------------------------------------------------------
+
+
+def test_create_then_load_round_trips(store: ExecutionStore) -> None:
+    """A created execution loads back equal, at version 1."""
+    record = retry("e1", at(30), state={"seen": [1, 2]})
+    assert store.save(record, None) == 1
+    loaded, version = store.load("e1")
+    assert version == 1
+    assert loaded == record
+    assert loaded.due_at == at(30)
+
+
+def test_each_save_increments_the_version(store: ExecutionStore) -> None:
+    """Every accepted save returns the next version, and load sees the latest record."""
+    assert store.save(retry("e1", at(1)), None) == 1
+    assert store.save(retry("e1", at(2)), 1) == 2
+    final = execution("e1", updated=at(3))
+    assert store.save(final, 2) == 3
+    assert store.load("e1") == (final, 3)
+
+
+def test_stale_save_is_refused_and_changes_nothing(store: ExecutionStore) -> None:
+    """A save naming an old version raises StaleVersionError and keeps the newer record."""
+    store.save(retry("e1", at(1)), None)
+    newer = retry("e1", at(5))
+    store.save(newer, 1)
+    with pytest.raises(StaleVersionError, match="expected version 1, but version 2"):
+        store.save(execution("e1", updated=at(9)), 1)
+    assert store.load("e1") == (newer, 2)
+    assert store.find_due(at(5)) == [("e1", at(5))]
+
+
+def test_create_of_an_existing_id_is_refused(store: ExecutionStore) -> None:
+    """Saving with expected_version=None over a stored id raises and keeps the original."""
+    original = retry("e1", at(1))
+    store.save(original, None)
+    with pytest.raises(StaleVersionError, match="already exists"):
+        store.save(execution("e1"), None)
+    assert store.load("e1") == (original, 1)
+
+
+def test_update_of_an_unknown_id_is_refused(store: ExecutionStore) -> None:
+    """Saving with a version for an id that is not stored raises and creates nothing."""
+    with pytest.raises(StaleVersionError, match="not stored"):
+        store.save(execution("ghost"), 1)
+    with pytest.raises(ExecutionNotFound):
+        store.load("ghost")
+
+
+def test_load_of_an_unknown_id_raises_not_found(store: ExecutionStore) -> None:
+    """Loading an id that was never saved raises ExecutionNotFound, a LookupError."""
+    with pytest.raises(ExecutionNotFound, match="'nope'") as info:
+        store.load("nope")
+    assert isinstance(info.value, LookupError)
+
+
+def test_find_due_is_earliest_first_and_limited(store: ExecutionStore) -> None:
+    """find_due returns suspended executions with due_at <= now, earliest first, up to limit."""
+    store.save(retry("late", at(30)), None)
+    store.save(timer("first", at(10)), None)
+    store.save(retry("tie-a", at(20)), None)
+    store.save(retry("tie-b", at(20)), None)
+    store.save(retry("future", at(31)), None)
+    store.save(execution("done"), None)
+    store.save(webhook("hook", None), None)
+    due = store.find_due(at(30))
+    assert list(due) == [
+        ("first", at(10)),
+        ("tie-a", at(20)),
+        ("tie-b", at(20)),
+        ("late", at(30)),
+    ]
+    assert list(store.find_due(at(30), limit=2)) == [("first", at(10)), ("tie-a", at(20))]
+    elsewhere = timezone(timedelta(hours=5, minutes=30))
+    assert list(store.find_due(at(30).astimezone(elsewhere))) == list(due)
+    assert list(store.find_due(at(9))) == []
+
+
+def test_find_due_follows_the_latest_save(store: ExecutionStore) -> None:
+    """A due time moves with each save and disappears once the execution is no longer suspended."""
+    store.save(retry("e1", at(10)), None)
+    store.save(retry("e1", at(50)), 1)
+    assert list(store.find_due(at(40))) == []
+    assert list(store.find_due(at(50))) == [("e1", at(50))]
+    store.save(execution("e1", updated=at(50)), 2)
+    assert list(store.find_due(at(100))) == []
+    assert list(store.alarms()) == []
+
+
+def test_alarms_list_only_suspended_executions_with_a_due_time(store: ExecutionStore) -> None:
+    """alarms() holds retries, timers and expiring webhooks, earliest first, and nothing else."""
+    store.save(webhook("hook", at(300)), None)
+    store.save(retry("retry", at(100)), None)
+    store.save(timer("timer", at(200)), None)
+    store.save(webhook("forever", None), None)
+    sub = SubWorkflowData(workflow_id="child", child_execution_id="c1")
+    store.save(execution("parent", suspension=Suspend("sub_workflow", sub)), None)
+    store.save(execution("done"), None)
+    store.save(execution("failed", status=ExecutionStatus.FAILED), None)
+    store.save(execution("cancelled", status=ExecutionStatus.CANCELLED), None)
+    assert list(store.alarms()) == [("retry", at(100)), ("timer", at(200)), ("hook", at(300))]
+
+
+def test_list_is_newest_first_and_filters_by_status(store: ExecutionStore) -> None:
+    """list() returns summaries, most recently created first, optionally of one status."""
+    store.save(execution("old", updated=at(1)), None)
+    store.save(retry("mid", at(60), updated=at(2)), None)
+    store.save(execution("new", status=ExecutionStatus.FAILED, updated=at(3)), None)
+    store.save(retry("mid", at(90), updated=at(4)), 1)
+    assert [s.id for s in store.list()] == ["new", "mid", "old"]
+    assert [s.id for s in store.list(limit=2)] == ["new", "mid"]
+    (mid,) = store.list(ExecutionStatus.SUSPENDED)
+    assert mid == attrs.evolve(
+        mid,
+        id="mid",
+        workflow_id="wf",
+        workflow_version=1,
+        status=ExecutionStatus.SUSPENDED,
+        version=2,
+    )
+    assert mid.due_at == at(90)
+    assert mid.updated_at == at(4)
+    assert [s.id for s in store.list(ExecutionStatus.COMPLETED)] == ["old"]
+    assert [s.id for s in store.list("failed")] == ["new"]  # type: ignore[arg-type]
+    assert list(store.list(ExecutionStatus.CANCELLED)) == []
+
+
+def test_workflow_definitions_are_kept_by_id_and_version(store: ExecutionStore) -> None:
+    """A saved definition loads back equal; saving the same one again is a no-op."""
+    store.save_workflow(definition())
+    store.save_workflow(definition())
+    store.save_workflow(definition(version=2, url="https://other.test"))
+    assert store.load_workflow("wf", 1) == definition()
+    assert store.load_workflow("wf", 2) == definition(version=2, url="https://other.test")
+
+
+def test_a_conflicting_definition_is_refused(store: ExecutionStore) -> None:
+    """A different definition under a stored id and version raises and keeps the stored one."""
+    store.save_workflow(definition())
+    with pytest.raises(WorkflowConflictError, match=r"bump Workflow\.version") as info:
+        store.save_workflow(definition(url="https://changed.test"))
+    assert isinstance(info.value, ValueError)
+    assert store.load_workflow("wf", 1) == definition()
+
+
+def test_an_unknown_definition_raises_not_found(store: ExecutionStore) -> None:
+    """Loading a definition that was never saved raises WorkflowNotFound."""
+    store.save_workflow(definition())
+    with pytest.raises(WorkflowNotFound, match="'wf' version 2"):
+        store.load_workflow("wf", 2)
+
+
+@pytest.mark.parametrize("garbage", ["{not json", "[1, 2, 3]", '{"id": "e1"}'])
+def test_a_corrupt_record_raises_record_error_naming_the_id(
+    store: ExecutionStore, garbage: str
+) -> None:
+    """A stored record that cannot be read surfaces as RecordError naming the execution."""
+    store.save(retry("e1", at(1)), None)
+    corrupt(store, "e1", garbage)
+    with pytest.raises(RecordError, match="'e1'"):
+        store.load("e1")
+    assert [s.id for s in store.list()] == ["e1"]
+
+
+def test_a_bad_field_is_named_with_the_id(store: ExecutionStore) -> None:
+    """A readable record with one bad field raises RecordError naming the id and the field."""
+    store.save(retry("e1", at(1)), None)
+    document = orjson.loads(dumps(retry("e1", at(1))))
+    document["execution"]["status"] = "zombie"
+    corrupt(store, "e1", orjson.dumps(document).decode())
+    with pytest.raises(RecordError, match=r"'e1'(.|\n)*status") as info:
+        store.load("e1")
+    assert any("zombie" in problem for problem in info.value.problems)
+
+
+def test_two_threads_saving_the_same_version_one_wins(store: ExecutionStore) -> None:
+    """Two load-then-save transitions racing on one version: exactly one is accepted."""
+    store.save(retry("e1", at(1)), None)
+    outcomes = [execution("e1", updated=at(2)), retry("e1", at(60), updated=at(2))]
+
+    def transition(new: WorkflowExecution) -> Callable[[Callable[[], None]], object]:
+        def job(meet: Callable[[], None]) -> object:
+            _, version = store.load("e1")
+            meet()  # both have loaded version 1 before either saves
+            return store.save(new, version)
+
+        return job
+
+    results = run_in_step(*(transition(new) for new in outcomes))
+    winners = [i for i, result in enumerate(results) if result == 2]
+    losers = [r for r in results if isinstance(r, StaleVersionError)]
+    assert len(winners) == 1
+    assert len(losers) == 1
+    assert store.load("e1") == (outcomes[winners[0]], 2)
+
+
+def test_many_threads_racing_leave_one_record_per_version(store: ExecutionStore) -> None:
+    """Eight concurrent saves on version 1 of one record: one wins, seven are refused."""
+    store.save(retry("e1", at(1)), None)
+    racers = [retry("e1", at(10 + i)) for i in range(8)]
+    results = run_together(*(lambda new=new: store.save(new, 1) for new in racers))
+    assert results.count(2) == 1
+    assert sum(isinstance(r, StaleVersionError) for r in results) == 7
+    winner = racers[results.index(2)]
+    assert store.load("e1") == (winner, 2)
+    assert list(store.alarms()) == [("e1", winner.due_at)]
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda s: s.find_due(at(0), limit=0), "limit=0"),
+        (lambda s: s.find_due(datetime(2030, 1, 1), 10), "now"),  # noqa: DTZ001 - the bad input
+        (lambda s: s.list(limit=-1), "limit=-1"),
+        (lambda s: s.list("paused"), "status='paused'"),
+        (lambda s: s.save(execution(), 0), "expected_version=0"),
+        (lambda s: s.save({"id": "e1"}, None), "WorkflowExecution"),
+        (lambda s: s.save_workflow({"id": "wf"}), "prana.Workflow"),
+    ],
+)
+def test_bad_arguments_raise_a_clear_error(
+    store: ExecutionStore, call: Callable[[Any], object], field: str
+) -> None:
+    """Wrong arguments raise InvalidSettingsError (a ValueError) naming the argument."""
+    with pytest.raises(InvalidSettingsError, match=field.replace("(", r"\(")):
+        call(store)
+    assert list(store.list()) == []
+
+
+# -- a property: the store behaves like a map of versions -----------------------------------
+
+OPS = st.lists(
+    st.tuples(st.sampled_from(["a", "b"]), st.one_of(st.none(), st.integers(1, 4))),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS, backend=st.sampled_from(["memory", "sqlite"]))
+def test_saves_follow_a_version_model(ops: list[tuple[str, int | None]], backend: str) -> None:
+    """Any sequence of saves is accepted exactly when its version matches the model's."""
+    store: ExecutionStore = MemoryStore() if backend == "memory" else SQLiteStore(":memory:")
+    model: dict[str, tuple[int, WorkflowExecution]] = {}
+    try:
+        for step, (eid, expected) in enumerate(ops):
+            record = retry(eid, at(step))
+            current = model.get(eid)
+            accepted = (
+                (current is None)
+                if expected is None
+                else (current is not None and current[0] == expected)
+            )
+            if accepted:
+                assert store.save(record, expected) == (1 if current is None else current[0] + 1)
+                model[eid] = (1 if current is None else current[0] + 1, record)
+            else:
+                with pytest.raises(StaleVersionError):
+                    store.save(record, expected)
+        for eid, (version, record) in model.items():
+            assert store.load(eid) == (record, version)
+        assert sorted(store.alarms()) == sorted(
+            (eid, record.due_at) for eid, (_, record) in model.items()
+        )
+    finally:
+        store.close()
+
+
+# -- the memory store -------------------------------------------------------------------------
+
+
+def test_memory_store_hands_back_the_saved_object_by_default() -> None:
+    """The default memory store keeps the frozen record itself, skipping JSON for speed."""
+    store = MemoryStore()
+    record = retry("e1", at(1))
+    store.save(record, None)
+    assert store.load("e1")[0] is record
+
+
+def test_memory_store_with_serialize_hands_back_a_copy() -> None:
+    """MemoryStore(serialize=True) stores JSON text, so a load is an equal, separate copy."""
+    store = MemoryStore(serialize=True)
+    record = retry("e1", at(1), state={"items": [1]})
+    store.save(record, None)
+    loaded = store.load("e1")[0]
+    assert loaded == record
+    assert loaded is not record
+    record.state["items"].append(2)
+    assert store.load("e1")[0].state == {"items": [1]}
+
+
+# -- SQLite --------------------------------------------------------------------------------
+
+
+def test_sqlite_file_keeps_data_across_reopen(tmp_path: Path) -> None:
+    """Closing and reopening the file finds executions, versions and definitions again."""
+    path = tmp_path / "db.sqlite3"
+    store = SQLiteStore(path)
+    store.save(retry("e1", at(5)), None)
+    store.save(retry("e1", at(6)), 1)
+    store.save_workflow(definition())
+    store.close()
+    reopened = SQLiteStore(path)
+    try:
+        assert reopened.load("e1") == (retry("e1", at(6)), 2)
+        assert reopened.load_workflow("wf", 1) == definition()
+        assert list(reopened.alarms()) == [("e1", at(6))]
+    finally:
+        reopened.close()
+
+
+def test_sqlite_runs_wal_with_the_chosen_synchronous_mode(tmp_path: Path) -> None:
+    """The file is in WAL mode, and synchronous is NORMAL by default or FULL when asked."""
+    normal = SQLiteStore(tmp_path / "n.sqlite3")
+    full = SQLiteStore(tmp_path / "f.sqlite3", synchronous="full")
+    try:
+        with sqlite3.connect(tmp_path / "n.sqlite3") as other:
+            assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        other.close()
+        assert normal._conn.execute("PRAGMA synchronous").fetchone() == (1,)
+        assert full._conn.execute("PRAGMA synchronous").fetchone() == (2,)
+        assert full.synchronous == "FULL"
+    finally:
+        normal.close()
+        full.close()
+
+
+def test_sqlite_refuses_an_unknown_synchronous_mode(tmp_path: Path) -> None:
+    """An unknown synchronous mode is refused at construction, naming the choices."""
+    with pytest.raises(InvalidSettingsError, match="NORMAL, FULL, EXTRA"):
+        SQLiteStore(tmp_path / "x.sqlite3", synchronous="OFF")
+    with pytest.raises(InvalidSettingsError, match="busy_timeout_ms"):
+        SQLiteStore(tmp_path / "x.sqlite3", busy_timeout_ms=-1)
+
+
+def test_sqlite_in_memory_is_one_database_for_every_thread() -> None:
+    """A ":memory:" store saved from a scheduler thread is seen from the caller's thread."""
+    store = SQLiteStore(":memory:")
+    try:
+        (result,) = run_together(lambda: store.save(retry("e1", at(1)), None))
+        assert result == 1
+        assert store.load("e1") == (retry("e1", at(1)), 1)
+    finally:
+        store.close()
+
+
+def test_two_sqlite_stores_on_one_file_refuse_each_others_stale_saves(tmp_path: Path) -> None:
+    """Two processes' worth of stores on one file share versions: the second save is refused."""
+    first, second = SQLiteStore(tmp_path / "s.sqlite3"), SQLiteStore(tmp_path / "s.sqlite3")
+    try:
+        first.save(retry("e1", at(1)), None)
+        _, version = second.load("e1")
+        first.save(retry("e1", at(2)), version)
+        with pytest.raises(StaleVersionError):
+            second.save(execution("e1"), version)
+        assert second.load("e1") == (retry("e1", at(2)), 2)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_sqlite_load_skips_parsing_text_it_wrote(tmp_path: Path) -> None:
+    """A load whose stored text is what this store saved returns the saved record itself."""
+    store = SQLiteStore(tmp_path / "c.sqlite3", cache_size=2)
+    uncached = SQLiteStore(tmp_path / "c.sqlite3", cache_size=0)
+    try:
+        records = [retry(f"e{i}", at(i)) for i in range(3)]
+        for record in records:
+            store.save(record, None)
+        assert store.load("e2")[0] is records[2]
+        assert store.load("e0")[0] == records[0]  # dropped from the cache: parsed again
+        assert store.load("e0")[0] is store.load("e0")[0]
+        fresh = uncached.load("e2")[0]
+        assert fresh == records[2]
+        assert fresh is not records[2]
+        assert uncached.load("e2")[0] is not fresh
+        uncached.save(retry("e2", at(99)), 1)
+        assert store.load("e2") == (retry("e2", at(99)), 2)
+    finally:
+        store.close()
+        uncached.close()
+
+
+def test_sqlite_refuses_a_negative_cache_size() -> None:
+    """cache_size below zero is refused, naming the argument."""
+    with pytest.raises(InvalidSettingsError, match="cache_size=-1"):
+        SQLiteStore(":memory:", cache_size=-1)
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_postgres_claims_hand_each_due_execution_to_one_worker(
+    postgres_store: PostgresStore,
+) -> None:
+    """claim_due leases due executions, earliest first, and skips those another worker holds."""
+    for i in range(5):
+        postgres_store.save(retry(f"e{i}", at(10 * (5 - i))), None)
+    postgres_store.save(retry("later", at(500)), None)
+    first = postgres_store.claim_due(at(100), 2, worker="w1")
+    assert first == ["e4", "e3"]
+    second = postgres_store.claim_due(at(100), 10, worker="w2")
+    assert second == ["e2", "e1", "e0"]
+    assert postgres_store.claim_due(at(100), 10, worker="w3") == []
+    assert len(postgres_store.find_due(at(100))) == 5
+
+
+@pytest.mark.postgres
+def test_postgres_a_claim_ends_at_its_lease_on_save_or_on_release(
+    postgres_store: PostgresStore,
+) -> None:
+    """An expired lease, a save of the execution, or release() makes it claimable again."""
+    for eid in ("a", "b", "c"):
+        postgres_store.save(retry(eid, at(1)), None)
+    lease = timedelta(seconds=30)
+    assert postgres_store.claim_due(at(1), worker="w1", lease=lease) == ["a", "b", "c"]
+    assert postgres_store.claim_due(at(30), worker="w2") == []
+    postgres_store.save(retry("a", at(2)), 1)
+    assert postgres_store.release("b", worker="someone-else") is False
+    assert postgres_store.release("b", worker="w1") is True
+    assert postgres_store.claim_due(at(30), worker="w2") == ["b", "a"]
+    assert postgres_store.claim_due(at(31), worker="w3") == ["c"]
+
+
+@pytest.mark.postgres
+def test_postgres_concurrent_claims_never_overlap(postgres_store: PostgresStore) -> None:
+    """Four workers claiming at once split the due executions with no id claimed twice."""
+    ids = [f"e{i:02d}" for i in range(40)]
+    for eid in ids:
+        postgres_store.save(retry(eid, at(1)), None)
+    results = run_together(
+        *(lambda w=w: postgres_store.claim_due(at(1), 15, worker=f"w{w}") for w in range(4))
+    )
+    claimed = [eid for batch in results for eid in batch]  # type: ignore[attr-defined]
+    assert sorted(claimed) == ids
+
+
+@pytest.mark.postgres
+def test_postgres_claim_refuses_bad_arguments(postgres_store: PostgresStore) -> None:
+    """claim_due needs a worker name and a positive lease."""
+    with pytest.raises(InvalidSettingsError, match="worker"):
+        postgres_store.claim_due(at(1), worker="")
+    with pytest.raises(InvalidSettingsError, match="lease"):
+        postgres_store.claim_due(at(1), worker="w", lease=timedelta(0))
+
+
+@pytest.mark.postgres
+def test_postgres_tables_live_in_the_schema_and_drop_removes_them(
+    postgres_store: PostgresStore, postgres_dsn: str
+) -> None:
+    """setup() creates both tables in the store's schema; drop() removes them."""
+    query = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1"
+    postgres_store.setup()
+    with psycopg.connect(postgres_dsn) as conn:
+        tables = conn.execute(query, (postgres_store.schema,)).fetchall()
+    assert tables == [("prana_executions",), ("prana_workflows",)]
+    postgres_store.drop()
+    with psycopg.connect(postgres_dsn) as conn:
+        assert conn.execute(query, (postgres_store.schema,)).fetchall() == []
+
+
+@pytest.mark.postgres
+def test_postgres_store_reopens_after_close(postgres_store: PostgresStore) -> None:
+    """A closed store opens a new pool on its next use and still finds its data."""
+    postgres_store.save(retry("e1", at(1)), None)
+    postgres_store.close()
+    assert postgres_store.load("e1")[1] == 1
+
+
+@pytest.mark.postgres
+def test_postgres_two_stores_share_versions(
+    postgres_store: PostgresStore, postgres_dsn: str
+) -> None:
+    """A second store (another worker) on the same schema sees the versions the first wrote."""
+    other = PostgresStore(postgres_dsn, schema=postgres_store.schema)
+    try:
+        postgres_store.save(retry("e1", at(1)), None)
+        _, version = other.load("e1")
+        postgres_store.save(retry("e1", at(2)), version)
+        with pytest.raises(StaleVersionError, match="version 2 is stored"):
+            other.save(execution("e1"), version)
+    finally:
+        other.close()
+
+
+def test_postgres_store_reports_an_unreachable_server() -> None:
+    """A server that cannot be reached raises StoreError on first use, not a pool timeout."""
+    store = PostgresStore("postgresql://nobody@127.0.0.1:1/none", connect_timeout_seconds=0.2)
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
+        store.load("e1")
+    store.close()
+
+
+def test_postgres_store_refuses_a_bad_schema_name() -> None:
+    """A schema name that is not a plain identifier is refused before connecting."""
+    with pytest.raises(InvalidSettingsError, match="schema"):
+        PostgresStore("postgresql://nowhere", schema="x; DROP TABLE y")
