@@ -9,7 +9,9 @@ within 1.3x of 1,000; a retry cycle <= 10 us; 100-node dumps+loads+resume <= 300
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
 import statistics
 import subprocess
 import sys
@@ -54,7 +56,7 @@ def chain_workflow(n: int) -> Workflow:
     nodes = [Node(key="start", type="manual.trigger")] + [
         Node(key=k, type="bench.inc") for k in keys[1:]
     ]
-    conns = [Connection(from_node=a, to_node=b) for a, b in zip(keys, keys[1:])]
+    conns = [Connection(from_node=a, to_node=b) for a, b in itertools.pairwise(keys)]
     return Workflow(id=f"chain{n}", nodes=nodes, connections=conns, max_iterations=10)
 
 
@@ -79,7 +81,7 @@ def plain_chain(n: int) -> int:
 class _FakeCtx:
     __slots__ = ("input",)
 
-    def __init__(self, input: dict[str, Any]) -> None:  # noqa: A002
+    def __init__(self, input: dict[str, Any]) -> None:
         self.input = input
 
 
@@ -95,8 +97,8 @@ def main() -> None:
         execute_workflow(wf, 0, registry=registry)
         repeat = 5 if n <= 1000 else 3
         number = max(1, 2000 // n)
-        t = best_of(lambda wf=wf: execute_workflow(wf, 0, registry=registry), repeat, number)
-        base = best_of(lambda n=n: plain_chain(n), repeat, number)
+        t = best_of(functools.partial(execute_workflow, wf, 0, registry=registry), repeat, number)
+        base = best_of(functools.partial(plain_chain, n), repeat, number)
         per_node[n] = t / (n + 1)
         rows.append((f"chain N={n:,} (per node)", per_node[n] * 1e6, base / n * 1e6, ""))
     rows[-1] = (*rows[-1][:3], f"10k/1k = {per_node[10_000] / per_node[1_000]:.2f}x")
@@ -104,7 +106,14 @@ def main() -> None:
     fan = fan_workflow(100)
     assert isinstance(execute_workflow(fan, 0, registry=registry), Completed)
     t = best_of(lambda: execute_workflow(fan, 0, registry=registry), 5, 20)
-    rows.append(("fan-out 1->100->1 (whole run)", t * 1e6, best_of(lambda: plain_chain(201), 5, 20) * 1e6, ""))
+    rows.append(
+        (
+            "fan-out 1->100->1 (whole run)",
+            t * 1e6,
+            best_of(lambda: plain_chain(201), 5, 20) * 1e6,
+            "",
+        )
+    )
 
     state = {"fail": True}
 
@@ -118,8 +127,11 @@ def main() -> None:
         id="retry",
         nodes=[
             Node(key="start", type="manual.trigger"),
-            Node(key="call", type="bench.flaky",
-                 settings=NodeSettings(retry_on_failed=True, retry_delay_ms=0)),
+            Node(
+                key="call",
+                type="bench.flaky",
+                settings=NodeSettings(retry_on_failed=True, retry_delay_ms=0),
+            ),
         ],
         connections=[Connection(from_node="start", to_node="call")],
     )
@@ -143,10 +155,14 @@ def main() -> None:
     for n in (10, 100):
         wf = Workflow(
             id=f"sus{n}",
-            nodes=chain_workflow(n).nodes
-            + (Node(key="wait", type="wait.wait", params={"mode": "webhook"}),),
-            connections=chain_workflow(n).connections
-            + (Connection(from_node=f"n{n - 1}", to_node="wait"),),
+            nodes=[
+                *chain_workflow(n).nodes,
+                Node(key="wait", type="wait.wait", params={"mode": "webhook"}),
+            ],
+            connections=[
+                *chain_workflow(n).connections,
+                Connection(from_node=f"n{n - 1}", to_node="wait"),
+            ],
         )
         paused = execute_workflow(wf, 0, registry=registry)
         assert isinstance(paused, Suspend)
@@ -157,18 +173,29 @@ def main() -> None:
             resume_workflow(loads(dumps(ex)), {"ok": 1}, workflow=wf, registry=registry)
 
         t = best_of(cycle, 5, 200)
-        t_d = best_of(lambda ex=ex: dumps(ex), 5, 200)
+        t_d = best_of(functools.partial(dumps, ex), 5, 200)
         text = dumps(ex)
-        t_l = best_of(lambda text=text: loads(text), 5, 200)
-        rows.append((f"{n}-node dumps+loads+resume", t * 1e6, 0.0,
-                     f"dumps {t_d * 1e6:.0f} / loads {t_l * 1e6:.0f} us, {len(text):,} B"))
+        t_l = best_of(functools.partial(loads, text), 5, 200)
+        rows.append(
+            (
+                f"{n}-node dumps+loads+resume",
+                t * 1e6,
+                0.0,
+                f"dumps {t_d * 1e6:.0f} / loads {t_l * 1e6:.0f} us, {len(text):,} B",
+            )
+        )
 
     import_times = []
     for _ in range(5):
         out = subprocess.run(
-            [sys.executable, "-c", "import time; t=time.perf_counter(); import prana; "
-             "print(time.perf_counter()-t)"],
-            capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                "-c",
+                "import time; t=time.perf_counter(); import prana; print(time.perf_counter()-t)",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         import_times.append(float(out.stdout))
     rows.append(("import prana", statistics.median(import_times) * 1e6, 0.0, "median of 5"))

@@ -88,9 +88,9 @@ class RetryAfter(Exception):  # noqa: N818 - the name reads as the instruction i
         super().__init__(self.message)
 
 
-class AttemptTimeout(TimeoutError):
+class AttemptTimeout(TimeoutError):  # noqa: N818 - the contract's name
     """An attempt ran past the policy's per-attempt ``timeout``."""
 
 
-class WebhookTimeout(TimeoutError):
+class WebhookTimeout(TimeoutError):  # noqa: N818 - the contract's name
     """A webhook wait expired (``timeout_hours``) before resume data was delivered."""

@@ -14,7 +14,8 @@ A node with several input ports waits until every port has data or can no longer
 
 from __future__ import annotations
 
-import asyncio
+import functools
+import heapq
 import inspect
 import math
 import threading
@@ -25,11 +26,13 @@ from typing import Any
 
 import attrs
 
+from prana._builtins import SubWorkflowFailed
 from prana._errors import (
     AttemptTimeout,
     InvalidWorkflowError,
     NonRetryable,
     ResumeError,
+    WebhookTimeout,
 )
 from prana._events import Event, EventType, Observer, emit
 from prana._graph import CompiledGraph, CompiledNode, compile_workflow
@@ -53,41 +56,53 @@ from prana._model import (
     WebhookData,
     Workflow,
     WorkflowExecution,
+    new_attempt_record,
+    new_node_execution,
 )
 from prana._policy import AttemptView, decide_retry, rejects_result
 from prana._registry import ActionContext, Registry
-from prana._state import FINAL, check_transition
 from prana._schema import structure_params
-from prana._templates import TemplateError
+from prana._state import FINAL, check_transition
 
 Clock = Callable[[], datetime]
 _JSON_SCALARS = (str, int, float, bool, type(None))
 _EMPTY_ENV: Mapping[str, Any] = {}
+_NEVER_AWAITABLE = frozenset({str, int, float, bool, type(None), dict, list, tuple, Output})
 
 
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+_utcnow: Clock = functools.partial(datetime.now, timezone.utc)
+"""The default clock: aware UTC now (a partial, so reading it costs no Python frame)."""
 
 
-class _Call:
-    """One action call the engine needs made: ``fn(*args)``, with an optional timeout."""
-
-    __slots__ = ("args", "fn", "timeout")
-
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None):
-        self.fn = fn
-        self.args = args
-        self.timeout = timeout
+_Call = tuple[Callable[..., Any], tuple[Any, ...], "float | None"]
+"""One action call the engine needs made: ``(fn, args, timeout)``."""
 
 
+_Step = Any
+"""``_Call | Outcome | None``: what the engine's last move produced (see ``_Run.drive``)."""
 _Result = tuple[bool, Any]
 """``(True, value)`` when the call returned, ``(False, exception)`` when it raised."""
 
 
 class _NodeRun:
-    """The mutable form of a ``NodeExecution`` while its node is running."""
+    """The mutable form of a ``NodeExecution`` while its node is running.
 
-    __slots__ = ("attempts", "execution_index", "key", "params", "run_index", "started_at")
+    ``attempts`` holds the closed attempts; the open one lives in the ``attempt_*`` fields
+    until ``close_attempt`` turns it into a record, so each attempt costs one object.
+    """
+
+    __slots__ = (
+        "attempt_due",
+        "attempt_number",
+        "attempt_started",
+        "attempts",
+        "execution_index",
+        "key",
+        "params",
+        "recorded",
+        "run_index",
+        "started_at",
+    )
 
     def __init__(
         self,
@@ -97,6 +112,8 @@ class _NodeRun:
         started_at: datetime,
         attempts: list[AttemptRecord],
         params: Any = None,
+        *,
+        recorded: bool = False,
     ) -> None:
         self.key = key
         self.execution_index = execution_index
@@ -104,6 +121,39 @@ class _NodeRun:
         self.started_at = started_at
         self.attempts = attempts
         self.params = params
+        self.recorded = recorded
+        self.attempt_number = 0
+        self.attempt_started = started_at
+        self.attempt_due: datetime | None = None
+
+    def open_attempt(self, number: int, started: datetime, due: datetime | None) -> None:
+        self.attempt_number = number
+        self.attempt_started = started
+        self.attempt_due = due
+
+    def close_attempt(
+        self,
+        outcome: AttemptOutcome,
+        now: datetime,
+        error: ErrorInfo | None = None,
+        retry_delay_ms: int | None = None,
+    ) -> None:
+        self.attempts.append(
+            new_attempt_record(
+                self.attempt_number,
+                self.attempt_started,
+                now,
+                outcome,
+                error,
+                self.attempt_due,
+                retry_delay_ms,
+            )
+        )
+
+    def reopen_paused_attempt(self) -> None:
+        """A paused attempt continues on resume: it is the same attempt, not a new one."""
+        last = self.attempts.pop()
+        self.open_attempt(last.number, last.started_at, last.due_at)
 
     def freeze(
         self,
@@ -114,18 +164,18 @@ class _NodeRun:
         error: ErrorInfo | None = None,
         completed_at: datetime | None = None,
     ) -> NodeExecution:
-        return NodeExecution(
-            node_key=self.key,
-            status=status,
-            execution_index=self.execution_index,
-            run_index=self.run_index,
-            started_at=self.started_at,
-            completed_at=completed_at,
-            params=self.params,
-            output=output,
-            output_port=port,
-            error=error,
-            attempts=tuple(self.attempts),
+        return new_node_execution(
+            self.key,
+            status,
+            self.execution_index,
+            self.run_index,
+            self.started_at,
+            completed_at,
+            self.params,
+            output,
+            port,
+            error,
+            tuple(self.attempts),
         )
 
 
@@ -164,9 +214,7 @@ def error_info(exc: BaseException, node_key: str | None, code: str | None = None
 
 
 def _prana_error(code: str, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
-    return ErrorInfo(
-        code=code, type=type_name, module="prana", message=message, node_key=node_key
-    )
+    return ErrorInfo(code=code, type=type_name, module="prana", message=message, node_key=node_key)
 
 
 def json_problem(value: Any, path: str = "$") -> str | None:
@@ -191,8 +239,12 @@ def json_problem(value: Any, path: str = "$") -> str | None:
                 return problem
         return None
     if isinstance(value, bool | int | str) and not isinstance(value, type):
-        return f"{path}: {tp.__name__} is a subclass; convert it to a plain {tp.__mro__[-2].__name__}"
-    return f"{path}: a {tp.__name__} is not JSON-native (use dicts, lists, str, numbers, bool, None)"
+        return (
+            f"{path}: {tp.__name__} is a subclass; convert it to a plain {tp.__mro__[-2].__name__}"
+        )
+    return (
+        f"{path}: a {tp.__name__} is not JSON-native (use dicts, lists, str, numbers, bool, None)"
+    )
 
 
 def _jsonable(value: Any) -> Any:
@@ -262,10 +314,15 @@ class _Run:
         self.runs: dict[str, list[NodeExecution]] = {}
         self.state: dict[str, Any] = {}
         self.pending: dict[str, _Pending] = {}
+        self.heap: list[tuple[int, str]] = []
         self.next_index = 0
         self.started_at: datetime | None = None
         self.last_output: Any = None
         self.status = ExecutionStatus.PENDING
+        self.current: tuple[CompiledNode, _NodeRun, ActionContext, bool]
+        self.now_hint: datetime | None = None
+        self.variables = graph.workflow.variables
+        self.workflow_id = graph.workflow.id
 
     # -- loading and freezing ------------------------------------------------------------
 
@@ -294,6 +351,8 @@ class _Run:
             a.node_key: _Pending(a.seq, {p: tuple(s) for p, s in a.sources.items()})  # type: ignore[misc]
             for a in execution.pending
         }
+        run.heap = [(-p.seq, k) for k, p in run.pending.items()]
+        heapq.heapify(run.heap)
         run.next_index = execution.next_index
         run.started_at = execution.started_at
         run.last_output = execution.output
@@ -350,18 +409,37 @@ class _Run:
 
     # -- scheduling ----------------------------------------------------------------------
 
+    def activate(self, key: str, seq: int) -> None:
+        heapq.heappush(self.heap, (-seq, key))
+
     def pick_ready(self) -> str | None:
-        """The next node to run: most recently activated first, ties by key."""
+        """The next node to run: most recently activated first, ties by key.
+
+        ``heap`` holds ``(-seq, key)`` for every activation; entries made stale by a later
+        activation (or by the node running) are dropped when they surface.
+        """
         pending = self.pending
-        if not pending:
-            return None
+        heap = self.heap
         if len(pending) == 1:
+            heap.clear()  # every other entry is stale: only this node is pending
             return next(iter(pending))
-        order = sorted(pending, key=lambda k: (-pending[k].seq, k))
-        for key in order:
+        waiting: list[tuple[int, str]] = []
+        chosen: str | None = None
+        while heap:
+            entry = heapq.heappop(heap)
+            neg_seq, key = entry
+            p = pending.get(key)
+            if p is None or p.seq != -neg_seq:
+                continue
             if self._ready(key):
-                return key
-        return order[0]  # every candidate waits on another: run one rather than deadlock
+                chosen = key
+                break
+            waiting.append(entry)
+        if chosen is None and waiting:
+            chosen = waiting.pop(0)[1]  # every node waits on another: run one, never deadlock
+        for entry in waiting:
+            heapq.heappush(heap, entry)
+        return chosen
 
     def _ready(self, key: str) -> bool:
         in_ports = self.graph.nodes[key].in_ports
@@ -388,6 +466,14 @@ class _Run:
                     break
         return result
 
+    def build_input_one(self, pending: _Pending) -> dict[str, Any]:
+        """``build_input`` for the common single-source node, with the latest run checked first."""
+        for port, (src, src_port) in pending.sources.items():
+            record = self.runs[src][-1]
+            if record.status is NodeStatus.COMPLETED and record.output_port == src_port:
+                return {port: record.output}
+        return self.build_input("", pending)
+
     def deliver(self, key: str, port: str, seq: int) -> None:
         for target, to_port in self.graph.nodes[key].outgoing.get(port, ()):
             pending = self.pending.get(target)
@@ -396,6 +482,7 @@ class _Run:
             else:
                 pending.seq = seq
                 pending.sources[to_port] = (key, port)
+            heapq.heappush(self.heap, (-seq, target))
 
     # -- the engine ----------------------------------------------------------------------
 
@@ -405,16 +492,28 @@ class _Run:
         self.started_at = self.clock()
         self.event(EventType.EXECUTION_STARTED)
         self.pending[self.graph.trigger] = _Pending(-1, {})
+        self.activate(self.graph.trigger, -1)
         return self.drive()
 
-    def drive(self) -> Generator[_Call, _Result, Outcome]:
+    def drive(self, step: _Step = None) -> Generator[_Call, _Result, Outcome]:
+        """Run ready nodes one at a time; yield each action call, return the outcome.
+
+        A step is what the last move produced: a ``_Call`` to make (its result is settled
+        by ``finish_call``), ``None`` (the node is done: pick the next), or an outcome.
+        """
         while True:
-            key = self.pick_ready()
-            if key is None:
-                return self.complete()
-            outcome = yield from self.run_node(key)
-            if outcome is not None:
-                return outcome
+            if step is None:
+                key = self.pick_ready()
+                if key is None:
+                    return self.complete()
+                step = self.run_node(key)
+                continue
+            if type(step) is tuple:
+                ok, value = yield step
+                step = self.finish_call(ok, value)
+                continue
+            outcome: Outcome = step
+            return outcome
 
     def complete(self) -> Completed:
         output = self.last_output
@@ -422,7 +521,7 @@ class _Run:
         self.event(EventType.EXECUTION_COMPLETED, output=output)
         return Completed(execution=execution, output=output)
 
-    def run_node(self, key: str) -> Generator[_Call, _Result, Outcome | None]:
+    def run_node(self, key: str) -> _Step:
         cn = self.graph.nodes[key]
         runs = self.runs.setdefault(key, [])
         run_index = len(runs)
@@ -434,40 +533,63 @@ class _Run:
             )
             error = _prana_error("iteration_limit", message, key, "IterationLimitExceeded")
             return self.fail_execution(error)
-        node_run = _NodeRun(key, self.next_index, run_index, self.clock(), [])
+        # The previous step's end is this node's start: nothing but pure work lies between.
+        started = self.now_hint or self.clock()
+        self.now_hint = None
+        node_run = _NodeRun(key, self.next_index, run_index, started, [])
         self.next_index += 1
-        runs.append(node_run.freeze(NodeStatus.RUNNING))
-        return (yield from self.attempt(cn, node_run, 1, None))
+        return self.attempt(cn, node_run, 1, None)
 
     def attempt(
         self, cn: CompiledNode, node_run: _NodeRun, number: int, due_at: datetime | None
-    ) -> Generator[_Call, _Result, Outcome | None]:
-        """Run attempt ``number`` of ``node_run`` and settle what follows from it."""
+    ) -> _Step:
+        """Begin attempt ``number`` of ``node_run``: the call to make, or a settled failure."""
         key = cn.key
-        started = self.clock()
-        node_run.attempts.append(AttemptRecord(number=number, started_at=started, due_at=due_at))
-        self.event(EventType.NODE_STARTED, node_key=key, run_index=node_run.run_index, attempt=number)
+        started = node_run.started_at if number == 1 else self.clock()
+        node_run.attempt_number = number
+        node_run.attempt_started = started
+        node_run.attempt_due = due_at
+        if self.observers:
+            self.event(
+                EventType.NODE_STARTED, node_key=key, run_index=node_run.run_index, attempt=number
+            )
         pending = self.pending.get(key)
-        input_data = self.build_input(key, pending)
+        if pending is not None and len(pending.sources) == 1:
+            input_data = self.build_input_one(pending)
+        else:
+            input_data = self.build_input(key, pending)
         ctx = ActionContext(
-            input=input_data,
-            execution_id=self.id,
-            node_key=key,
-            attempt=number,
-            run_index=node_run.run_index,
-            state=self.state,
-            now=started,
-            env=self.env,
-            variables=self.workflow.variables,
-            workflow_id=self.workflow.id,
+            input_data,
+            self.id,
+            key,
+            number,
+            node_run.run_index,
+            self.state,
+            started,
+            self.env,
+            self.variables,
+            self.workflow_id,
         )
-        params, problem = self.prepare_params(cn, node_run, ctx)
-        if problem is not None:
-            return self.settle_failure(cn, node_run, problem, retryable=False)
-        ok, value = yield _Call(cn.spec.fn, (params, ctx), cn.timeout)
-        if not ok:
-            return self.settle_failure(cn, node_run, error_info(value, key), exception=value)
-        return self.settle_value(cn, node_run, ctx, value, from_resume=False)
+        if cn.plain_params:
+            params = node_run.params = cn.node.params
+        else:
+            params, problem = self.prepare_params(cn, node_run, ctx)
+            if problem is not None:
+                return self.settle_failure(cn, node_run, problem, retryable=False)
+        self.current = (cn, node_run, ctx, False)
+        return (cn.spec.fn, (params, ctx), cn.timeout)
+
+    def finish_call(self, ok: bool, value: Any) -> _Step:
+        """Settle the result of the call the last step asked for."""
+        cn, node_run, ctx, from_resume = self.current
+        if ok:
+            return self.settle_value(cn, node_run, ctx, value, from_resume=from_resume)
+        if from_resume:
+            code = "sub_workflow_failed" if isinstance(value, SubWorkflowFailed) else "resume_error"
+            return self.settle_failure(
+                cn, node_run, error_info(value, cn.key, code), retryable=False
+            )
+        return self.settle_failure(cn, node_run, error_info(value, cn.key), exception=value)
 
     def prepare_params(
         self, cn: CompiledNode, node_run: _NodeRun, ctx: ActionContext
@@ -475,6 +597,8 @@ class _Run:
         """Render the params' templates and structure them into the action's schema."""
         params: Any = cn.node.params
         if cn.params_template is not None:
+            from prana._templates import TemplateError
+
             try:
                 params = cn.params_template.render(self.template_scope(ctx))
             except TemplateError as exc:
@@ -526,33 +650,45 @@ class _Run:
         if type(value) is Output:
             port, output = value.port, value.value
             ports = cn.spec.output_ports
-            if ports is not None and port not in ports:
-                message = f"completed on port {port!r}, which {cn.spec.type!r} does not declare ({', '.join(ports)})"
+            if ports is not None and port not in ports and port != "error":
+                message = (
+                    f"completed on port {port!r}, which {cn.spec.type!r} does not declare "
+                    f"({', '.join(ports)})"
+                )
                 return self.settle_failure(
-                    cn, node_run, _prana_error("invalid_port", message, key, "InvalidPort"),
+                    cn,
+                    node_run,
+                    _prana_error("invalid_port", message, key, "InvalidPort"),
                     retryable=False,
                 )
         else:
             port, output = "main", value
-        problem = json_problem(output)
+        tp = type(output)
+        problem = (
+            None if tp is str or tp is int or tp is bool or output is None else json_problem(output)
+        )
         if problem is not None:
             message = f"node {key!r} output is not JSON-native at {problem}"
             return self.settle_failure(
-                cn, node_run, _prana_error("output_not_json", message, key, "OutputNotJSON"),
+                cn,
+                node_run,
+                _prana_error("output_not_json", message, key, "OutputNotJSON"),
                 retryable=False,
             )
-        updates = ctx._state_updates  # noqa: SLF001 - the engine owns the context
+        updates = ctx._state_updates
         if updates:
             problem = json_problem(updates)
             if problem is not None:
                 message = f"node {key!r} state update is not JSON-native at {problem}"
                 return self.settle_failure(
-                    cn, node_run, _prana_error("output_not_json", message, key, "StateNotJSON"),
+                    cn,
+                    node_run,
+                    _prana_error("output_not_json", message, key, "StateNotJSON"),
                     retryable=False,
                 )
         if retryable and cn.policies:
             view = AttemptView(
-                attempt=node_run.attempts[-1].number,
+                attempt=node_run.attempt_number,
                 error=None,
                 output=output,
                 elapsed_seconds=self.elapsed(node_run),
@@ -570,74 +706,113 @@ class _Run:
         self.complete_node(cn, node_run, output, port)
         return None
 
+    def record(self, node_run: _NodeRun, execution: NodeExecution) -> None:
+        """Put ``execution`` as the node run's record: replace it if it has one, else add it."""
+        runs = self.runs[node_run.key]
+        if node_run.recorded:
+            runs[-1] = execution
+        else:
+            runs.append(execution)
+            node_run.recorded = True
+
     def complete_node(
-        self, cn: CompiledNode, node_run: _NodeRun, output: Any, port: str, *, error: ErrorInfo | None = None
+        self,
+        cn: CompiledNode,
+        node_run: _NodeRun,
+        output: Any,
+        port: str,
+        *,
+        error: ErrorInfo | None = None,
     ) -> None:
-        now = self.clock()
-        self.close_attempt(node_run, AttemptOutcome.COMPLETED if error is None else AttemptOutcome.FAILED, now, error)
-        self.runs[cn.key][-1] = node_run.freeze(
-            NodeStatus.COMPLETED, output=output, port=port, error=error, completed_at=now
+        self.now_hint = now = self.clock()
+        # The hot path: close_attempt + freeze + record, inlined.
+        attempts = node_run.attempts
+        attempts.append(
+            new_attempt_record(
+                node_run.attempt_number,
+                node_run.attempt_started,
+                now,
+                AttemptOutcome.COMPLETED if error is None else AttemptOutcome.FAILED,
+                error,
+                node_run.attempt_due,
+                None,
+            )
         )
+        execution = new_node_execution(
+            cn.key,
+            NodeStatus.COMPLETED,
+            node_run.execution_index,
+            node_run.run_index,
+            node_run.started_at,
+            now,
+            node_run.params,
+            output,
+            port,
+            error,
+            tuple(attempts),
+        )
+        runs = self.runs[cn.key]
+        if node_run.recorded:
+            runs[-1] = execution
+        else:
+            runs.append(execution)
         self.pending.pop(cn.key, None)
         self.last_output = output
-        self.event(
-            EventType.NODE_COMPLETED,
-            node_key=cn.key,
-            run_index=node_run.run_index,
-            attempt=node_run.attempts[-1].number,
-            output=output,
-        )
+        if self.observers:
+            self.event(
+                EventType.NODE_COMPLETED,
+                node_key=cn.key,
+                run_index=node_run.run_index,
+                attempt=node_run.attempt_number,
+                output=output,
+            )
         self.deliver(cn.key, port, node_run.execution_index)
 
-    @staticmethod
-    def close_attempt(
-        node_run: _NodeRun,
-        outcome: AttemptOutcome,
-        now: datetime,
-        error: ErrorInfo | None = None,
-        retry_delay_ms: int | None = None,
-    ) -> None:
-        last = node_run.attempts[-1]
-        node_run.attempts[-1] = AttemptRecord(
-            number=last.number,
-            started_at=last.started_at,
-            ended_at=now,
-            outcome=outcome,
-            error=error,
-            due_at=last.due_at,
-            retry_delay_ms=retry_delay_ms,
-        )
-
     def elapsed(self, node_run: _NodeRun) -> float:
-        return (self.clock() - node_run.attempts[0].started_at).total_seconds()
+        return (self.clock() - node_run.started_at).total_seconds()
 
-    def settle_suspend(self, cn: CompiledNode, node_run: _NodeRun, value: Suspend) -> Outcome | None:
+    def settle_suspend(
+        self, cn: CompiledNode, node_run: _NodeRun, value: Suspend
+    ) -> Outcome | None:
         """The action asked to pause: record it and hand the suspension to the caller."""
         key = cn.key
         kind, data = value.kind, value.data
         problem: str | None = None
         if kind == "retry":
-            problem = "actions may not return Suspend(kind='retry'); raise an error (or RetryAfter) instead"
+            problem = (
+                "actions may not return Suspend(kind='retry'); "
+                "raise an error (or RetryAfter) instead"
+            )
         elif kind in _SUSPEND_TYPES:
             if not isinstance(data, _SUSPEND_TYPES[kind]):
-                problem = f"Suspend({kind!r}) needs {_SUSPEND_TYPES[kind].__name__} data, got {type(data).__name__}"
+                expected = _SUSPEND_TYPES[kind].__name__
+                problem = f"Suspend({kind!r}) needs {expected} data, got {type(data).__name__}"
         else:
             json_issue = json_problem(data)
             if json_issue is not None:
                 problem = f"Suspend({kind!r}) data is not JSON-native at {json_issue}"
         if problem is not None:
-            error = _prana_error("invalid_suspend", f"node {key!r}: {problem}", key, "InvalidSuspend")
+            error = _prana_error(
+                "invalid_suspend", f"node {key!r}: {problem}", key, "InvalidSuspend"
+            )
             return self.settle_failure(cn, node_run, error, retryable=False)
         now = self.clock()
-        self.close_attempt(node_run, AttemptOutcome.SUSPENDED, now)
-        self.runs[key][-1] = node_run.freeze(NodeStatus.SUSPENDED)
+        node_run.close_attempt(AttemptOutcome.SUSPENDED, now)
+        self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED))
         suspension = Suspend(kind, data)
-        self.event(EventType.NODE_SUSPENDED, node_key=key, run_index=node_run.run_index,
-                   attempt=node_run.attempts[-1].number, kind=kind)
+        self.event(
+            EventType.NODE_SUSPENDED,
+            node_key=key,
+            run_index=node_run.run_index,
+            attempt=node_run.attempt_number,
+            kind=kind,
+        )
         return self.suspend_execution(key, suspension)
 
     def suspend_execution(self, key: str, suspension: Suspend) -> Suspend:
-        execution = self.freeze(ExecutionStatus.SUSPENDED, suspended_node=key, suspension=suspension)
+        execution = self.freeze(
+            ExecutionStatus.SUSPENDED, suspended_node=key, suspension=suspension
+        )
         self.event(EventType.EXECUTION_SUSPENDED, node_key=key, kind=suspension.kind)
         return Suspend(suspension.kind, suspension.data, execution)
 
@@ -653,7 +828,7 @@ class _Run:
     ) -> Outcome | None:
         """An attempt failed: retry it (a suspension), or let ``on_error`` decide."""
         key = cn.key
-        number = node_run.attempts[-1].number
+        number = node_run.attempt_number
         if retryable and cn.policies:
             view = AttemptView(
                 attempt=number,
@@ -662,14 +837,12 @@ class _Run:
                 output=output,
                 elapsed_seconds=self.elapsed(node_run),
             )
-            decision = decide_retry(
-                cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"
-            )
+            decision = decide_retry(cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}")
             if decision is not None:
                 delay_ms = max(0, round(decision.delay_seconds * 1000))
                 now = self.clock()
-                self.close_attempt(node_run, AttemptOutcome.FAILED, now, error, delay_ms)
-                self.runs[key][-1] = node_run.freeze(NodeStatus.SUSPENDED, error=error)
+                node_run.close_attempt(AttemptOutcome.FAILED, now, error, delay_ms)
+                self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED, error=error))
                 data = RetryData(
                     retry_delay_ms=delay_ms,
                     attempt_number=number + 1,
@@ -695,13 +868,18 @@ class _Run:
                 attempt=number,
                 error=error,
             )
-        self.event(EventType.NODE_FAILED, node_key=key, run_index=node_run.run_index,
-                   attempt=number, error=error)
+        self.event(
+            EventType.NODE_FAILED,
+            node_key=key,
+            run_index=node_run.run_index,
+            attempt=number,
+            error=error,
+        )
         mode = cn.node.settings.on_error
         if mode == "stop_workflow":
             now = self.clock()
-            self.close_attempt(node_run, AttemptOutcome.FAILED, now, error)
-            self.runs[key][-1] = node_run.freeze(NodeStatus.FAILED, error=error, completed_at=now)
+            node_run.close_attempt(AttemptOutcome.FAILED, now, error)
+            self.record(node_run, node_run.freeze(NodeStatus.FAILED, error=error, completed_at=now))
             self.pending.pop(key, None)
             return self.fail_execution(error)
         port = "main" if mode == "continue" else "error"
@@ -725,26 +903,67 @@ class _Run:
         check_transition(self.status, ExecutionStatus.RUNNING)
         self.status = ExecutionStatus.RUNNING
         self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
-        last = self.runs[key][-1]
-        node_run = _NodeRun(key, last.execution_index, last.run_index, last.started_at,
-                            list(last.attempts), last.params)
+        node_run = self.suspended_node_run(key)
         if suspension.kind == "retry":
             data: RetryData = suspension.data
-            outcome = yield from self.attempt(cn, node_run, data.attempt_number, data.resume_at)
+            step = self.attempt(cn, node_run, data.attempt_number, data.resume_at)
         else:
-            outcome = yield from self.resume_node(cn, node_run, suspension, resume_data)
-        if outcome is not None:
-            return outcome
-        return (yield from self.drive())
+            step = self.resume_node(cn, node_run, suspension, resume_data)
+        return self.drive(step)
+
+    def suspended_node_run(self, key: str) -> _NodeRun:
+        last = self.runs[key][-1]
+        return _NodeRun(
+            key,
+            last.execution_index,
+            last.run_index,
+            last.started_at,
+            list(last.attempts),
+            last.params,
+            recorded=True,
+        )
+
+    def expire(self, execution: WorkflowExecution) -> Generator[_Call, _Result, Outcome]:
+        """Fail the paused webhook node with ``WebhookTimeout``; ``on_error`` decides the rest."""
+        key = execution.suspended_node
+        assert key is not None
+        assert execution.suspension is not None
+        check_transition(self.status, ExecutionStatus.RUNNING)
+        self.status = ExecutionStatus.RUNNING
+        self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=execution.suspension.kind)
+        node_run = self.suspended_node_run(key)
+        node_run.reopen_paused_attempt()
+        data = execution.suspension.data
+        expires = (
+            data.expires_at.isoformat()
+            if isinstance(data, WebhookData) and data.expires_at
+            else "its deadline"
+        )
+        error = ErrorInfo(
+            code="webhook_timeout",
+            type=WebhookTimeout.__name__,
+            module=WebhookTimeout.__module__,
+            message=f"webhook wait of node {key!r} expired at {expires} before any delivery",
+            node_key=key,
+        )
+        return self.drive(
+            self.settle_failure(self.graph.nodes[key], node_run, error, retryable=False)
+        )
 
     def resume_node(
         self, cn: CompiledNode, node_run: _NodeRun, suspension: Suspend, resume_data: Any
-    ) -> Generator[_Call, _Result, Outcome | None]:
+    ) -> _Step:
         """Hand resume data to the paused attempt; a failure here never retries."""
         key = cn.key
-        number = node_run.attempts[-1].number
-        self.event(EventType.NODE_RESUMED, node_key=key, run_index=node_run.run_index,
-                   attempt=number, kind=suspension.kind)
+        node_run.reopen_paused_attempt()
+        number = node_run.attempt_number
+        self.event(
+            EventType.NODE_RESUMED,
+            node_key=key,
+            run_index=node_run.run_index,
+            attempt=number,
+            kind=suspension.kind,
+        )
         input_data = self.build_input(key, self.pending.get(key))
         now = self.clock()
         ctx = ActionContext(
@@ -766,10 +985,8 @@ class _Run:
             params, problem = self.prepare_params(cn, node_run, ctx)
             if problem is not None:
                 return self.settle_failure(cn, node_run, problem, retryable=False)
-            ok, value = yield _Call(resume_fn, (params, ctx, resume_data), cn.timeout)
-            if not ok:
-                error = error_info(value, key, "resume_error")
-                return self.settle_failure(cn, node_run, error, retryable=False)
+            self.current = (cn, node_run, ctx, True)
+            return (resume_fn, (params, ctx, resume_data), cn.timeout)
         return self.settle_value(cn, node_run, ctx, value, from_resume=True)
 
 
@@ -799,7 +1016,9 @@ def _check_resume_data(suspension: Suspend, resume_data: Any) -> None:
         if resume_data["status"] == "completed" and "output" not in resume_data:
             raise ResumeError("resume data {'status': 'completed'} needs an 'output' key")
         if resume_data["status"] != "completed" and "error" not in resume_data:
-            raise ResumeError(f"resume data {{'status': {resume_data['status']!r}}} needs an 'error' key")
+            raise ResumeError(
+                f"resume data {{'status': {resume_data['status']!r}}} needs an 'error' key"
+            )
     if kind not in ("retry", "timer"):
         problem = json_problem(resume_data)
         if problem is not None:
@@ -821,7 +1040,8 @@ def _prepare_resume(
     if (workflow.id, workflow.version) != (execution.workflow_id, execution.workflow_version):
         raise ResumeError(
             f"execution {execution.id!r} belongs to workflow {execution.workflow_id!r} version "
-            f"{execution.workflow_version}, but workflow {workflow.id!r} version {workflow.version} "
+            f"{execution.workflow_version}, but workflow {workflow.id!r} version "
+            f"{workflow.version} "
             "was given; pass the definition it started with"
         )
     graph = compile_workflow(workflow, registry if registry is not None else _default_registry())
@@ -832,7 +1052,9 @@ def _prepare_resume(
             f"execution {execution.id!r} names suspended node {key!r}, which the workflow "
             "or the execution's records do not have"
         )
-    if execution.suspension.kind == "retry" and not isinstance(execution.suspension.data, RetryData):
+    if execution.suspension.kind == "retry" and not isinstance(
+        execution.suspension.data, RetryData
+    ):
         raise ResumeError(f"execution {execution.id!r}: a retry suspension without RetryData")
     _check_resume_data(execution.suspension, resume_data)
     return graph
@@ -896,7 +1118,7 @@ def _resumed_run(
 
 def execute_workflow(
     workflow: Workflow,
-    input: Any = None,  # noqa: A002 - the contract's name
+    input: Any = None,
     *,
     registry: Registry | None = None,
     clock: Clock | None = None,
@@ -937,7 +1159,7 @@ def resume_workflow(
 
 async def aexecute_workflow(
     workflow: Workflow,
-    input: Any = None,  # noqa: A002 - the contract's name
+    input: Any = None,
     *,
     registry: Registry | None = None,
     clock: Clock | None = None,
@@ -965,6 +1187,37 @@ async def aresume_workflow(
     return await _drive_async(
         _resumed_run(execution, resume_data, workflow, registry, clock, env, observers)
     )
+
+
+def expire_webhook(
+    execution: WorkflowExecution,
+    *,
+    workflow: Workflow,
+    registry: Registry | None = None,
+    clock: Clock | None = None,
+    env: Mapping[str, Any] | None = None,
+    observers: Sequence[Observer] | None = None,
+) -> Outcome:
+    """End a webhook wait whose ``expires_at`` passed: its node fails with ``WebhookTimeout``.
+
+    The failure is not retried; the node's ``on_error`` applies (so a workflow can route a
+    timeout to its error port). The shell calls this when a webhook alarm fires first.
+    """
+    suspension = execution.suspension
+    if suspension is None or suspension.kind != "webhook":
+        kind = suspension.kind if suspension is not None else None
+        raise ResumeError(
+            f"execution {execution.id!r} is not waiting on a webhook (suspension kind {kind!r})"
+        )
+    graph = _prepare_resume(execution, workflow, registry, None)
+    run = _Run.from_execution(
+        graph,
+        execution,
+        clock=clock if clock is not None else _utcnow,
+        env=env if env is not None else _EMPTY_ENV,
+        observers=tuple(observers) if observers else (),
+    )
+    return _drive_sync(run.expire(execution))
 
 
 def cancel_execution(
@@ -1001,8 +1254,9 @@ def cancel_execution(
         execution,
         status=ExecutionStatus.CANCELLED,
         node_executions=runs,
-        error=ErrorInfo(code="cancelled", type="Cancelled", module="prana", message=message,
-                        node_key=key),
+        error=ErrorInfo(
+            code="cancelled", type="Cancelled", module="prana", message=message, node_key=key
+        ),
         updated_at=now,
         completed_at=now,
     )
@@ -1034,33 +1288,31 @@ def _drive_sync(engine: Generator[_Call, _Result, Outcome]) -> Outcome:
 
 
 def _call_sync(call: _Call) -> _Result:
+    fn, args, timeout = call
     try:
-        if call.timeout is None:
-            value = call.fn(*call.args)
-        else:
-            value = _call_in_thread(call)
-        if inspect.isawaitable(value):
-            value = _run_awaitable(value, call.timeout)
+        value = fn(*args) if timeout is None else _call_in_thread(fn, args, timeout)
+        if type(value) not in _NEVER_AWAITABLE and inspect.isawaitable(value):
+            value = _run_awaitable(value, timeout)
     except Exception as exc:  # noqa: BLE001 - an action's failure is data, not a crash
         return False, exc
     return True, value
 
 
-def _call_in_thread(call: _Call) -> Any:
+def _call_in_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
     """Run a sync call in a worker thread; past the deadline, abandon it and time out."""
     box: list[tuple[bool, Any]] = []
 
     def target() -> None:
         try:
-            box.append((True, call.fn(*call.args)))
+            box.append((True, fn(*args)))
         except BaseException as exc:  # noqa: BLE001 - carried back to the caller's thread
             box.append((False, exc))
 
     worker = threading.Thread(target=target, name="prana-attempt", daemon=True)
     worker.start()
-    worker.join(call.timeout)
+    worker.join(timeout)
     if not box:
-        raise AttemptTimeout(f"attempt timed out after {call.timeout:g}s (its thread was abandoned)")
+        raise AttemptTimeout(f"attempt timed out after {timeout:g}s (its thread was abandoned)")
     ok, value = box[0]
     if not ok:
         raise value
@@ -1068,6 +1320,8 @@ def _call_in_thread(call: _Call) -> Any:
 
 
 def _run_awaitable(awaitable: Any, timeout: float | None) -> Any:
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -1085,6 +1339,8 @@ def _run_awaitable(awaitable: Any, timeout: float | None) -> Any:
 
 
 async def _await_with_timeout(awaitable: Any, timeout: float | None) -> Any:
+    import asyncio
+
     if timeout is None:
         return await awaitable
     try:
@@ -1104,15 +1360,18 @@ async def _drive_async(engine: Generator[_Call, _Result, Outcome]) -> Outcome:
 
 
 async def _call_async(call: _Call) -> _Result:
+    import asyncio
+
+    fn, args, timeout = call
     try:
-        if call.timeout is not None and not inspect.iscoroutinefunction(call.fn):
+        if timeout is not None and not inspect.iscoroutinefunction(fn):
             loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(None, lambda: call.fn(*call.args))
-            value = await _await_with_timeout(future, call.timeout)
+            future = loop.run_in_executor(None, lambda: fn(*args))
+            value = await _await_with_timeout(future, timeout)
         else:
-            value = call.fn(*call.args)
+            value = fn(*args)
         if inspect.isawaitable(value):
-            value = await _await_with_timeout(value, call.timeout)
+            value = await _await_with_timeout(value, timeout)
     except Exception as exc:  # noqa: BLE001 - an action's failure is data, not a crash
         return False, exc
     return True, value

@@ -8,13 +8,17 @@ workflow again costs a dictionary lookup.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
 from prana._errors import InvalidWorkflowError
 from prana._model import Node, Workflow
 from prana._policy import RetryPolicy, attempt_timeout
 from prana._policy import resolve as resolve_policies
 from prana._registry import ActionSpec, Registry
-from prana._templates import CompiledParams, compile_params
+
+if TYPE_CHECKING:
+    from prana._templates import CompiledParams
 
 
 class CompiledNode:
@@ -26,6 +30,7 @@ class CompiledNode:
         "node",
         "outgoing",
         "params_template",
+        "plain_params",
         "policies",
         "spec",
         "timeout",
@@ -35,12 +40,33 @@ class CompiledNode:
         self.key = node.key
         self.node = node
         self.spec = spec
-        self.params_template: CompiledParams | None = compile_params(node.params)
+        self.params_template: CompiledParams | None = _compile_params(node.params)
+        self.plain_params = self.params_template is None and spec.params is None
+        """Params go to the action as written: no template to render, no schema."""
         self.outgoing: dict[str, list[tuple[str, str]]] = {}
         self.in_ports: dict[str, list[tuple[str, str]]] = {}
         self.policies: tuple[RetryPolicy, ...] = resolve_policies(node, workflow, spec.retry)
         policy_timeout = attempt_timeout(self.policies)
         self.timeout = policy_timeout if policy_timeout is not None else node.settings.timeout
+
+
+def _has_template(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(_has_template(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_template(v) for v in value)
+    return False
+
+
+def _compile_params(params: Any) -> CompiledParams | None:
+    """Compile templated params; Jinja is only imported by workflows that use templates."""
+    if not _has_template(params):
+        return None
+    from prana._templates import compile_params
+
+    return compile_params(params)
 
 
 class CompiledGraph:
@@ -83,7 +109,12 @@ def compile_workflow(workflow: Workflow, registry: Registry) -> CompiledGraph:
     graph = _compile(workflow, registry)
     if len(_CACHE) > 256:
         _CACHE.clear()
-    _CACHE[id(workflow)] = (weakref.ref(workflow), weakref.ref(registry), registry.generation, graph)
+    _CACHE[id(workflow)] = (
+        weakref.ref(workflow),
+        weakref.ref(registry),
+        registry.generation,
+        graph,
+    )
     return graph
 
 
@@ -98,7 +129,9 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
             problems.append(f"nodes[{index}]: expected a prana.Node, got {type(node).__name__}")
             continue
         if node.key in nodes:
-            problems.append(f"node {node.key!r}: duplicate key (nodes[{index}]); keys must be unique")
+            problems.append(
+                f"node {node.key!r}: duplicate key (nodes[{index}]); keys must be unique"
+            )
             continue
         spec = registry.get(node.type)
         if spec is None:
@@ -116,7 +149,10 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
             triggers.append(node.key)
     known_keys = {n.key for n in workflow.nodes if isinstance(n, Node)}
     for index, conn in enumerate(workflow.connections):
-        label = f"connection[{index}] {conn.from_node}.{conn.from_port} -> {conn.to_node}.{conn.to_port}"
+        label = (
+            f"connection[{index}] {conn.from_node}.{conn.from_port} -> "
+            f"{conn.to_node}.{conn.to_port}"
+        )
         bad = False
         for end in (conn.from_node, conn.to_node):
             if end not in known_keys:
@@ -129,14 +165,16 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
         if source is None or target is None:
             continue  # the node itself was already reported
         ports = source.spec.output_ports
-        if ports is not None and conn.from_port not in ports:
+        if ports is not None and conn.from_port not in ports and conn.from_port != "error":
             problems.append(
                 f"{label}: {source.spec.type!r} has no output port {conn.from_port!r} "
-                f"(its ports: {', '.join(ports)})"
+                f"(its ports: {', '.join(ports)}, and 'error' for on_error=continue_error_output)"
             )
             continue
         if target.spec.trigger:
-            problems.append(f"{label}: a trigger node ({conn.to_node!r}) takes no incoming connection")
+            problems.append(
+                f"{label}: a trigger node ({conn.to_node!r}) takes no incoming connection"
+            )
             continue
         source.outgoing.setdefault(conn.from_port, []).append((conn.to_node, conn.to_port))
         target.in_ports.setdefault(conn.to_port, []).append((conn.from_node, conn.from_port))
@@ -166,4 +204,3 @@ def _short_list(items: list[str], limit: int = 8) -> str:
 def validate(workflow: Workflow, registry: Registry | None = None) -> None:
     """Raise ``InvalidWorkflowError`` listing every problem; return quietly if there is none."""
     compile_workflow(workflow, registry if registry is not None else Registry())
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
@@ -30,7 +31,7 @@ class ActionSpec:
     type: str
     fn: ActionFn
     resume: ResumeFn | None = None
-    params: type[Any] | None = None
+    params: builtins.type[Any] | None = None
     output_ports: tuple[str, ...] | None = None
     trigger: bool = False
     retry: tuple[RetryPolicy, ...] | None = None
@@ -72,9 +73,7 @@ class Registry:
         if not callable(fn):
             raise InvalidSettingsError(f"Registry.register({type_name!r}): fn is not callable")
         if resume is not None and not callable(resume):
-            raise InvalidSettingsError(
-                f"Registry.register({type_name!r}): resume is not callable"
-            )
+            raise InvalidSettingsError(f"Registry.register({type_name!r}): resume is not callable")
         if params is not None and not attrs.has(params):
             raise InvalidSettingsError(
                 f"Registry.register({type_name!r}): params={params!r} is not an attrs class; "
@@ -140,8 +139,7 @@ class ActionContext:
 
     def __init__(
         self,
-        *,
-        input: Mapping[str, Any],  # noqa: A002 - the contract's name
+        input: Mapping[str, Any],
         execution_id: str,
         node_key: str,
         attempt: int,
@@ -157,7 +155,7 @@ class ActionContext:
         self.node_key = node_key
         self.attempt = attempt
         self.run_index = run_index
-        self.state: Mapping[str, Any] = MappingProxyType(dict(state)) if state else _EMPTY
+        self.state: Mapping[str, Any] = MappingProxyType(state) if state else _EMPTY
         self.now = now
         self.env = env
         self.variables = variables
@@ -168,6 +166,11 @@ class ActionContext:
     def idempotency_key(self) -> str:
         """``"{execution_id}:{node_key}:{run_index}"``: the same for every retry of this run."""
         return f"{self.execution_id}:{self.node_key}:{self.run_index}"
+
+    @property
+    def staged_state(self) -> Mapping[str, Any]:
+        """The changes ``update_state`` staged so far (applied if the attempt completes)."""
+        return MappingProxyType(self._state_updates) if self._state_updates else _EMPTY
 
     def update_state(self, changes: Mapping[str, Any]) -> None:
         """Stage changes to the shared state, applied when this attempt completes."""

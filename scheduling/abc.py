@@ -1,4 +1,4 @@
-"""The two interfaces of the shell: the alarm clock (``Scheduler``) and the truth (``ExecutionStore``).
+"""The shell's two interfaces: the alarm clock (``Scheduler``), the truth (``ExecutionStore``).
 
 Invariants every backend keeps (see ``docs/extending.md``):
 
