@@ -839,7 +839,8 @@ class _Run:
             )
             decision = decide_retry(cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}")
             if decision is not None:
-                delay_ms = max(0, round(decision.delay_seconds * 1000))
+                # floor, so rounding never puts resume_at past a retry_timeout budget
+                delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
                 now = self.clock()
                 node_run.close_attempt(AttemptOutcome.FAILED, now, error, delay_ms)
                 self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED, error=error))

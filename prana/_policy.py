@@ -1,26 +1,41 @@
 """The retry policy: when a failed attempt retries, and how long it waits first.
 
-The executor talks to this module through three functions only (the seam):
+The executor talks to this module through a handful of functions only (the seam):
 
-- ``coerce_policies(value)`` turns what users write (a policy, a list, bracket text) into
-  a tuple of policies;
+- ``resolve(node, workflow, spec_retry)`` picks the policies of a node (precedence, §5);
+- ``coerce_policies(value, field=...)`` turns what users write (a policy, a list, bracket
+  text, NoETL shorthands) into a tuple of policies;
 - ``decide_retry(policies, view, seed=...)`` answers "retry, after how long?" or ``None``;
-- ``rejects_result(policies, view)`` says whether a successful output counts as a failure.
+- ``rejects_result(policies, view)`` says whether a successful output counts as a failure;
+- ``attempt_timeout(policies)`` and ``simple_policy(...)`` (Prana's simple form).
+
+Everything here is pure: no clock, no sleeping, and jitter comes from ``random.Random``
+seeded with text (never ``hash()``), so the same execution always sees the same delays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Literal
+import math
+import random
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import attrs
 
-from prana._durations import optional_seconds, to_seconds
-from prana._errors import InvalidSettingsError, NonRetryable, RetryAfter
+from prana._durations import format_seconds, optional_seconds, to_seconds
+from prana._errors import DurationError, InvalidSettingsError, NonRetryable, RetryAfter
 from prana._model import ErrorInfo
+from prana.testing import _testing_state
+
+if TYPE_CHECKING:
+    from prana._model import Node, Workflow
 
 Backoff = Literal["constant", "linear", "exponential", "fibonacci"]
 BACKOFFS: tuple[str, ...] = ("constant", "linear", "exponential", "fibonacci")
+JITTERS: tuple[str, ...] = ("none", "full", "equal", "decorrelated")
 
 PROGRAMMING_ERRORS: tuple[str, ...] = (
     "ValueError",
@@ -32,72 +47,258 @@ PROGRAMMING_ERRORS: tuple[str, ...] = (
     "NotImplementedError",
     "AssertionError",
 )
+"""Retrying these cannot help: under the smart defaults they never retry (through the MRO)."""
+
 HINT_CEILING_SECONDS = 86_400.0
 """No server hint (``RetryAfter``) may delay a retry by more than a day."""
 
+RESULT_REJECTED = "ResultRejected"
+"""``ErrorInfo.type`` of an attempt whose output ``retry_on_result`` rejected."""
 
-def _seconds(field: str) -> Callable[[Any], float]:
-    return lambda value: to_seconds(value, field=f"RetryPolicy.{field}")
+NEVER_RETRY_CODES: frozenset[str] = frozenset(
+    {
+        "non_retryable",
+        "template_error",
+        "params_invalid",
+        "output_not_json",
+        "resume_error",
+        "webhook_timeout",
+        "iteration_limit",
+    }
+)
+"""``ErrorInfo.code`` values that never retry, whatever the policy says (DESIGN §3)."""
+
+_SCHEDULE_LIMIT = 1000
+_DECORRELATED_WINDOW = 16
+_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+Condition = Callable[..., Any] | str | None
+ErrorFilter = tuple[str | type[BaseException], ...] | None
 
 
-def _opt_seconds(field: str) -> Callable[[Any], float | None]:
-    return lambda value: optional_seconds(value, field=f"RetryPolicy.{field}")
+# --- converters (construction-time validation) -------------------------------------------
 
 
-def _type_names(value: Any) -> tuple[str | type[BaseException], ...] | None:
+def _initial_delay(value: Any) -> float:
+    return to_seconds(value, field="RetryPolicy.initial_delay")
+
+
+def _max_delay(value: Any) -> float:
+    return to_seconds(value, field="RetryPolicy.max_delay")
+
+
+def _positive_seconds(value: Any, field: str) -> float | None:
+    seconds = optional_seconds(value, field=f"RetryPolicy.{field}")
+    if seconds is not None and seconds <= 0:
+        raise InvalidSettingsError(
+            f"RetryPolicy.{field}={value!r}: use a positive duration, or None for no limit"
+        )
+    return seconds
+
+
+def _timeout(value: Any) -> float | None:
+    return _positive_seconds(value, "timeout")
+
+
+def _retry_timeout(value: Any) -> float | None:
+    return _positive_seconds(value, "retry_timeout")
+
+
+def _multiplier(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidSettingsError(
+            f"RetryPolicy.multiplier={value!r}: use a finite number such as 2"
+        )
+    if value < 0:
+        raise InvalidSettingsError(f"RetryPolicy.multiplier={value!r}: use a number >= 0")
+    return float(value)
+
+
+def _jitter(value: Any) -> str | float:
+    if value is True:
+        return "full"
+    if value is False or value is None:
+        return "none"
+    if isinstance(value, str):
+        if value.lower() in JITTERS:
+            return value.lower()
+    elif isinstance(value, int | float) and math.isfinite(value) and 0 < value <= 1:
+        return float(value)
+    raise InvalidSettingsError(
+        f"RetryPolicy.jitter={value!r}: use one of {', '.join(JITTERS)}, or a fraction in "
+        "(0, 1] for +/- that share of each delay (0.1 = +/-10%)"
+    )
+
+
+def _type_names(value: Any, field: str) -> ErrorFilter:
     if value is None:
         return None
     if isinstance(value, str | type):
         value = (value,)
+    if not isinstance(value, Sequence):
+        raise InvalidSettingsError(
+            f"RetryPolicy.{field}={value!r}: use a list of exception classes or type names"
+        )
     out: list[str | type[BaseException]] = []
     for item in value:
-        if isinstance(item, str) and item:
-            out.append(item)
+        if isinstance(item, str) and item.strip():
+            out.append(item.strip())
         elif isinstance(item, type) and issubclass(item, BaseException):
             out.append(item)
         else:
             raise InvalidSettingsError(
-                f"RetryPolicy.retry_on/exclude: {item!r} is neither an exception class nor a "
-                "type name; use e.g. ConnectionError or 'ConnectionError'"
+                f"RetryPolicy.{field}: {item!r} is neither an exception class nor a type "
+                "name; use e.g. ConnectionError or 'ConnectionError'"
             )
+    if not out and field == "retry_on":
+        raise InvalidSettingsError(
+            "RetryPolicy.retry_on=(): an empty filter retries nothing; use None for the "
+            "smart defaults or enabled=False to switch retry off"
+        )
     return tuple(out)
+
+
+def _retry_on(value: Any) -> ErrorFilter:
+    return _type_names(value, "retry_on")
+
+
+def _exclude(value: Any) -> ErrorFilter:
+    return _type_names(value, "exclude")
+
+
+def _condition(value: Any, field: str) -> Condition:
+    if value is None or (callable(value) and not isinstance(value, str)):
+        return value
+    if isinstance(value, str) and (("{{" in value and "}}" in value) or _REFERENCE.match(value)):
+        return value
+    raise InvalidSettingsError(
+        f"RetryPolicy.{field}={value!r}: use a callable, a template such as "
+        "\"{{ $attempt < 3 }}\", or a 'module:function' reference"
+    )
+
+
+def _retry_when(value: Any) -> Condition:
+    return _condition(value, "retry_when")
+
+
+def _stop_when(value: Any) -> Condition:
+    return _condition(value, "stop_when")
+
+
+def _retry_on_result(value: Any) -> Condition:
+    return _condition(value, "retry_on_result")
+
+
+def _opt_str(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise InvalidSettingsError(f"RetryPolicy.seed={value!r}: use a string or None")
+
+
+def _bool(field: str) -> Callable[[Any, Any, Any], None]:
+    def check(_inst: Any, _attr: Any, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise InvalidSettingsError(f"RetryPolicy.{field}={value!r}: use True or False")
+
+    return check
+
+
+# --- the policy ---------------------------------------------------------------------------
 
 
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
-    """When to retry a failed attempt and how long to wait first (see DESIGN §5)."""
+    """When to retry a failed attempt and how long to wait first (DESIGN §5).
+
+    Shape: ``max_attempts`` counts the first try (``None``: unlimited, allowed only with a
+    ``retry_timeout``). The delay before retry k (k = 1 for the first retry) is, before
+    the cap: constant ``initial_delay``; linear ``initial_delay * (1 + multiplier * (k -
+    1))``; exponential ``initial_delay * multiplier ** (k - 1)``; fibonacci ``initial_delay
+    * F(k)`` with F = 1, 1, 2, 3, 5, ... Durations are seconds, a ``timedelta`` or text
+    (``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``), stored as float seconds.
+
+    Jitter: ``"none"``; ``"full"`` (uniform in [0, d]); ``"equal"`` (uniform in [d/2, d]);
+    ``"decorrelated"`` (AWS: uniform in [initial_delay, 3 * previous delay], the chain
+    replayed over the last 16 retries; it ignores ``backoff`` and ``multiplier``); or a
+    fraction f for uniform in [d(1-f), d(1+f)].
+    It is seeded from the execution id, node key, run index and attempt (plus ``seed``),
+    and applied before the cap: no delay ever exceeds ``max_delay``.
+
+    Which errors retry: ``retry_on`` (classes or type names, matched through the MRO by
+    ``__name__`` or ``module.qualname``, so ``"OSError"`` covers ``ConnectionError``);
+    ``exclude`` narrows what ``retry_on`` (or the smart default) allows and always wins.
+    The smart default retries everything except programming errors (``ValueError``,
+    ``TypeError``, ``KeyError``, ... and their subclasses); ``RetryAfter`` always retries
+    under it. ``NonRetryable`` never retries, whatever the filter says.
+
+    ``AttemptTimeout`` (an attempt that ran past ``timeout``) IS retried by the smart
+    default: it is a ``TimeoutError``, not a programming error. To stop retrying timeouts,
+    add it to ``exclude``: ``exclude=("AttemptTimeout",)`` (or ``"TimeoutError"`` for
+    every timeout).
+
+    Conditions (callables get the ``AttemptView``; data uses ``{{ }}`` templates over
+    ``$error`` (type, message, details, code), ``$output``, ``$attempt``, ``$elapsed``):
+    ``stop_when`` true means no retry; ``retry_when`` false means no retry, and a number
+    (seconds) or ``timedelta`` it returns is the next delay (still capped). A condition
+    that raises counts as "do not retry". ``retry_on_result`` gets the output (templates:
+    ``$output``); true turns a successful attempt into a failed one (polling).
+
+    ``timeout`` is per attempt (the executor enforces it); ``retry_timeout`` is the total
+    budget from the start of the node run's first attempt: a retry whose delay would end
+    past it is not scheduled. ``RetryAfter`` hints are capped by ``max_delay`` unless
+    ``hint_exceeds_max_delay`` is set, and never exceed ``HINT_CEILING_SECONDS``.
+    ``enabled=False`` switches retry off at the level it is given.
+    """
 
     max_attempts: int | None = 3
     backoff: Backoff = "exponential"
-    initial_delay: float = attrs.field(default=1.0, converter=_seconds("initial_delay"))
-    multiplier: float = 2.0
-    max_delay: float = attrs.field(default=60.0, converter=_seconds("max_delay"))
+    initial_delay: float = attrs.field(default=1.0, converter=_initial_delay)
+    multiplier: float = attrs.field(default=2.0, converter=_multiplier)
+    max_delay: float = attrs.field(default=60.0, converter=_max_delay)
+    jitter: str | float = attrs.field(default="none", converter=_jitter)
+    seed: str | None = attrs.field(default=None, converter=_opt_str)
     retry_on: tuple[str | type[BaseException], ...] | None = attrs.field(
-        default=None, converter=_type_names
+        default=None, converter=_retry_on
     )
     exclude: tuple[str | type[BaseException], ...] | None = attrs.field(
-        default=None, converter=_type_names
+        default=None, converter=_exclude
     )
-    timeout: float | None = attrs.field(default=None, converter=_opt_seconds("timeout"))
-    retry_timeout: float | None = attrs.field(
-        default=None, converter=_opt_seconds("retry_timeout")
+    retry_when: Callable[..., Any] | str | None = attrs.field(default=None, converter=_retry_when)
+    stop_when: Callable[..., Any] | str | None = attrs.field(default=None, converter=_stop_when)
+    retry_on_result: Callable[..., Any] | str | None = attrs.field(
+        default=None, converter=_retry_on_result
     )
-    hint_exceeds_max_delay: bool = False
-    enabled: bool = True
+    timeout: float | None = attrs.field(default=None, converter=_timeout)
+    retry_timeout: float | None = attrs.field(default=None, converter=_retry_timeout)
+    hint_exceeds_max_delay: bool = attrs.field(
+        default=False, validator=_bool("hint_exceeds_max_delay")
+    )
+    enabled: bool = attrs.field(default=True, validator=_bool("enabled"))
 
     def __attrs_post_init__(self) -> None:
-        if self.max_attempts is not None and (
+        if self.max_attempts is None:
+            if self.retry_timeout is None:
+                raise InvalidSettingsError(
+                    "RetryPolicy.max_attempts=None (unlimited) needs a retry_timeout: set "
+                    "retry_timeout (e.g. '1h') or give a whole number of attempts"
+                )
+        elif (
             isinstance(self.max_attempts, bool)
             or not isinstance(self.max_attempts, int)
             or self.max_attempts < 1
         ):
             raise InvalidSettingsError(
                 f"RetryPolicy.max_attempts={self.max_attempts!r}: use a whole number >= 1 "
-                "(the first try included)"
+                "(the first try included), or None with a retry_timeout"
             )
         if self.backoff not in BACKOFFS:
             raise InvalidSettingsError(
                 f"RetryPolicy.backoff={self.backoff!r}: use one of {', '.join(BACKOFFS)}"
+            )
+        if self.backoff == "exponential" and self.multiplier < 1:
+            raise InvalidSettingsError(
+                f"RetryPolicy.multiplier={self.multiplier:g}: an exponential backoff needs a "
+                "multiplier >= 1 (use 1 for a constant delay)"
             )
         if self.max_delay < self.initial_delay:
             raise InvalidSettingsError(
@@ -105,78 +306,436 @@ class RetryPolicy:
                 f"{self.initial_delay:g}s: raise max_delay or lower initial_delay"
             )
 
-    def delay_for(self, retry: int) -> float:
-        """The delay in seconds before retry ``retry`` (1 = the first retry), capped."""
-        base = self.initial_delay
-        if self.backoff == "exponential":
-            base = self.initial_delay * self.multiplier ** (retry - 1)
-        return min(base, self.max_delay)
+    # --- text form -------------------------------------------------------------------
 
-    def matches(self, error: BaseException | None, info: ErrorInfo) -> bool:
-        """Whether this policy's error filter covers the error."""
-        names = _mro_names(error, info)
-        if self.exclude is not None and _any_match(self.exclude, error, names):
+    @classmethod
+    def parse(cls, text: str) -> list[RetryPolicy]:
+        """Read Rappel's bracket text: ``"[NetworkError -> retry: 5, backoff: 2m]"``.
+
+        ``retry: N`` allows N retries after the first try; ``backoff: D`` waits ``D * 2 **
+        (k - 1)`` before retry k, no jitter, no cap below that; ``[timeout: D]`` is the
+        per-attempt timeout of every policy of the text. Brackets without a filter use the
+        smart defaults. Malformed text raises ``InvalidSettingsError`` naming the column.
+        """
+        return _Parser(text).parse()
+
+    # --- delays ----------------------------------------------------------------------
+
+    def delay_for(self, retry: int, *, seed: str | None = None) -> float:
+        """The delay in seconds before retry ``retry`` (1 = the first retry), jittered, capped.
+
+        ``seed`` is the text jitter is seeded from (the executor passes
+        ``"{execution_id}:{node_key}:{run_index}"``); without it jitter uses ``""``.
+        """
+        if retry < 1:
+            raise InvalidSettingsError(f"RetryPolicy.delay_for({retry!r}): retries count from 1")
+        lo, _typical, hi = self._bounds(retry)
+        if self.jitter == "none" or lo == hi:
+            return hi
+        base = self._curve(retry)
+        if self.jitter == "full":
+            value = self._rng(seed, retry).uniform(0.0, base)
+        elif self.jitter == "equal":
+            value = base / 2 + self._rng(seed, retry).uniform(0.0, base / 2)
+        elif self.jitter == "decorrelated":
+            # AWS's chain, replayed from the seed over its last few links only, so a late
+            # retry costs O(1): older links no longer matter once the chain can reach the cap.
+            value = self.initial_delay
+            for k in range(max(1, retry - _DECORRELATED_WINDOW + 1), retry + 1):
+                upper = min(3 * value, self.max_delay)
+                value = self._rng(seed, k).uniform(self.initial_delay, upper)
+        else:
+            fraction = float(self.jitter)
+            value = base * (1 + self._rng(seed, retry).uniform(-fraction, fraction))
+        return min(max(value, lo), hi)
+
+    def _rng(self, seed: str | None, retry: int) -> random.Random:
+        text = f"{seed or ''}:{retry}"
+        if self.seed:
+            text = f"{text}:{self.seed}"
+        return random.Random(text)
+
+    def _curve(self, retry: int) -> float:
+        """The curve's delay before retry ``retry``, capped at ``max_delay``, no jitter."""
+        initial, cap = self.initial_delay, self.max_delay
+        if initial == 0:
+            return 0.0
+        if self.backoff == "constant":
+            raw = initial
+        elif self.backoff == "linear":
+            raw = initial * (1 + self.multiplier * (retry - 1))
+        elif self.backoff == "exponential":
+            try:
+                raw = initial * self.multiplier ** (retry - 1)
+            except OverflowError:
+                raw = math.inf
+        else:
+            previous, current = 0, 1  # F(0), F(1)
+            for _ in range(retry - 1):
+                previous, current = current, previous + current
+                if initial * current > cap:
+                    break
+            raw = initial * current
+        return min(raw, cap)
+
+    def _bounds(self, retry: int) -> tuple[float, float, float]:
+        """(lowest, typical, highest) delay jitter can give before retry ``retry``."""
+        if self.jitter == "decorrelated":
+            initial, cap = self.initial_delay, self.max_delay
+            try:
+                hi = min(cap, initial * 3.0**retry)
+            except OverflowError:
+                hi = cap
+            typical = initial
+            for _ in range(min(retry, _DECORRELATED_WINDOW)):
+                following = min(cap, (initial + min(3 * typical, cap)) / 2)
+                if following == typical:
+                    break
+                typical = following
+            return initial, min(max(typical, initial), hi), hi
+        base = self._curve(retry)
+        if self.jitter == "none":
+            return base, base, base
+        if self.jitter == "full":
+            return 0.0, base / 2, base
+        if self.jitter == "equal":
+            return base / 2, base * 0.75, base
+        fraction = float(self.jitter)
+        return base * (1 - fraction), base, min(base * (1 + fraction), self.max_delay)
+
+    def schedule(self, attempts: int | None = None) -> Schedule:
+        """Every retry's delay (min / typical / max with jitter) and the running totals.
+
+        ``attempts`` (first try included) overrides ``max_attempts``. Retries that could
+        never start inside ``retry_timeout`` (even at their shortest delays) are left out;
+        the table assumes attempts take no time themselves. ``set_testing`` does not
+        change it: it describes the policy, not a run.
+        """
+        if attempts is not None and (
+            isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
+        ):
+            raise InvalidSettingsError(
+                f"RetryPolicy.schedule(attempts={attempts!r}): use a whole number >= 1"
+            )
+        total = attempts if attempts is not None else self.max_attempts
+        if not self.enabled:
+            return Schedule([], self)
+        limit = _SCHEDULE_LIMIT if total is None else min(total - 1, _SCHEDULE_LIMIT)
+        rows: list[ScheduleRow] = []
+        cum_lo = cum_typical = cum_hi = 0.0
+        for k in range(1, limit + 1):
+            lo, typical, hi = self._bounds(k)
+            if self.retry_timeout is not None and cum_lo + lo > self.retry_timeout:
+                break
+            cum_lo, cum_typical, cum_hi = cum_lo + lo, cum_typical + typical, cum_hi + hi
+            rows.append(
+                ScheduleRow(
+                    retry=k,
+                    min_delay=lo,
+                    typical_delay=typical,
+                    max_delay=hi,
+                    cumulative_min=cum_lo,
+                    cumulative_typical=cum_typical,
+                    cumulative_max=cum_hi,
+                )
+            )
+        return Schedule(rows, self)
+
+    def format_schedule(self, attempts: int | None = None) -> str:
+        """The schedule as a text table (for READMEs and the CLI)."""
+        return str(self.schedule(attempts))
+
+    def describe(self) -> str:
+        """One line summing the policy up, e.g. ``exponential 1s x2, cap 1m, 3 attempts``."""
+        if not self.enabled:
+            return "retry disabled"
+        if self.backoff == "constant":
+            curve = f"constant {_fmt(self.initial_delay)}"
+        elif self.backoff == "fibonacci":
+            curve = f"fibonacci {_fmt(self.initial_delay)}"
+        else:
+            curve = f"{self.backoff} {_fmt(self.initial_delay)} x{self.multiplier:g}"
+        parts = [curve, f"cap {_fmt(self.max_delay)}"]
+        if self.jitter != "none":
+            jitter = self.jitter
+            parts.append(
+                f"jitter +/-{float(jitter):.0%}"
+                if isinstance(jitter, float)
+                else f"{jitter} jitter"
+            )
+        parts.append(
+            "unlimited attempts"
+            if self.max_attempts is None
+            else f"{self.max_attempts} attempt{'s' if self.max_attempts > 1 else ''}"
+        )
+        if self.retry_timeout is not None:
+            parts.append(f"budget {_fmt(self.retry_timeout)}")
+        if self.timeout is not None:
+            parts.append(f"timeout {_fmt(self.timeout)}/attempt")
+        if self.retry_on is not None:
+            parts.append(f"on ({', '.join(_filter_name(f) for f in self.retry_on)})")
+        if self.exclude:
+            parts.append(f"except ({', '.join(_filter_name(f) for f in self.exclude)})")
+        return ", ".join(parts)
+
+    # --- error classification --------------------------------------------------------
+
+    def matches(self, error: BaseException | None, info: ErrorInfo | None = None) -> bool:
+        """Whether this policy's error filter covers the error (live, or as ``ErrorInfo``).
+
+        A disabled policy without filters covers everything, so it switches retry off.
+        """
+        cls: type[BaseException] | None = type(error) if error is not None else None
+        if cls is None and info is not None:
+            cls = _error_class(info)
+        return self._matches(cls, info)
+
+    def _matches(self, cls: type[BaseException] | None, info: ErrorInfo | None) -> bool:
+        if not self.enabled and self.retry_on is None and self.exclude is None:
+            return True
+        names = _names(cls, info)
+        if self.exclude and _any_match(self.exclude, cls, names):
             return False
         if self.retry_on is not None:
-            return _any_match(self.retry_on, error, names)
-        return not any(n in PROGRAMMING_ERRORS for n in names[:1])
+            return _any_match(self.retry_on, cls, names)
+        return _smart_default(cls, names)
 
 
-def _mro_names(error: BaseException | None, info: ErrorInfo) -> list[str]:
-    if error is None:
-        return [info.type]
-    return [cls.__name__ for cls in type(error).__mro__]
+def _fmt(seconds: float) -> str:
+    return "0s" if seconds == 0 else format_seconds(round(seconds, 3))
+
+
+def _filter_name(item: str | type[BaseException]) -> str:
+    return item if isinstance(item, str) else item.__name__
+
+
+def _error_class(info: ErrorInfo) -> type[BaseException] | None:
+    """The class an ``ErrorInfo`` names, if its module is already loaded (never imports)."""
+    module = sys.modules.get(info.module or "builtins")
+    target: Any = module
+    for part in info.type.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    if isinstance(target, type) and issubclass(target, BaseException):
+        return target
+    return None
+
+
+def _names(cls: type[BaseException] | None, info: ErrorInfo | None) -> frozenset[str]:
+    """Every name a string filter may use for the error: short and dotted, through the MRO."""
+    if cls is not None:
+        out: set[str] = set()
+        for c in cls.__mro__:
+            out.update((c.__name__, c.__qualname__, f"{c.__module__}.{c.__qualname__}"))
+        return frozenset(out)
+    if info is None:
+        return frozenset()
+    return frozenset({info.type, f"{info.module}.{info.type}"})
 
 
 def _any_match(
-    filters: Sequence[str | type[BaseException]], error: BaseException | None, names: list[str]
+    filters: Sequence[str | type[BaseException]],
+    cls: type[BaseException] | None,
+    names: frozenset[str],
 ) -> bool:
-    for f in filters:
-        if isinstance(f, str):
-            if f in names or any(f == f"{c.__module__}.{c.__name__}" for c in _mro(error)):
+    for item in filters:
+        if isinstance(item, str):
+            if item.replace(":", ".") in names:
                 return True
-        elif error is not None and isinstance(error, f):
+        elif cls is not None:
+            if issubclass(cls, item):
+                return True
+        elif item.__name__ in names or f"{item.__module__}.{item.__qualname__}" in names:
             return True
     return False
 
 
-def _mro(error: BaseException | None) -> tuple[type, ...]:
-    return type(error).__mro__ if error is not None else ()
+def _smart_default(cls: type[BaseException] | None, names: frozenset[str]) -> bool:
+    if (cls is not None and issubclass(cls, RetryAfter)) or "RetryAfter" in names:
+        return True
+    return not any(name in names for name in PROGRAMMING_ERRORS)
+
+
+# --- schedule -----------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ScheduleRow:
+    """One retry of a policy's schedule, in seconds: its delay range and the running totals."""
+
+    retry: int
+    min_delay: float
+    typical_delay: float
+    max_delay: float
+    cumulative_min: float
+    cumulative_typical: float
+    cumulative_max: float
+
+
+class Schedule(list[ScheduleRow]):
+    """A policy's schedule: a list of ``ScheduleRow`` whose ``str()`` is a text table."""
+
+    def __init__(self, rows: Sequence[ScheduleRow] = (), policy: RetryPolicy | None = None):
+        super().__init__(rows)
+        self.policy = policy
+
+    def __str__(self) -> str:
+        title = self.policy.describe() if self.policy is not None else "retry schedule"
+        if not self:
+            return f"{title}\n(no retries)"
+        header = ("retry", "min", "typical", "max", "total min", "total typical", "total max")
+        lines = [
+            (
+                str(r.retry),
+                _fmt(r.min_delay),
+                _fmt(r.typical_delay),
+                _fmt(r.max_delay),
+                _fmt(r.cumulative_min),
+                _fmt(r.cumulative_typical),
+                _fmt(r.cumulative_max),
+            )
+            for r in self
+        ]
+        widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+        rendered = [
+            "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in [header, *lines]
+        ]
+        rule = "  ".join("-" * w for w in widths)
+        return "\n".join([title, rendered[0], rule, *rendered[1:]])
+
+
+# --- the executor's view of an attempt ----------------------------------------------------
 
 
 @attrs.frozen(kw_only=True)
 class AttemptView:
-    """What retry conditions see of one attempt."""
+    """What retry conditions see of one attempt.
+
+    ``attempt`` is the attempt that just ended (1-based); ``elapsed_seconds`` the time from
+    the start of the node run's first attempt until now; ``exception`` the live exception
+    when there is one (``None`` after a reload or for a rejected result);
+    ``retry_after_seconds`` carries a ``RetryAfter`` hint when the exception is not live.
+    """
 
     attempt: int
     error: ErrorInfo | None
     exception: BaseException | None = attrs.field(default=None, eq=False)
     output: Any = None
     elapsed_seconds: float = 0.0
+    retry_after_seconds: float | None = None
+
+    def scope(self) -> dict[str, Any]:
+        """The names templates see: ``$error``, ``$output``, ``$attempt``, ``$elapsed``."""
+        error = None
+        if self.error is not None:
+            error = {
+                "type": self.error.type,
+                "module": self.error.module,
+                "message": self.error.message,
+                "details": self.error.details,
+                "code": self.error.code,
+            }
+        return {
+            "error": error,
+            "output": self.output,
+            "attempt": self.attempt,
+            "elapsed": self.elapsed_seconds,
+        }
 
 
 @attrs.frozen(kw_only=True)
 class RetryDecision:
-    """Retry after ``delay_seconds``; ``max_attempts`` is the matched policy's."""
+    """Retry after ``delay_seconds``; ``max_attempts`` is the matched policy's (testing caps it).
+
+    ``policy_index`` is the position of the matched policy in the node's list.
+    """
 
     delay_seconds: float
     max_attempts: int | None
     policy: RetryPolicy
+    policy_index: int = 0
+
+
+# --- the seam -----------------------------------------------------------------------------
 
 
 def coerce_policies(value: Any, *, field: str) -> tuple[RetryPolicy, ...] | None:
-    """Turn a policy, a list of policies or ``None`` into a tuple (or ``None``)."""
+    """Turn what users write into a tuple of policies (``None`` stays ``None``).
+
+    Accepted: a ``RetryPolicy``; Rappel bracket text; NoETL shorthands (``True``: the
+    default policy, ``False``: retry off, an int N: N retries after the first try, a
+    mapping of policy fields, where ``backoff_multiplier`` and ``max_retries`` are
+    aliases); or a non-empty list of any of these.
+    """
     if value is None:
         return None
+    try:
+        return tuple(_coerce_one(value, field=field, top=True))
+    except InvalidSettingsError as exc:
+        message = str(exc)
+        if message.startswith(field):
+            raise
+        raise InvalidSettingsError(f"{field}: {message}") from exc
+
+
+_ALIASES = {
+    "backoff_multiplier": "multiplier",
+    "delay": "initial_delay",
+    "wait_initial": "initial_delay",
+    "wait_max": "max_delay",
+    "exceptions": "retry_on",
+    "non_retryable": "exclude",
+}
+_FIELDS = frozenset(a.name for a in attrs.fields(RetryPolicy))
+
+
+def _coerce_one(value: Any, *, field: str, top: bool) -> list[RetryPolicy]:
     if isinstance(value, RetryPolicy):
-        return (value,)
-    if isinstance(value, list | tuple) and all(isinstance(p, RetryPolicy) for p in value):
+        return [value]
+    if isinstance(value, bool):
+        return [RetryPolicy() if value else RetryPolicy(enabled=False)]
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidSettingsError(
+                f"{field}={value!r}: a number of retries must be >= 0 (0 = no retry)"
+            )
+        return [RetryPolicy(max_attempts=value + 1)]
+    if isinstance(value, str):
+        return RetryPolicy.parse(value)
+    if isinstance(value, Mapping):
+        return [_from_mapping(value, field=field)]
+    if top and isinstance(value, list | tuple):
         if not value:
             raise InvalidSettingsError(f"{field}: an empty list; give at least one RetryPolicy")
-        return tuple(value)
+        out: list[RetryPolicy] = []
+        for i, item in enumerate(value):
+            out.extend(_coerce_one(item, field=f"{field}[{i}]", top=False))
+        return out
     raise InvalidSettingsError(
-        f"{field}: expected a RetryPolicy, a list of them, or bracket text, got {value!r}"
+        f"{field}: expected a RetryPolicy, a list of them, bracket text such as "
+        f"'[retry: 3, backoff: 30s]', True, a number of retries or a mapping; got {value!r}"
     )
+
+
+def _from_mapping(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
+    kwargs: dict[str, Any] = {}
+    for raw_key, item in value.items():
+        key = _ALIASES.get(raw_key, raw_key)
+        if key == "max_retries":
+            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+                raise InvalidSettingsError(f"{field}.max_retries={item!r}: use a whole number >= 0")
+            key, item = "max_attempts", item + 1
+        if key not in _FIELDS:
+            raise InvalidSettingsError(
+                f"{field}: unknown retry setting {raw_key!r}; use any of "
+                f"{', '.join(sorted(_FIELDS | {'max_retries', 'backoff_multiplier'}))}"
+            )
+        if key in kwargs:
+            raise InvalidSettingsError(f"{field}: {raw_key!r} given twice (through an alias)")
+        kwargs[key] = item
+    return RetryPolicy(**kwargs)
 
 
 def simple_policy(max_retries: int, retry_delay_ms: int) -> RetryPolicy:
@@ -191,37 +750,406 @@ def simple_policy(max_retries: int, retry_delay_ms: int) -> RetryPolicy:
     )
 
 
-def decide_retry(
-    policies: Sequence[RetryPolicy], view: AttemptView, *, seed: str
-) -> RetryDecision | None:
-    """Whether the failed attempt ``view`` retries, and after how long; ``None``: no retry."""
-    del seed  # jitter arrives with the full policy
-    error = view.exception
-    if isinstance(error, NonRetryable):
-        return None
-    assert view.error is not None
-    policy = next((p for p in policies if p.matches(error, view.error)), None)
-    if policy is None or not policy.enabled:
-        return None
-    if policy.max_attempts is not None and view.attempt >= policy.max_attempts:
-        return None
-    delay = policy.delay_for(view.attempt)
-    if isinstance(error, RetryAfter):
-        delay = error.delay_seconds
-        if not policy.hint_exceeds_max_delay:
-            delay = min(delay, policy.max_delay)
-        delay = min(delay, HINT_CEILING_SECONDS)
-    if policy.retry_timeout is not None and view.elapsed_seconds + delay > policy.retry_timeout:
-        return None
-    return RetryDecision(delay_seconds=delay, max_attempts=policy.max_attempts, policy=policy)
+def resolve(
+    node: Node, workflow: Workflow, spec_retry: tuple[RetryPolicy, ...] | None
+) -> tuple[RetryPolicy, ...]:
+    """The policies of ``node``: the most specific level that says anything wins, no merging.
+
+    Order: ``node.settings.retry``; the simple form when ``retry_on_failed``; the
+    workflow's ``retry_defaults[node.type]``, then ``retry_defaults["*"]``; the action's
+    registered default; otherwise ``()`` (no retry). A disabled policy at a level is
+    returned as is: it switches retry off there.
+    """
+    return _resolve_level(node, workflow, spec_retry)[1]
 
 
-def rejects_result(policies: Sequence[RetryPolicy], view: AttemptView) -> bool:
-    """Whether a successful output counts as a failed attempt (``retry_on_result``)."""
-    del policies, view
-    return False
+def _resolve_level(
+    node: Node, workflow: Workflow, spec_retry: tuple[RetryPolicy, ...] | None
+) -> tuple[str, tuple[RetryPolicy, ...]]:
+    settings = node.settings
+    if settings.retry is not None:
+        return "node", settings.retry
+    if settings.retry_on_failed:
+        return "simple", (simple_policy(settings.max_retries, settings.retry_delay_ms),)
+    defaults = workflow.retry_defaults
+    if node.type in defaults:
+        return "workflow_type", defaults[node.type]
+    if "*" in defaults:
+        return "workflow_star", defaults["*"]
+    if spec_retry:
+        return "action", spec_retry
+    return "none", ()
 
 
 def attempt_timeout(policies: Sequence[RetryPolicy]) -> float | None:
     """The per-attempt timeout of a node run: the first policy's that sets one."""
     return next((p.timeout for p in policies if p.timeout is not None), None)
+
+
+def decide_retry(
+    policies: Sequence[RetryPolicy], view: AttemptView, *, seed: str
+) -> RetryDecision | None:
+    """Whether the failed attempt ``view`` retries, and after how long; ``None``: no retry.
+
+    ``seed`` is ``"{execution_id}:{node_key}:{run_index}"``; jitter adds the attempt.
+    """
+    return explain_retry(policies, view, seed=seed)[0]
+
+
+def explain_retry(
+    policies: Sequence[RetryPolicy], view: AttemptView, *, seed: str
+) -> tuple[RetryDecision | None, str]:
+    """``decide_retry`` plus a short reason, for timelines, logs and tests."""
+    info = view.error
+    exc = view.exception
+    if exc is None and info is None:
+        return None, "nothing failed"
+    if isinstance(exc, NonRetryable) or (
+        info is not None and (info.code == "non_retryable" or info.type == "NonRetryable")
+    ):
+        return None, "NonRetryable"
+    if info is not None and info.code in NEVER_RETRY_CODES:
+        return None, f"{info.code} never retries"
+    selected = _select(policies, view)
+    if selected is None:
+        return None, "no policy matches the error"
+    index, policy = selected
+    if not policy.enabled:
+        return None, "retry disabled"
+    testing, testing_attempts = _testing_state()
+    limit = policy.max_attempts
+    if testing and testing_attempts is not None:
+        limit = testing_attempts if limit is None else min(limit, testing_attempts)
+    if limit is not None and view.attempt >= limit:
+        return None, f"attempts exhausted ({view.attempt} of {limit})"
+
+    chosen: float | None = None
+    if policy.stop_when is not None:
+        try:
+            verdict = _verdict(_evaluate(policy.stop_when, view, view.scope()))
+        except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
+            return None, f"stop_when failed: {exc_}"
+        if verdict is not False:
+            return None, "stop_when"
+    if policy.retry_when is not None:
+        try:
+            verdict = _verdict(_evaluate(policy.retry_when, view, view.scope()))
+        except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
+            return None, f"retry_when failed: {exc_}"
+        if verdict is False:
+            return None, "retry_when is false"
+        if verdict is not True:
+            chosen = min(verdict, policy.max_delay, HINT_CEILING_SECONDS)
+
+    hint = exc.delay_seconds if isinstance(exc, RetryAfter) else view.retry_after_seconds
+    if chosen is not None:
+        delay = chosen
+    elif hint is not None:
+        delay = hint if policy.hint_exceeds_max_delay else min(hint, policy.max_delay)
+        delay = min(delay, HINT_CEILING_SECONDS)
+    else:
+        delay = policy.delay_for(view.attempt, seed=seed)
+    if testing:
+        delay = 0.0
+    if policy.retry_timeout is not None and view.elapsed_seconds + delay > policy.retry_timeout:
+        return None, (
+            f"retry_timeout: {view.elapsed_seconds:g}s elapsed + {delay:g}s delay > "
+            f"{policy.retry_timeout:g}s"
+        )
+    decision = RetryDecision(
+        delay_seconds=delay, max_attempts=limit, policy=policy, policy_index=index
+    )
+    return decision, "retry"
+
+
+def _is_rejected(view: AttemptView) -> bool:
+    return (
+        view.exception is None
+        and view.error is not None
+        and (view.error.code == "result_rejected" or view.error.type == RESULT_REJECTED)
+    )
+
+
+def _select(policies: Sequence[RetryPolicy], view: AttemptView) -> tuple[int, RetryPolicy] | None:
+    if _is_rejected(view):
+        for i, policy in enumerate(policies):
+            if policy.retry_on_result is not None:
+                return i, policy
+    info = view.error
+    cls: type[BaseException] | None
+    if view.exception is not None:
+        cls = type(view.exception)
+    else:
+        cls = _error_class(info) if info is not None else None
+    for i, policy in enumerate(policies):
+        if policy._matches(cls, info):
+            return i, policy
+    return None
+
+
+def rejects_result(policies: Sequence[RetryPolicy], view: AttemptView) -> bool:
+    """Whether a successful output counts as a failed attempt (``retry_on_result``).
+
+    The first enabled policy with a ``retry_on_result`` decides; a callable gets the
+    output, a template sees ``$output``. A predicate that raises accepts the output.
+    """
+    policy = next((p for p in policies if p.enabled and p.retry_on_result is not None), None)
+    if policy is None or policy.retry_on_result is None:
+        return False
+    predicate = policy.retry_on_result
+    try:
+        value = _evaluate(predicate, view.output, view.scope())
+        return _truthy(value)
+    except Exception:  # noqa: BLE001 - a broken predicate must not crash a run
+        return False
+
+
+def _evaluate(condition: Callable[..., Any] | str, arg: Any, scope: Mapping[str, Any]) -> Any:
+    if callable(condition) and not isinstance(condition, str):
+        return condition(arg)
+    if _REFERENCE.match(condition):
+        return resolve_reference(condition)(arg)
+    from prana._templates import evaluate
+
+    return evaluate(condition, scope)
+
+
+def resolve_reference(text: str) -> Callable[..., Any]:
+    """The callable a ``"module:qualname"`` reference names (the module must be importable)."""
+    import importlib
+
+    module_name, _, qualname = text.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise InvalidSettingsError(f"{text!r} does not name a callable")
+    return target  # type: ignore[no-any-return]
+
+
+def _verdict(value: Any) -> bool | float:
+    """Read a condition's answer: a bool, or a delay (seconds, timedelta or ``"30s"``)."""
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float | timedelta):
+        return to_seconds(value, field="condition result")
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "yes"):
+            return True
+        if lowered in ("false", "no", "", "none", "null"):
+            return False
+        try:
+            return to_seconds(value, field="condition result")
+        except DurationError:
+            raise InvalidSettingsError(
+                f"condition result {value!r}: return a bool, or a delay such as 30 or '30s'"
+            ) from None
+    return bool(value)
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "no", "", "none", "null", "0")
+    return bool(value)
+
+
+# --- Rappel bracket text ------------------------------------------------------------------
+
+_KEYS = ("retry", "backoff", "timeout")
+_NAME = re.compile(r"[A-Za-z_][\w.]*")
+_VALUE = re.compile(r"[^\s,\]\[]+")
+
+
+class _Parser:
+    """A hand-written scanner for bracket text, so errors can name the exact column."""
+
+    def __init__(self, text: Any) -> None:
+        if not isinstance(text, str):
+            raise InvalidSettingsError(
+                f"RetryPolicy.parse: expected text such as '[retry: 3, backoff: 30s]', "
+                f"got {type(text).__name__}"
+            )
+        self.text = text
+        self.pos = 0
+
+    def fail(self, message: str, pos: int | None = None) -> NoReturn:
+        at = self.pos if pos is None else pos
+        line_start = self.text.rfind("\n", 0, at) + 1
+        line_end = self.text.find("\n", at)
+        line = self.text[line_start : None if line_end < 0 else line_end]
+        column = at - line_start + 1
+        where = f"column {column}"
+        if "\n" in self.text:
+            where = f"line {self.text.count(chr(10), 0, at) + 1}, {where}"
+        raise InvalidSettingsError(
+            f"RetryPolicy.parse: at {where}: {message}\n  {line}\n  {' ' * (column - 1)}^"
+        )
+
+    def skip_ws(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def peek(self, n: int = 1) -> str:
+        return self.text[self.pos : self.pos + n]
+
+    def describe_here(self) -> str:
+        return f"{self.peek()!r}" if self.pos < len(self.text) else "the end of the text"
+
+    def parse(self) -> list[RetryPolicy]:
+        self.skip_ws()
+        if self.pos >= len(self.text):
+            self.fail("expected '[' to start a policy such as '[retry: 3, backoff: 30s]'")
+        brackets: list[tuple[int, tuple[str, ...] | None, dict[str, tuple[int, Any]]]] = []
+        while self.pos < len(self.text):
+            if self.peek() != "[":
+                self.fail(f"expected '[', got {self.describe_here()}")
+            brackets.append(self.bracket())
+            self.skip_ws()
+        return self.build(brackets)
+
+    def bracket(self) -> tuple[int, tuple[str, ...] | None, dict[str, tuple[int, Any]]]:
+        start = self.pos
+        self.pos += 1
+        self.skip_ws()
+        filters: tuple[str, ...] | None = None
+        if self.peek() == "(":
+            filters = self.group()
+            self.skip_ws()
+            self.arrow()
+        else:
+            name_at = self.pos
+            name = self.name("a setting such as 'retry: 3' or an error type")
+            self.skip_ws()
+            if self.peek(2) == "->":
+                filters = (name,)
+                self.arrow()
+            elif name not in _KEYS and self.peek() != ":":
+                self.fail(
+                    f"expected '->' after the error type {name!r}, got {self.describe_here()}"
+                )
+            else:
+                self.pos = name_at
+        settings: dict[str, tuple[int, Any]] = {}
+        while True:
+            self.skip_ws()
+            key_at = self.pos
+            key = self.name("a setting: retry, backoff or timeout")
+            if key not in _KEYS:
+                self.fail(f"unknown setting {key!r}; use retry, backoff or timeout", key_at)
+            if key in settings:
+                self.fail(f"{key!r} given twice in one bracket", key_at)
+            self.skip_ws()
+            if self.peek() != ":":
+                self.fail(f"expected ':' after {key!r}")
+            self.pos += 1
+            self.skip_ws()
+            settings[key] = (self.pos, self.value(key))
+            self.skip_ws()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            if self.peek() == "]":
+                self.pos += 1
+                return start, filters, settings
+            self.fail(f"expected ',' or ']' after the value of {key!r}, got {self.describe_here()}")
+
+    def group(self) -> tuple[str, ...]:
+        self.pos += 1
+        names: list[str] = []
+        while True:
+            self.skip_ws()
+            names.append(self.name("an error type name"))
+            self.skip_ws()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            if self.peek() == ")":
+                self.pos += 1
+                return tuple(names)
+            self.fail(f"expected ',' or ')' in the error type list, got {self.describe_here()}")
+
+    def arrow(self) -> None:
+        if self.peek(2) != "->":
+            self.fail(f"expected '->' after the error types, got {self.describe_here()}")
+        self.pos += 2
+
+    def name(self, what: str) -> str:
+        match = _NAME.match(self.text, self.pos)
+        if match is None:
+            self.fail(f"expected {what}, got {self.describe_here()}")
+        self.pos = match.end()
+        return match.group()
+
+    def value(self, key: str) -> Any:
+        at = self.pos
+        match = _VALUE.match(self.text, self.pos)
+        if match is None:
+            self.fail(f"expected a value after '{key}:', got {self.describe_here()}")
+        token = match.group()
+        self.pos = match.end()
+        if key == "retry":
+            if not token.isdigit() or int(token) > 1000:
+                self.fail(
+                    f"expected a whole number of retries (0 to 1000) after 'retry:', got {token!r}",
+                    at,
+                )
+            return int(token)
+        try:
+            seconds = to_seconds(token, field=key)
+        except DurationError:
+            self.fail(
+                f"cannot read {token!r} as a duration; use seconds (30) or text such as "
+                "500ms, 30s, 2m, 1h",
+                at,
+            )
+        if key == "timeout" and seconds <= 0:
+            self.fail("a timeout must be positive", at)
+        return seconds
+
+    def build(
+        self, brackets: list[tuple[int, tuple[str, ...] | None, dict[str, tuple[int, Any]]]]
+    ) -> list[RetryPolicy]:
+        timeout: float | None = None
+        shapes: list[tuple[tuple[str, ...] | None, int, float]] = []
+        for start, filters, settings in brackets:
+            if "timeout" in settings:
+                at, seconds = settings["timeout"]
+                if timeout is not None:
+                    self.fail("the per-attempt timeout is given twice", at)
+                timeout = seconds
+            if "retry" not in settings and "backoff" not in settings:
+                if filters is not None:
+                    self.fail(
+                        "a bracket with error types needs 'retry: N'; write the timeout in "
+                        "its own bracket such as [timeout: 2m]",
+                        start,
+                    )
+                continue
+            if "retry" not in settings:
+                self.fail("a bracket with 'backoff' needs 'retry: N' too", start)
+            retries = settings["retry"][1]
+            backoff = settings["backoff"][1] if "backoff" in settings else 1.0
+            shapes.append((filters, retries, backoff))
+        if not shapes:
+            return [RetryPolicy(max_attempts=1, timeout=timeout)]
+        policies = []
+        for filters, retries, backoff in shapes:
+            try:
+                largest = backoff * 2.0 ** max(retries - 1, 0)
+            except OverflowError:  # pragma: no cover - retries is at most 1000
+                largest = sys.float_info.max
+            policies.append(
+                RetryPolicy(
+                    max_attempts=retries + 1,
+                    backoff="exponential",
+                    initial_delay=backoff,
+                    multiplier=2.0,
+                    max_delay=max(largest, backoff),
+                    retry_on=filters,
+                    timeout=timeout,
+                )
+            )
+        return policies

@@ -48,6 +48,7 @@ ROOTS: tuple[str, ...] = ("input", "nodes", "vars", "env", "execution", "workflo
 """The scope roots a template may name, each written with a ``$``."""
 
 _PREFIX = "__prana_"
+_ROOT_SET = frozenset(ROOTS)
 _ROOTS_TEXT = ", ".join(f"${r}" for r in ROOTS)
 _CACHE_SIZE = 4096
 
@@ -214,16 +215,17 @@ _STEP = re.compile(
 _MISSING = object()
 
 
-def _check_names(names: set[str]) -> None:
+def _check_names(names: set[str], roots: tuple[str, ...] = ROOTS) -> None:
     """Refuse free names that are neither scope roots nor Jinja globals."""
+    roots_text = _ROOTS_TEXT if roots is ROOTS else ", ".join(f"${r}" for r in roots)
     for name in sorted(names):
         if name.startswith(_PREFIX):
             root = name[len(_PREFIX) :]
-            if root not in ROOTS:
-                raise _CompileError(f"unknown root ${root}; use one of {_ROOTS_TEXT}")
+            if root not in roots:
+                raise _CompileError(f"unknown root ${root}; use one of {roots_text}")
         elif name not in _GLOBALS:
             raise _CompileError(
-                f"unknown name {name!r}; scope roots start with '$' ({_ROOTS_TEXT}), "
+                f"unknown name {name!r}; scope roots start with '$' ({roots_text}), "
                 f"e.g. $input.main.{name}"
             )
 
@@ -238,7 +240,7 @@ class _Expression:
 
     __slots__ = ("_path", "_root", "_template")
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, roots: tuple[str, ...] = ROOTS) -> None:
         try:
             parser = Parser(_ENV, source, state="variable")
             expr = parser.parse_expression()
@@ -250,7 +252,7 @@ class _Expression:
         except TemplateSyntaxError as exc:
             raise _CompileError(_syntax_message(exc, source)) from None
         names = [expr] if isinstance(expr, nodes.Name) else list(expr.find_all(nodes.Name))
-        _check_names({n.name for n in names if n.ctx == "load"})
+        _check_names({n.name for n in names if n.ctx == "load"}, roots)
         expr.set_environment(_ENV)
         body = [nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)]
         self._template = _ENV.from_string(nodes.Template(body, lineno=1))
@@ -305,12 +307,12 @@ class _Text:
 
     __slots__ = ("_template",)
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, roots: tuple[str, ...] = ROOTS) -> None:
         try:
             tree = _ENV.parse(source)
         except TemplateSyntaxError as exc:
             raise _CompileError(_syntax_message(exc, source)) from None
-        _check_names(meta.find_undeclared_variables(tree))
+        _check_names(meta.find_undeclared_variables(tree), roots)
         self._template = _ENV.from_string(tree)
 
     def __call__(self, context: dict[str, Any]) -> Any:
@@ -322,21 +324,21 @@ _Compiled = _Expression | _Text
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _compile_string(text: str) -> _Compiled:
-    """Compile one template string (cached by its text)."""
+def _compile_string(text: str, roots: tuple[str, ...] = ROOTS) -> _Compiled:
+    """Compile one template string (cached by its text and the roots it may use)."""
     rewritten, single = _rewrite_template(text)
     if single is not None:
-        return _Expression(single)
-    return _Text(rewritten)
+        return _Expression(single, roots)
+    return _Text(rewritten, roots)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _compile_condition(text: str) -> _Compiled:
+def _compile_condition(text: str, roots: tuple[str, ...] = ROOTS) -> _Compiled:
     """Compile a condition: a template string, or a bare expression (cached by its text)."""
     if "{{" in text or "{%" in text:
-        return _compile_string(text)
+        return _compile_string(text, roots)
     code, _ = _rewrite_code(text, 0, None)
-    return _Expression(code)
+    return _Expression(code, roots)
 
 
 def _context(scope: Mapping[str, Any]) -> dict[str, Any]:
@@ -463,11 +465,13 @@ def evaluate(text: Any, scope: Mapping[str, Any], *, path: str = "condition") ->
     """Evaluate a condition, ``"{{ expr }}"`` or a bare ``"expr"``, to its native value.
 
     A value that is not a string is returned as it is (a condition may be a plain bool).
+    Its roots are the keys of ``scope`` (a retry condition sees ``$error``, ``$attempt``...).
     """
     if not isinstance(text, str):
         return text
+    roots = ROOTS if scope.keys() <= _ROOT_SET else tuple(sorted(scope))
     try:
-        compiled = _compile_condition(text)
+        compiled = _compile_condition(text, roots)
     except _CompileError as exc:
         raise TemplateError(path, str(exc)) from None
     return _StringPart(compiled, path).render(_context(scope))

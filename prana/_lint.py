@@ -1,0 +1,171 @@
+"""``prana.lint``: retry settings that are valid but probably not what you meant.
+
+Construction already refuses what is wrong (``InvalidSettingsError``); lint reports what
+is legal yet suspicious, before anything runs: jitter clipped by the cap, hints allowed
+past the cap, delays that cannot fit the budget, retrying programming errors, retrying a
+side-effecting action that does not use its idempotency key.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import TYPE_CHECKING
+
+import attrs
+
+from prana._durations import format_seconds
+from prana._policy import (
+    HINT_CEILING_SECONDS,
+    PROGRAMMING_ERRORS,
+    RetryPolicy,
+    _resolve_level,
+)
+
+if TYPE_CHECKING:
+    from prana._model import Node, Workflow
+    from prana._registry import Registry
+
+_PROGRAMMING_CLASSES: tuple[type[BaseException], ...] = tuple(
+    getattr(builtins, name) for name in PROGRAMMING_ERRORS
+)
+
+
+@attrs.frozen(kw_only=True)
+class LintWarning:
+    """One suspicious setting: which node, a stable ``code``, and what to do about it.
+
+    Codes: ``jitter_clipped``, ``hint_uncapped``, ``delays_exceed_budget``,
+    ``timeout_exceeds_budget``, ``unbounded_retries``, ``retries_programming_errors``,
+    ``side_effects_without_idempotency``.
+    """
+
+    node_key: str
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.node_key}: [{self.code}] {self.message}"
+
+
+def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarning]:
+    """Every suspicious retry setting of ``workflow``, node by node, in node order.
+
+    Each node is checked with the policies it would really use (the precedence of
+    DESIGN §5). Without a ``registry`` the actions' own defaults and ``side_effects``
+    declarations are unknown, so those checks are skipped.
+    """
+    warnings: list[LintWarning] = []
+    for node in workflow.nodes:
+        spec = registry.get(node.type) if registry is not None else None
+        level, policies = _resolve_level(node, workflow, spec.retry if spec else None)
+        for index, policy in enumerate(policies):
+            where = f"policy {index + 1} " if len(policies) > 1 else ""
+            warnings.extend(
+                LintWarning(node_key=node.key, code=code, message=where + message)
+                for code, message in _check_policy(policy, node, simple=level == "simple")
+            )
+        retries = any(p.enabled and p.max_attempts != 1 for p in policies)
+        if spec is not None and spec.side_effects and not spec.uses_idempotency_key and retries:
+            warnings.append(
+                LintWarning(
+                    node_key=node.key,
+                    code="side_effects_without_idempotency",
+                    message=(
+                        f"action {node.type!r} has side effects and is retried, but its spec "
+                        "does not declare uses_idempotency_key=True: a retry may repeat the "
+                        "effect; send ctx.idempotency_key to the remote side and register "
+                        "with uses_idempotency_key=True, or switch retry off for this node"
+                    ),
+                )
+            )
+    return warnings
+
+
+def _check_policy(policy: RetryPolicy, node: Node, *, simple: bool) -> list[tuple[str, str]]:
+    if not policy.enabled:
+        return []
+    found: list[tuple[str, str]] = []
+    cap = policy.max_delay
+    budget = policy.retry_timeout
+    attempts = policy.max_attempts
+    retries = min((attempts or 1) - 1, 1000) if attempts is not None else 0
+
+    if isinstance(policy.jitter, float):
+        clipped = [k for k in range(1, retries + 1) if policy._curve(k) * (1 + policy.jitter) > cap]
+        if clipped:
+            found.append(
+                (
+                    "jitter_clipped",
+                    (
+                        f"+/-{policy.jitter:.0%} jitter is clipped by max_delay={_fmt(cap)} from "
+                        f"retry {clipped[0]} on, so those delays bunch up at the cap; raise "
+                        "max_delay or use jitter='full'/'equal', which stay below it"
+                    ),
+                )
+            )
+    if policy.hint_exceeds_max_delay:
+        found.append(
+            (
+                "hint_uncapped",
+                (
+                    f"hint_exceeds_max_delay=True lets a RetryAfter hint wait past "
+                    f"max_delay={_fmt(cap)}, up to {_fmt(HINT_CEILING_SECONDS)}; make sure the "
+                    "server's Retry-After is trusted"
+                ),
+            )
+        )
+    if budget is not None and retries:
+        shortest = sum(policy._bounds(k)[0] for k in range(1, retries + 1))
+        if shortest > budget:
+            fit = len(policy.schedule())
+            found.append(
+                (
+                    "delays_exceed_budget",
+                    (
+                        f"the delays of {retries} retries sum to at least {_fmt(shortest)}, past "
+                        f"retry_timeout={_fmt(budget)}: only {fit} retries can run; lower "
+                        "max_attempts or the delays, or raise retry_timeout"
+                    ),
+                )
+            )
+    timeout = policy.timeout if policy.timeout is not None else node.settings.timeout
+    if budget is not None and timeout is not None and timeout > budget:
+        found.append(
+            (
+                "timeout_exceeds_budget",
+                (
+                    f"the per-attempt timeout {_fmt(timeout)} is longer than retry_timeout="
+                    f"{_fmt(budget)}: an attempt that times out leaves no budget for a retry"
+                ),
+            )
+        )
+    if attempts is None and budget is None:
+        found.append(
+            (
+                "unbounded_retries",
+                "max_attempts=None with no retry_timeout retries forever; set one of them",
+            )
+        )
+    if not simple and policy.retry_on is not None:
+        caught = [
+            cls.__name__
+            for cls in _PROGRAMMING_CLASSES
+            if policy.matches(cls("lint"))  # probe with an instance of each one
+        ]
+        if caught:
+            filters = ", ".join(f if isinstance(f, str) else f.__name__ for f in policy.retry_on)
+            found.append(
+                (
+                    "retries_programming_errors",
+                    (
+                        f"retry_on=({filters}) also retries programming errors "
+                        f"({', '.join(caught)}), which fail the same way every time; name the "
+                        "transient errors instead, or add the others to exclude"
+                    ),
+                )
+            )
+    return found
+
+
+def _fmt(seconds: float) -> str:
+    return "0s" if seconds == 0 else format_seconds(round(seconds, 3))

@@ -1,0 +1,164 @@
+"""prana.lint: valid but suspicious retry settings, reported per node before anything runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from prana import LintWarning, Node, NodeSettings, Registry, RetryPolicy, Workflow, lint
+
+
+def noop(params: Any, ctx: Any) -> Any:
+    """An action that does nothing."""
+    return None
+
+
+def workflow_of(*nodes: Node, **kwargs: Any) -> Workflow:
+    """A workflow holding ``nodes`` (lint does not need connections)."""
+    return Workflow(id="w", nodes=nodes, connections=[], **kwargs)
+
+
+def node(retry: Any = None, key: str = "n", type_: str = "http.request", **settings: Any) -> Node:
+    """A node with the given retry settings."""
+    return Node(key=key, type=type_, settings=NodeSettings(retry=retry, **settings))
+
+
+def codes(warnings: list[LintWarning]) -> list[str]:
+    """The warning codes, in order."""
+    return [w.code for w in warnings]
+
+
+def test_a_sensible_workflow_has_no_warnings() -> None:
+    """Defaults, named transient errors and the simple form raise nothing."""
+    wf = workflow_of(
+        node(RetryPolicy(), key="a"),
+        node(RetryPolicy(retry_on=("ConnectionError", "TimeoutError"), jitter="full"), key="b"),
+        node(key="c", retry_on_failed=True, max_retries=3),
+        node(RetryPolicy(max_attempts=None, retry_timeout="1h"), key="d"),
+        node(key="e"),
+    )
+    assert lint(wf) == []
+
+
+def test_jitter_clipped_by_the_cap() -> None:
+    """A +/- jitter whose upper side passes max_delay is reported from the first such retry."""
+    wf = workflow_of(node(RetryPolicy(max_attempts=8, jitter=0.2, max_delay=10)))
+    (warning,) = lint(wf)
+    assert warning.code == "jitter_clipped"
+    assert warning.node_key == "n"
+    assert "from retry 5 on" in warning.message  # 8s * 1.2 fits; 16s is capped at 10s
+    assert lint(workflow_of(node(RetryPolicy(max_attempts=3, jitter=0.2)))) == []
+
+
+def test_hints_allowed_past_the_cap() -> None:
+    """hint_exceeds_max_delay=True is reported, naming the one-day ceiling."""
+    (warning,) = lint(workflow_of(node(RetryPolicy(hint_exceeds_max_delay=True))))
+    assert warning.code == "hint_uncapped"
+    assert "24h" in warning.message
+
+
+def test_delays_summing_past_the_budget() -> None:
+    """Retries whose shortest delays cannot fit retry_timeout are reported with the count."""
+    policy = RetryPolicy(max_attempts=6, backoff="constant", initial_delay=10, retry_timeout=35)
+    (warning,) = lint(workflow_of(node(policy)))
+    assert warning.code == "delays_exceed_budget"
+    assert "only 3 retries can run" in warning.message
+    fits = RetryPolicy(max_attempts=4, backoff="constant", initial_delay=10, retry_timeout=35)
+    assert lint(workflow_of(node(fits))) == []
+
+
+def test_timeout_longer_than_the_budget() -> None:
+    """A per-attempt timeout above retry_timeout is reported, the node's own timeout too."""
+    (warning,) = lint(workflow_of(node(RetryPolicy(timeout="2m", retry_timeout="1m"))))
+    assert warning.code == "timeout_exceeds_budget"
+    (from_node,) = lint(workflow_of(node(RetryPolicy(retry_timeout="1m"), timeout=90)))
+    assert from_node.code == "timeout_exceeds_budget"
+
+
+def test_unlimited_attempts_without_a_budget() -> None:
+    """A policy that slipped past validation with no limit at all is still reported."""
+    policy = RetryPolicy(max_attempts=None, retry_timeout=60)
+    object.__setattr__(policy, "retry_timeout", None)  # as a hand-built record might be
+    assert codes(lint(workflow_of(node(policy)))) == ["unbounded_retries"]
+
+
+@pytest.mark.parametrize(
+    ("retry_on", "caught"),
+    [
+        (("Exception",), "ValueError, TypeError, KeyError"),
+        ((BaseException,), "NotImplementedError, AssertionError"),
+        (("LookupError",), "KeyError, IndexError"),
+        (("ValueError", "ConnectionError"), "ValueError"),
+    ],
+)
+def test_retry_on_catching_programming_errors(retry_on: Any, caught: str) -> None:
+    """retry_on that covers programming errors is reported, naming them."""
+    (warning,) = lint(workflow_of(node(RetryPolicy(retry_on=retry_on))))
+    assert warning.code == "retries_programming_errors"
+    assert caught in warning.message
+
+
+def test_exclude_silences_the_programming_error_warning() -> None:
+    """Excluding the programming errors makes a broad retry_on fine."""
+    policy = RetryPolicy(
+        retry_on=("Exception",),
+        exclude=("ValueError", "TypeError", "LookupError", "AttributeError", "NameError",
+                 "NotImplementedError", "AssertionError"),
+    )  # fmt: skip
+    assert lint(workflow_of(node(policy))) == []
+
+
+def test_side_effects_without_idempotency_key() -> None:
+    """A retried side-effecting action must declare uses_idempotency_key."""
+    registry = Registry()
+    registry.register("mail.send", noop, side_effects=True)
+    registry.register("pay.charge", noop, side_effects=True, uses_idempotency_key=True)
+    registry.register("db.write", noop, side_effects=True, retry=RetryPolicy())
+    wf = workflow_of(
+        node(RetryPolicy(), key="mail", type_="mail.send"),
+        node(RetryPolicy(), key="charge", type_="pay.charge"),
+        node(key="quiet", type_="mail.send"),
+        node(RetryPolicy(max_attempts=1), key="once", type_="mail.send"),
+        node(RetryPolicy(enabled=False), key="off", type_="mail.send"),
+        node(key="write", type_="db.write"),
+    )
+    warnings = lint(wf, registry)
+    assert [(w.node_key, w.code) for w in warnings] == [
+        ("mail", "side_effects_without_idempotency"),
+        ("write", "side_effects_without_idempotency"),
+    ]
+    assert "ctx.idempotency_key" in warnings[0].message
+    assert lint(wf) == []  # without a registry nothing is known about side effects
+
+
+def test_lint_checks_the_policies_a_node_really_uses() -> None:
+    """Workflow defaults and action defaults are linted through the precedence."""
+    registry = Registry()
+    registry.register("http.request", noop, retry=RetryPolicy(hint_exceeds_max_delay=True))
+    star = workflow_of(node(), retry_defaults={"*": RetryPolicy(retry_on=("Exception",))})
+    assert codes(lint(star, registry)) == ["retries_programming_errors"]
+    assert codes(lint(workflow_of(node()), registry)) == ["hint_uncapped"]
+    own = workflow_of(node(RetryPolicy()))
+    assert lint(own, registry) == []
+
+
+def test_several_policies_are_numbered() -> None:
+    """With several policies the message says which one."""
+    wf = workflow_of(node([RetryPolicy(retry_on=("OSError",)), RetryPolicy(retry_on="Exception")]))
+    (warning,) = lint(wf)
+    assert warning.message.startswith("policy 2 ")
+    assert str(warning).startswith("n: [retries_programming_errors] policy 2 ")
+
+
+def test_warnings_come_in_node_order() -> None:
+    """Warnings are grouped by node, in the workflow's node order."""
+    wf = workflow_of(
+        node(RetryPolicy(hint_exceeds_max_delay=True), key="z"),
+        node(RetryPolicy(retry_on="Exception", hint_exceeds_max_delay=True), key="a"),
+    )
+    assert [(w.node_key, w.code) for w in lint(wf)] == [
+        ("z", "hint_uncapped"),
+        ("a", "hint_uncapped"),
+        ("a", "retries_programming_errors"),
+    ]
