@@ -29,3 +29,10 @@ class WorkflowConflictError(StoreError, ValueError):
 
     A definition never changes for a given id and version: bump ``Workflow.version``.
     """
+
+
+class SchedulerStateError(PranaError, RuntimeError):
+    """A scheduler was used out of order (firing before ``start``, starting twice, no loop).
+
+    The message names the call to make first.
+    """

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from prana import InvalidSettingsError, PranaError
+from prana import InvalidSettingsError
+from scheduling._errors import SchedulerStateError
 
-
-class SchedulerStateError(PranaError, RuntimeError):
-    """A scheduler was used out of order (firing before ``start``, starting twice, no loop).
-
-    The message names the call to make first.
-    """
+__all__ = ["SchedulerStateError", "require_aware"]
 
 
 def require_aware(due_at: object, where: str) -> datetime:

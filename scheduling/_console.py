@@ -1,0 +1,399 @@
+"""The console view: an observer that shows runs, their retries, and a retry summary.
+
+Formatting is pure (functions returning strings, tested without a terminal); ``rich`` is
+imported only to render, and is optional: without it lines are printed as plain text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from prana import (
+    AttemptOutcome,
+    Event,
+    EventType,
+    ExecutionStatus,
+    NodeExecution,
+    WorkflowExecution,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from prana import ErrorInfo
+
+__all__ = [
+    "ConsoleView",
+    "RetryStats",
+    "format_duration",
+    "format_error",
+    "format_retry",
+    "format_retry_failed",
+    "format_retry_succeeded",
+    "format_stats",
+    "format_timeline",
+    "node_lateness",
+]
+
+RETRY = "↻"
+OK = "✓"
+FAIL = "✗"
+PAUSE = "⏸"
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as short text: ``0.25`` is ``250ms``, ``2`` is ``2.0s``, ``90`` is ``1m30s``."""
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 1:
+        return f"{sign}{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{sign}{seconds:.1f}s"
+    if seconds < 3600:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{sign}{minutes}m{rest}s"
+    hours, rest = divmod(round(seconds), 3600)
+    return f"{sign}{hours}h{rest // 60}m"
+
+
+def format_error(error: ErrorInfo | None) -> str:
+    """``"ConnectionError: refused"``, or ``"?"`` when there is no error."""
+    if error is None:
+        return "?"
+    return f"{error.type}: {error.message}" if error.message else error.type
+
+
+def _attempt_text(attempt: int | None, max_attempts: int | None) -> str:
+    if attempt is None:
+        return "attempt ?"
+    if max_attempts is None:
+        return f"attempt {attempt}"
+    return f"attempt {attempt}/{max_attempts}"
+
+
+def format_retry(event: Event) -> str:
+    """One line for a scheduled retry: ``↻ r (attempt 2/4) retrying in 2.0s after E: msg``."""
+    delay = format_duration((event.delay_ms or 0) / 1000)
+    attempt = _attempt_text(event.attempt, event.max_attempts)
+    error = format_error(event.error)
+    return f"{RETRY} {event.node_key} ({attempt}) retrying in {delay} after {error}"
+
+
+@attrs.frozen(kw_only=True)
+class _Try:
+    """One failed attempt as the console saw it: its error and the delay chosen after it."""
+
+    attempt: int
+    error: str
+    delay_ms: int | None
+
+
+def format_retry_succeeded(node_key: str, attempt: int, failures: list[_Try]) -> str:
+    """The compact line for a node that succeeded after retrying."""
+    retries = len(failures)
+    kinds = sorted({f.error.split(":", 1)[0] for f in failures})
+    noun = "retry" if retries == 1 else "retries"
+    return (
+        f"{OK} {node_key} succeeded on attempt {attempt} after {retries} {noun} "
+        f"({', '.join(kinds)})"
+    )
+
+
+def format_retry_failed(node_key: str, attempt: int, failures: list[_Try], last: str) -> str:
+    """The detailed block for a node whose retries ran out: every attempt and its error."""
+    lines = [f"{FAIL} {node_key} failed after {attempt} attempts"]
+    for failure in failures:
+        after = (
+            ""
+            if failure.delay_ms is None
+            else f"  (retried after {format_duration(failure.delay_ms / 1000)})"
+        )
+        lines.append(f"    attempt {failure.attempt}: {failure.error}{after}")
+    lines.append(f"    attempt {attempt}: {last}  (gave up)")
+    return "\n".join(lines)
+
+
+@attrs.frozen(kw_only=True)
+class RetryStats:
+    """Retry statistics over every execution a ``ConsoleView`` saw."""
+
+    executions: int = 0
+    executions_with_retries: int = 0
+    succeeded_after_retry: int = 0
+    failed_after_retries: int = 0
+    retry_attempts: int = 0
+
+    @property
+    def mean_retries(self) -> float:
+        """Retries per execution seen (0 when none was seen)."""
+        return self.retry_attempts / self.executions if self.executions else 0.0
+
+
+def format_stats(stats: RetryStats) -> str:
+    """The summary block printed when a run ends."""
+    return "\n".join(
+        [
+            "Retry summary",
+            f"  executions:                {stats.executions}",
+            f"  executions with retries:   {stats.executions_with_retries}",
+            f"  succeeded after retry:     {stats.succeeded_after_retry}",
+            f"  failed after all retries:  {stats.failed_after_retries}",
+            f"  total retry attempts:      {stats.retry_attempts}",
+            f"  mean retries / execution:  {stats.mean_retries:.2f}",
+        ]
+    )
+
+
+class ConsoleView:
+    """An observer (pass it in ``observers=``) that prints runs and keeps retry statistics.
+
+    ``write`` receives each finished line or block; by default it prints with ``rich`` when
+    installed, plainly otherwise. ``lines`` keeps everything written, and ``running`` the
+    live state of each execution not yet ended (``status_lines`` formats it).
+    """
+
+    def __init__(self, write: Callable[[str], object] | None = None) -> None:
+        self._console: Any = None
+        if write is None:
+            self._console = _rich_console()
+            write = _writer(self._console)
+        self._write = write
+        self._lock = threading.Lock()
+        self.lines: list[str] = []
+        self.running: dict[str, str] = {}
+        self._seen: set[str] = set()
+        self._with_retries: set[str] = set()
+        self._failures: dict[tuple[str, str, int], list[_Try]] = {}
+        self._succeeded = 0
+        self._failed = 0
+        self._retries = 0
+
+    def __call__(self, event: Event) -> None:
+        """Take one event; print what it says, if anything."""
+        with self._lock:
+            text = self._handle(event)
+            if text is not None:
+                self.lines.append(text)
+        if text is not None:
+            self._write(text)
+
+    def _handle(self, event: Event) -> str | None:
+        eid = event.execution_id
+        kind = event.type
+        short = eid[:12]
+        if kind is EventType.EXECUTION_STARTED:
+            if eid not in self._seen:
+                self._seen.add(eid)
+            self.running[eid] = "running"
+            return f"▶ {event.workflow_id} started ({short})"
+        run_key = (eid, event.node_key or "", event.run_index or 0)
+        if kind is EventType.NODE_STARTED:
+            self.running[eid] = f"running {event.node_key} (attempt {event.attempt})"
+            return None
+        if kind is EventType.NODE_RETRY_SCHEDULED:
+            self._retries += 1
+            self._with_retries.add(eid)
+            self._failures.setdefault(run_key, []).append(
+                _Try(
+                    attempt=(event.attempt or 2) - 1,
+                    error=format_error(event.error),
+                    delay_ms=event.delay_ms,
+                )
+            )
+            self.running[eid] = f"waiting to retry {event.node_key}"
+            return format_retry(event)
+        if kind is EventType.NODE_COMPLETED:
+            failures = self._failures.pop(run_key, None)
+            if failures:
+                self._succeeded += 1
+                return format_retry_succeeded(event.node_key or "?", event.attempt or 0, failures)
+            return None
+        if kind is EventType.NODE_RETRY_EXHAUSTED:
+            failures = self._failures.pop(run_key, [])
+            self._failed += 1
+            return format_retry_failed(
+                event.node_key or "?", event.attempt or 0, failures, format_error(event.error)
+            )
+        if kind is EventType.NODE_FAILED:
+            self._failures.pop(run_key, None)
+            return None
+        if kind is EventType.EXECUTION_SUSPENDED:
+            if event.kind != "retry":
+                self.running[eid] = f"waiting on {event.kind} at {event.node_key}"
+                return f"{PAUSE} {short} waiting on {event.kind} at {event.node_key}"
+            return None
+        if kind is EventType.EXECUTION_COMPLETED:
+            self.running.pop(eid, None)
+            return f"{OK} {event.workflow_id} completed ({short})"
+        if kind is EventType.EXECUTION_FAILED:
+            self.running.pop(eid, None)
+            where = f" at {event.node_key}" if event.node_key else ""
+            return (
+                f"{FAIL} {event.workflow_id} failed{where}: {format_error(event.error)} ({short})"
+            )
+        if kind is EventType.EXECUTION_CANCELLED:
+            self.running.pop(eid, None)
+            return f"{FAIL} {short} cancelled"
+        return None
+
+    def stats(self) -> RetryStats:
+        """The retry statistics so far."""
+        with self._lock:
+            return RetryStats(
+                executions=len(self._seen),
+                executions_with_retries=len(self._with_retries),
+                succeeded_after_retry=self._succeeded,
+                failed_after_retries=self._failed,
+                retry_attempts=self._retries,
+            )
+
+    def status_lines(self) -> list[str]:
+        """One line per execution still running or waiting, for a live view."""
+        with self._lock:
+            return [f"{eid[:12]}  {state}" for eid, state in sorted(self.running.items())]
+
+    def summary(self) -> str:
+        """The retry summary as text."""
+        return format_stats(self.stats())
+
+    @contextlib.contextmanager
+    def live(self) -> Iterator[None]:
+        """Keep ``status_lines`` on screen, refreshed, while the block runs.
+
+        Only on a terminal and with rich's default writer; otherwise it does nothing, so
+        piped output stays plain lines.
+        """
+        console = self._console
+        if console is None or not console.is_terminal:
+            yield
+            return
+        from rich.live import Live
+        from rich.text import Text
+
+        def render() -> Text:
+            return Text("\n".join(self.status_lines()), style="dim")
+
+        with Live(get_renderable=render, console=console, refresh_per_second=8, transient=True):
+            yield
+
+
+def _rich_console() -> Any:
+    """A rich ``Console`` for the view, or ``None`` when rich is not installed."""
+    try:
+        from rich.console import Console
+    except ImportError:  # pragma: no cover - rich is an optional extra
+        return None
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _writer(console: Any) -> Callable[[str], object]:
+    if console is None:  # pragma: no cover - rich is an optional extra
+        return print
+    styles = {RETRY: "yellow", OK: "green", FAIL: "red", PAUSE: "cyan"}
+
+    def write(text: str) -> None:
+        console.print(text, markup=False, style=styles.get(text[:1]))
+
+    return write
+
+
+# -- the timeline of `prana show` ---------------------------------------------------------
+
+
+def _ts(when: datetime | None, origin: datetime | None) -> str:
+    if when is None:
+        return "-"
+    if origin is None:
+        return when.isoformat()
+    return "+" + format_duration((when - origin).total_seconds())
+
+
+def node_lateness(run: NodeExecution) -> list[tuple[int, timedelta]]:
+    """How late each resume of ``run`` started: ``(attempt, started_at - due_at)``.
+
+    Retry attempts carry their due time; a ``wait.wait`` interval or schedule is due at
+    its start plus the duration (or at ``schedule_at``), and resumed when it completed.
+    """
+    late = [
+        (attempt.number, attempt.started_at - attempt.due_at)
+        for attempt in run.attempts
+        if attempt.due_at is not None
+    ]
+    due = _timer_due(run)
+    if due is not None and run.completed_at is not None:
+        late.append((run.attempts[-1].number if run.attempts else 1, run.completed_at - due))
+    return late
+
+
+_UNIT_SECONDS = {"ms": 0.001, "seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
+
+
+def _timer_due(run: NodeExecution) -> datetime | None:
+    params: Any = run.params
+    if not isinstance(params, dict) or run.status.value != "completed":
+        return None
+    mode = params.get("mode")
+    if mode == "interval":
+        duration = params.get("duration")
+        factor = _UNIT_SECONDS.get(str(params.get("unit", "seconds")))
+        if isinstance(duration, int | float) and not isinstance(duration, bool) and factor:
+            return run.started_at + timedelta(seconds=duration * factor)
+    if mode == "schedule" and isinstance(params.get("schedule_at"), str):
+        try:
+            when = datetime.fromisoformat(params["schedule_at"])
+        except ValueError:
+            return None
+        return when if when.utcoffset() is not None else None
+    return None
+
+
+def format_timeline(execution: WorkflowExecution) -> str:
+    """Every node run and attempt of ``execution``: times, errors, delays and lateness."""
+    origin = execution.started_at
+    lines = [
+        f"execution {execution.id}",
+        f"  workflow  {execution.workflow_id} v{execution.workflow_version}",
+        f"  status    {execution.status.value}",
+        f"  started   {execution.started_at.isoformat() if execution.started_at else '-'}",
+    ]
+    if execution.completed_at is not None:
+        lines.append(f"  ended     {execution.completed_at.isoformat()}")
+    if execution.status is ExecutionStatus.SUSPENDED and execution.suspension is not None:
+        due = execution.due_at
+        at = f", due {due.isoformat()}" if due is not None else ""
+        lines.append(f"  waiting   {execution.suspension.kind} at {execution.suspended_node}{at}")
+    if execution.error is not None:
+        lines.append(f"  error     {format_error(execution.error)}")
+    if execution.parent is not None:
+        lines.append(
+            f"  parent    {execution.parent.execution_id} ({execution.parent.node_key}, "
+            f"{execution.parent.mode})"
+        )
+    lines.append("")
+    for run in execution.ordered_node_executions():
+        port = f" -> {run.output_port}" if run.output_port else ""
+        lines.append(
+            f"  [{run.execution_index}] {run.node_key} run {run.run_index}: {run.status.value}"
+            f"{port}  {_ts(run.started_at, origin)} .. {_ts(run.completed_at, origin)}"
+        )
+        lateness = dict(node_lateness(run))
+        for attempt in run.attempts:
+            text = f"      attempt {attempt.number}: {attempt.outcome.value}"
+            text += f"  {_ts(attempt.started_at, origin)} .. {_ts(attempt.ended_at, origin)}"
+            if attempt.due_at is not None:
+                text += f"  due {_ts(attempt.due_at, origin)}"
+            if attempt.number in lateness and attempt.outcome is not AttemptOutcome.RUNNING:
+                text += f"  late {format_duration(lateness[attempt.number].total_seconds())}"
+            if attempt.error is not None:
+                text += f"  {format_error(attempt.error)}"
+            if attempt.retry_delay_ms is not None:
+                text += f"  (retry in {format_duration(attempt.retry_delay_ms / 1000)})"
+            lines.append(text)
+        if run.error is not None and not run.attempts:
+            lines.append(f"      error: {format_error(run.error)}")
+    return "\n".join(lines)

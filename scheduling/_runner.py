@@ -1,0 +1,720 @@
+"""The runner: executor + store + scheduler, so suspended executions resume on their own.
+
+Theory of operation. Every transition of an execution is one step: load it (with its
+version) from the store, compute the next state with the pure core, save it with a
+compare-and-set on that version, and only then arm the alarm for its next due time
+(persist, then arm). The scheduler is only an alarm clock that carries an execution id;
+everything else is read back from the store when it fires, so any runner over the same
+store can finish any execution, and a runner that restarts re-arms every alarm from the
+store. Alarms fire at least once: a fire that finds the execution no longer suspended, or
+loses the compare-and-set, does nothing, so each transition happens exactly once.
+
+Follow-ups of a step (running a sub-workflow, resuming a parent when its child ends) run
+after the step's save, outside its lock, from a per-thread queue: no lock is ever held
+while another execution's lock is taken, and deep chains of sub-workflows do not recurse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from prana import (
+    ExecutionStatus,
+    InvalidSettingsError,
+    InvalidWorkflowError,
+    Outcome,
+    ParentRef,
+    Registry,
+    ResumeError,
+    SubWorkflowData,
+    Workflow,
+    WorkflowExecution,
+    cancel_execution,
+    execute_workflow,
+    expire_webhook,
+    resume_workflow,
+)
+from scheduling._errors import (
+    ExecutionNotFound,
+    StaleVersionError,
+    WorkflowConflictError,
+    WorkflowNotFound,
+)
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from prana import Event
+    from scheduling.abc import ExecutionStore, Scheduler
+
+__all__ = ["Runner", "child_execution_id", "is_settled"]
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+FINAL_STATUSES = frozenset(
+    {ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+)
+SELF_RESUMING_KINDS = frozenset({"retry", "timer", "sub_workflow"})
+"""Suspension kinds the runner resumes by itself; any other kind waits for ``deliver``."""
+
+_STRIPES = 64
+_WAIT_RECHECK_SECONDS = 0.25
+"""How often ``wait`` re-reads the store for progress made by other processes."""
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def is_settled(execution: WorkflowExecution) -> bool:
+    """Whether only the outside can move ``execution`` on: it ended, or waits for a delivery."""
+    if execution.status in FINAL_STATUSES:
+        return True
+    if execution.status is ExecutionStatus.SUSPENDED and execution.suspension is not None:
+        return execution.suspension.kind not in SELF_RESUMING_KINDS
+    return False
+
+
+def child_execution_id(parent: WorkflowExecution) -> str | None:
+    """The id of the child a parent suspended on a sub-workflow runs, or ``None``.
+
+    It is derived from the parent's id, node key, run index and attempt, so starting the
+    child twice (a fire delivered twice, a restart) collides in the store instead of
+    running a second child, and a retried sub-workflow node gets a fresh child.
+    """
+    suspension = parent.suspension
+    key = parent.suspended_node
+    if suspension is None or suspension.kind != "sub_workflow" or key is None:
+        return None
+    run = parent.node(key)
+    if run is None:
+        return None
+    attempt = run.attempts[-1].number if run.attempts else 1
+    return f"{parent.id}:{key}:{run.run_index}:{attempt}"
+
+
+def _execution_of(outcome: Outcome) -> WorkflowExecution:
+    """The execution an executor outcome carries (always set on what the executor returns)."""
+    execution = outcome.execution
+    assert execution is not None, "the executor returns outcomes with the execution filled in"
+    return execution
+
+
+def _error_dict(execution: WorkflowExecution) -> dict[str, Any]:
+    """A child's failure as the JSON-native ``error`` of a sub-workflow resume."""
+    error = execution.error
+    if error is None:
+        return {"code": execution.status.value, "message": f"child {execution.status.value}"}
+    return {
+        "code": error.code,
+        "type": error.type,
+        "module": error.module,
+        "message": error.message,
+        "details": error.details,
+        "node_key": error.node_key,
+        "execution_id": execution.id,
+    }
+
+
+def _exception_dict(exc: BaseException, code: str) -> dict[str, Any]:
+    return {
+        "code": code,
+        "type": type(exc).__name__,
+        "module": type(exc).__module__,
+        "message": str(exc),
+    }
+
+
+class Runner:
+    """Runs workflows to the end: persists every outcome, arms alarms, resumes when due.
+
+    ``store`` defaults to a ``MemoryStore`` and ``scheduler`` to an ``APSchedulerAdapter``
+    in a background thread. ``clock`` is shared by the runner, the core and the
+    scheduler; with a ``ManualScheduler`` and no ``clock`` its clock is used. ``env`` and
+    ``observers`` are handed to every run; ``workflows`` are registered (stored) at once,
+    so sub-workflows can find them.
+
+    Entering ``with runner:`` starts the scheduler and re-arms every alarm from the store;
+    leaving stops the scheduler, and neither cancels nor waits for suspended executions.
+    Async actions run on a private event loop per step (as ``execute_workflow`` does);
+    with an asyncio scheduler a fired resume runs in a worker thread, never blocking the
+    loop, and ``astart``/``adeliver``/``acancel``/``await_execution`` are the async facade.
+    """
+
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        store: ExecutionStore | None = None,
+        scheduler: Scheduler | None = None,
+        clock: Clock | None = None,
+        *,
+        env: Mapping[str, Any] | None = None,
+        observers: Iterable[Callable[[Event], object]] = (),
+        workflows: Iterable[Workflow] = (),
+    ) -> None:
+        if registry is not None and not isinstance(registry, Registry):
+            raise InvalidSettingsError(
+                f"Runner(registry={registry!r}): pass a prana.Registry (or None for the built-ins)"
+            )
+        self.registry = registry if registry is not None else Registry()
+        if store is None:
+            from scheduling.stores.memory import MemoryStore
+
+            store = MemoryStore()
+        self.store: ExecutionStore = store
+        scheduler_clock = getattr(scheduler, "clock", None)
+        if clock is None:
+            clock = scheduler_clock if callable(scheduler_clock) else _utcnow
+        elif callable(scheduler_clock) and scheduler_clock is not clock:
+            raise InvalidSettingsError(
+                f"Runner(clock={clock!r}): the scheduler has its own clock {scheduler_clock!r}; "
+                "pass the same clock to both (one clock is shared by runner, core and scheduler)"
+            )
+        if not callable(clock):
+            raise InvalidSettingsError(
+                f"Runner(clock={clock!r}): pass a callable returning an aware datetime"
+            )
+        if scheduler is None:
+            from scheduling.adapters.apscheduler import APSchedulerAdapter
+
+            scheduler = APSchedulerAdapter()
+        self.scheduler: Scheduler = scheduler
+        self.clock: Clock = clock
+        self.env: Mapping[str, Any] | None = env
+        self.observers: tuple[Callable[[Event], object], ...] = tuple(observers)
+        self._definitions: dict[tuple[str, int], Workflow] = {}
+        self._latest: dict[str, int] = {}
+        self._meta_lock = threading.Lock()
+        self._stripes = tuple(threading.RLock() for _ in range(_STRIPES))
+        self._changed = threading.Condition()
+        self._saves = 0
+        self._waiters = 0
+        self._local = threading.local()
+        self._open = False
+        for workflow in workflows:
+            self.register_workflow(workflow)
+
+    def __repr__(self) -> str:
+        state = "open" if self._open else "closed"
+        return f"<Runner {state} store={self.store!r} scheduler={type(self.scheduler).__name__}>"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> Runner:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Start the scheduler and re-arm every alarm the store knows, overdue ones included.
+
+        Parents waiting on a sub-workflow are reconciled too: a child that ended while no
+        runner was up resumes its parent, and a child never started is started.
+        """
+        if self._open:
+            return
+        self.scheduler.start(self._fire)
+        self._open = True
+        for execution_id, due_at in self.store.alarms():
+            self.scheduler.schedule(execution_id, due_at)
+        self._reconcile_parents()
+
+    def close(self) -> None:
+        """Stop the scheduler; suspended executions stay in the store for the next runner."""
+        if not self._open:
+            return
+        self._open = False
+        self.scheduler.shutdown()
+
+    # -- definitions -------------------------------------------------------------------
+
+    def register_workflow(self, workflow: Workflow) -> None:
+        """Store ``workflow``'s definition, so sub-workflows and other runners can load it.
+
+        A different definition under a stored id and version raises
+        ``WorkflowConflictError``: bump ``Workflow.version`` instead.
+        """
+        if not isinstance(workflow, Workflow):
+            raise InvalidSettingsError(f"register_workflow({workflow!r}): pass a prana.Workflow")
+        key = (workflow.id, workflow.version)
+        cached = self._definitions.get(key)
+        if cached is not None:
+            if cached is workflow or cached == workflow:
+                return
+            raise WorkflowConflictError(
+                f"workflow {workflow.id!r} version {workflow.version} is already stored with a "
+                "different definition; a definition never changes for a given id and version: "
+                "bump Workflow.version"
+            )
+        self.store.save_workflow(workflow)
+        with self._meta_lock:
+            self._definitions[key] = workflow
+            if workflow.version > self._latest.get(workflow.id, 0):
+                self._latest[workflow.id] = workflow.version
+
+    def _definition(self, workflow_id: str, version: int) -> Workflow:
+        key = (workflow_id, version)
+        cached = self._definitions.get(key)
+        if cached is not None:
+            return cached
+        workflow = self.store.load_workflow(workflow_id, version)
+        with self._meta_lock:
+            self._definitions[key] = workflow
+            if version > self._latest.get(workflow_id, 0):
+                self._latest[workflow_id] = version
+        return workflow
+
+    def _latest_definition(self, workflow_id: str) -> Workflow:
+        """The highest version of ``workflow_id`` known here or stored (probed upwards)."""
+        version = self._latest.get(workflow_id, 0)
+        found: Workflow | None = self._definitions.get((workflow_id, version))
+        while True:
+            try:
+                found = self._definition(workflow_id, version + 1)
+            except WorkflowNotFound:
+                break
+            version += 1
+        if found is None:
+            raise WorkflowNotFound(
+                f"no definition of workflow {workflow_id!r} is stored; register it with "
+                "runner.register_workflow(workflow) (or Runner(workflows=[...])) first"
+            )
+        return found
+
+    # -- the public operations ---------------------------------------------------------
+
+    def start(
+        self,
+        workflow: Workflow,
+        input: Any = None,
+        *,
+        execution_id: str | None = None,
+    ) -> str:
+        """Run ``workflow`` in the caller until it completes or suspends; return its id.
+
+        The definition is stored first (a different one under the same id and version is
+        refused before anything runs), the outcome is saved, then its alarm is armed.
+        """
+        if execution_id is not None:
+            with contextlib.suppress(ExecutionNotFound):
+                self.store.load(execution_id)
+                raise StaleVersionError(
+                    f"execution {execution_id!r} already exists; start it under a new id"
+                )
+        execution = self._start(workflow, input, execution_id=execution_id, parent=None)
+        return execution.id
+
+    def deliver(self, execution_id: str, resume_data: Any = None) -> Outcome:
+        """Resume a webhook (or custom) suspension with ``resume_data``; return the outcome.
+
+        Runs in the caller until the execution completes or suspends again. Raises
+        ``ExecutionNotFound`` for an unknown id, ``ResumeError`` for an execution that is
+        not suspended or waits on a retry, timer or sub-workflow (those resume on their
+        own), and ``StaleVersionError`` if another process resumed it first.
+        """
+        with self._lock_for(execution_id):
+            execution, version = self.store.load(execution_id)
+            suspension = execution.suspension
+            if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
+                raise ResumeError(
+                    f"execution {execution_id!r} is {execution.status.value}, not suspended; "
+                    "there is nothing to deliver to"
+                )
+            if suspension.kind in SELF_RESUMING_KINDS:
+                raise ResumeError(
+                    f"execution {execution_id!r} waits on a {suspension.kind} suspension, which "
+                    "the runner resumes by itself; deliver() is for webhooks and custom kinds"
+                )
+            workflow = self._definition(execution.workflow_id, execution.workflow_version)
+            outcome = self._resume(execution, resume_data, workflow)
+            new = _execution_of(outcome)
+            new_version = self.store.save(new, version)
+        if new.due_at is None:
+            self.scheduler.cancel(execution_id)
+        self._settle(new, new_version)
+        return outcome
+
+    def cancel(self, execution_id: str, reason: str | None = None) -> WorkflowExecution:
+        """Cancel a pending or suspended execution, disarm its alarm; return it cancelled.
+
+        Cancelling a cancelled execution returns it as is; a completed or failed one
+        raises ``ResumeError``. A resume racing the cancel finds it cancelled and does
+        nothing. A child sub-workflow the execution waits on is cancelled too.
+        """
+        while True:
+            with self._lock_for(execution_id):
+                execution, version = self.store.load(execution_id)
+                if execution.status is ExecutionStatus.CANCELLED:
+                    return execution
+                cancelled = cancel_execution(
+                    execution, reason, clock=self.clock, observers=self.observers
+                )
+                try:
+                    new_version = self.store.save(cancelled, version)
+                except StaleVersionError:
+                    continue  # another process moved it on: cancel the newer record
+            break
+        self.scheduler.cancel(execution_id)
+        child_id = child_execution_id(execution)
+        data = execution.suspension.data if execution.suspension is not None else None
+        if (
+            child_id is not None
+            and isinstance(data, SubWorkflowData)
+            and data.mode != "fire_and_forget"
+        ):
+            with contextlib.suppress(ExecutionNotFound, ResumeError):  # not started, or ended
+                self.cancel(child_id, reason or f"parent {execution_id!r} cancelled")
+        self._settle(cancelled, new_version)
+        return cancelled
+
+    def rearm_due(self, limit: int = 1000) -> int:
+        """Arm every execution the store says is due now; return how many.
+
+        A worker calls this now and then to pick up work another process left due (a
+        ``deliver`` from the command line that ended in a retry, a runner that crashed).
+        Arming one already armed only replaces its alarm.
+        """
+        due = self.store.find_due(self.clock(), limit=limit)
+        for execution_id, due_at in due:
+            self.scheduler.schedule(execution_id, due_at)
+        return len(due)
+
+    def run_due(self, limit: int = 1000) -> list[str]:
+        """Resume, in the caller, every execution the store says is due now; return their ids.
+
+        For a cron-style worker, or a script with no scheduler running: each is handled
+        as if its alarm fired (a resume that loses the compare-and-set is dropped).
+        """
+        handled: list[str] = []
+        for execution_id, _ in self.store.find_due(self.clock(), limit=limit):
+            self._on_alarm(execution_id)
+            handled.append(execution_id)
+        return handled
+
+    def get(self, execution_id: str) -> WorkflowExecution:
+        """The stored execution; ``ExecutionNotFound`` if there is none."""
+        execution, _ = self.store.load(execution_id)
+        return execution
+
+    def wait(self, execution_id: str, timeout: float | None = None) -> WorkflowExecution:
+        """Block until the execution ended or waits for the outside (a webhook, a custom kind).
+
+        Wakes on every save this runner makes, and re-reads the store a few times a second
+        for progress made by other processes. Raises ``TimeoutError`` after ``timeout``
+        seconds (``None``: wait as long as it takes).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            self._waiters += 1  # from now on every save notifies
+        try:
+            while True:
+                with self._changed:
+                    seen = self._saves
+                execution = self.get(execution_id)
+                if is_settled(execution):
+                    return execution
+                pause = _WAIT_RECHECK_SECONDS
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError(
+                            f"execution {execution_id!r} is still {execution.status.value} "
+                            f"after {timeout}s"
+                        )
+                    pause = min(pause, remaining)
+                with self._changed:
+                    if self._saves == seen:
+                        self._changed.wait(pause)
+        finally:
+            with self._changed:
+                self._waiters -= 1
+
+    # -- the async facade --------------------------------------------------------------
+
+    async def astart(
+        self,
+        workflow: Workflow,
+        input: Any = None,
+        *,
+        execution_id: str | None = None,
+    ) -> str:
+        """``start`` from async code: runs in a worker thread, never blocking the loop."""
+        return await asyncio.to_thread(self.start, workflow, input, execution_id=execution_id)
+
+    async def adeliver(self, execution_id: str, resume_data: Any = None) -> Outcome:
+        """``deliver`` from async code."""
+        return await asyncio.to_thread(self.deliver, execution_id, resume_data)
+
+    async def acancel(self, execution_id: str, reason: str | None = None) -> WorkflowExecution:
+        """``cancel`` from async code."""
+        return await asyncio.to_thread(self.cancel, execution_id, reason)
+
+    async def await_execution(
+        self, execution_id: str, timeout: float | None = None
+    ) -> WorkflowExecution:
+        """``wait`` from async code."""
+        return await asyncio.to_thread(self.wait, execution_id, timeout)
+
+    # -- the steps ---------------------------------------------------------------------
+
+    def _lock_for(self, execution_id: str) -> threading.RLock:
+        return self._stripes[hash(execution_id) % _STRIPES]
+
+    def _resume(self, execution: WorkflowExecution, data: Any, workflow: Workflow) -> Outcome:
+        return resume_workflow(
+            execution,
+            data,
+            workflow=workflow,
+            registry=self.registry,
+            clock=self.clock,
+            env=self.env,
+            observers=self.observers,
+        )
+
+    def _start(
+        self,
+        workflow: Workflow,
+        input_data: Any,
+        *,
+        execution_id: str | None,
+        parent: ParentRef | None,
+    ) -> WorkflowExecution:
+        self.register_workflow(workflow)
+        outcome = execute_workflow(
+            workflow,
+            input_data,
+            registry=self.registry,
+            clock=self.clock,
+            env=self.env,
+            observers=self.observers,
+            execution_id=execution_id,
+            parent=parent,
+        )
+        new = _execution_of(outcome)
+        version = self.store.save(new, None)
+        self._settle(new, version)
+        return new
+
+    def _fire(self, execution_id: str) -> Any:
+        """The scheduler's callback; inside an event loop it hands the step to a thread."""
+        if asyncio._get_running_loop() is None:  # the no-raise form: this is the hot path
+            self._on_alarm(execution_id)
+            return None
+        return asyncio.to_thread(self._on_alarm, execution_id)
+
+    def _on_alarm(self, execution_id: str) -> None:
+        """An alarm went off: resume the execution if it is still suspended and due."""
+        with self._lock_for(execution_id):
+            try:
+                execution, version = self.store.load(execution_id)
+            except ExecutionNotFound:
+                logger.warning("alarm of unknown execution %r dropped", execution_id)
+                return
+            suspension = execution.suspension
+            if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
+                return  # resumed, cancelled or finished since the alarm was armed
+            follow_up, new_version = execution, version
+            if suspension.kind == "sub_workflow":
+                pass  # an async child to start (or a parent to reconcile): outside the lock
+            else:
+                due_at = execution.due_at
+                if due_at is None:
+                    return  # waits for a delivery; nothing is due
+                now = self.clock()
+                if due_at > now:
+                    self.scheduler.schedule(execution_id, due_at)  # early: wait again
+                    return
+                workflow = self._definition(execution.workflow_id, execution.workflow_version)
+                if suspension.kind == "webhook":
+                    outcome = self._expire_webhook(execution, workflow)
+                else:
+                    outcome = self._resume(execution, None, workflow)
+                try:
+                    new = _execution_of(outcome)
+                    new_version = self.store.save(new, version)
+                except StaleVersionError:
+                    logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
+                    return
+                follow_up = new
+        if follow_up is execution:
+            self._run_child(execution)
+        else:
+            self._settle(follow_up, new_version)
+
+    def _expire_webhook(self, execution: WorkflowExecution, workflow: Workflow) -> Outcome:
+        """Fail the webhook wait with a non-retryable ``WebhookTimeout``; ``on_error`` applies."""
+        return expire_webhook(
+            execution,
+            workflow=workflow,
+            registry=self.registry,
+            clock=self.clock,
+            env=self.env,
+            observers=self.observers,
+        )
+
+    # -- follow-ups --------------------------------------------------------------------
+
+    def _settle(self, execution: WorkflowExecution, version: int) -> None:
+        """After a save: wake waiters, then arm the alarm or run what the new state asks for.
+
+        The common cases (a retry or timer to arm, an execution that ended with no parent)
+        are handled at once; sub-workflow steps go through the per-thread queue.
+        """
+        del version
+        if self._waiters:
+            with self._changed:
+                self._saves += 1
+                self._changed.notify_all()
+        status = execution.status
+        suspension = execution.suspension
+        if status is ExecutionStatus.SUSPENDED:
+            if suspension is not None and suspension.kind != "sub_workflow":
+                due_at = execution.due_at
+                if due_at is not None:
+                    self.scheduler.schedule(execution.id, due_at)
+                return
+        elif execution.parent is None or status not in FINAL_STATUSES:
+            return
+        queue: collections.deque[WorkflowExecution] | None = getattr(self._local, "queue", None)
+        if queue is not None:
+            queue.append(execution)
+            return
+        queue = self._local.queue = collections.deque([execution])
+        try:
+            while queue:
+                self._follow_up(queue.popleft())
+        finally:
+            self._local.queue = None
+
+    def _follow_up(self, execution: WorkflowExecution) -> None:
+        status = execution.status
+        if status is ExecutionStatus.SUSPENDED and execution.suspension is not None:
+            data = execution.suspension.data
+            if execution.suspension.kind == "sub_workflow" and isinstance(data, SubWorkflowData):
+                if data.mode == "async":
+                    self.scheduler.schedule(execution.id, self.clock())
+                else:
+                    self._run_child(execution)
+                return
+            due_at = execution.due_at
+            if due_at is not None:
+                self.scheduler.schedule(execution.id, due_at)
+        elif (
+            status in FINAL_STATUSES
+            and execution.parent is not None
+            and execution.parent.mode != "fire_and_forget"
+        ):
+            self._report_to_parent(execution)
+
+    def _run_child(self, parent: WorkflowExecution) -> None:
+        """Start the child a parent waits on (once), or report a child that already ended."""
+        suspension = parent.suspension
+        key = parent.suspended_node
+        child_id = child_execution_id(parent)
+        if suspension is None or key is None or child_id is None:
+            return
+        data = suspension.data
+        if not isinstance(data, SubWorkflowData):
+            return
+        try:
+            child, _ = self.store.load(child_id)
+        except ExecutionNotFound:
+            child = None
+        if child is None:
+            ref = ParentRef(execution_id=parent.id, node_key=key, mode=data.mode)
+            try:
+                if data.version is None:
+                    workflow = self._latest_definition(data.workflow_id)
+                else:
+                    workflow = self._definition(data.workflow_id, data.version)
+                child = self._start(workflow, data.input, execution_id=child_id, parent=ref)
+            except StaleVersionError:
+                return  # started by someone else meanwhile; it reports when it ends
+            except (WorkflowNotFound, InvalidWorkflowError) as exc:
+                code = "workflow_not_found" if isinstance(exc, LookupError) else "invalid_workflow"
+                self._resume_parent(
+                    parent.id,
+                    key,
+                    child_id,
+                    {"status": "failed", "error": _exception_dict(exc, code)},
+                )
+                return
+        if data.mode == "fire_and_forget":
+            self._resume_parent(
+                parent.id,
+                key,
+                child_id,
+                {"status": "completed", "output": {"execution_id": child_id}},
+            )
+        elif child.status in FINAL_STATUSES and child.id == child_id:
+            self._report_to_parent(child)
+
+    def _report_to_parent(self, child: WorkflowExecution) -> None:
+        """Resume the parent of an ended child with its output or its error."""
+        ref = child.parent
+        if ref is None:
+            return
+        if child.status is ExecutionStatus.COMPLETED:
+            data: dict[str, Any] = {"status": "completed", "output": child.output}
+        else:
+            data = {"status": "failed", "error": _error_dict(child)}
+        self._resume_parent(ref.execution_id, ref.node_key, child.id, data)
+
+    def _resume_parent(
+        self, parent_id: str, node_key: str, child_id: str, resume_data: Any
+    ) -> None:
+        with self._lock_for(parent_id):
+            try:
+                parent, version = self.store.load(parent_id)
+            except ExecutionNotFound:
+                logger.warning("child %r reports to unknown parent %r", child_id, parent_id)
+                return
+            if (
+                parent.status is not ExecutionStatus.SUSPENDED
+                or parent.suspended_node != node_key
+                or child_execution_id(parent) != child_id
+            ):
+                return  # resumed already, cancelled, or waiting on another child now
+            workflow = self._definition(parent.workflow_id, parent.workflow_version)
+            outcome = self._resume(parent, resume_data, workflow)
+            try:
+                new = _execution_of(outcome)
+                new_version = self.store.save(new, version)
+            except StaleVersionError:
+                return
+        self._settle(new, new_version)
+
+    def _reconcile_parents(self) -> None:
+        """Finish what a crash may have cut short between a child's save and its parent's."""
+        for summary in self._suspended_without_alarm():
+            try:
+                execution, _ = self.store.load(summary)
+            except ExecutionNotFound:
+                continue
+            if (
+                execution.status is ExecutionStatus.SUSPENDED
+                and execution.suspension is not None
+                and execution.suspension.kind == "sub_workflow"
+            ):
+                self._run_child(execution)
+
+    def _suspended_without_alarm(self) -> Sequence[str]:
+        rows = self.store.list(ExecutionStatus.SUSPENDED, limit=1_000_000)
+        return [row.id for row in rows if row.due_at is None]

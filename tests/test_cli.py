@@ -1,0 +1,294 @@
+"""The ``prana`` command, through ``main(argv)`` and once as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from prana import Connection, ExecutionStatus, Node, NodeSettings, RetryPolicy, Workflow
+from prana.testing import ManualClock
+from scheduling import Runner
+from scheduling._cli import load_actions, main
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ACTIONS = textwrap.dedent(
+    """
+    calls = []
+
+    def flaky(params, ctx):
+        calls.append(ctx.attempt)
+        if ctx.attempt <= params.get("fails", 0):
+            raise ConnectionError(f"down on attempt {ctx.attempt}")
+        return {"attempt": ctx.attempt}
+
+    def register(registry):
+        registry.register("cli.flaky", flaky)
+    """
+)
+
+
+def workflow_doc(fails: int, *, webhook: bool = False) -> dict[str, Any]:
+    """A trigger -> flaky node (retries 0.05 s apart) [-> webhook wait] workflow as plain data."""
+    nodes: list[dict[str, Any]] = [
+        {"key": "start", "type": "manual.trigger"},
+        {
+            "key": "r",
+            "type": "cli.flaky",
+            "params": {"fails": fails},
+            "settings": {"retry_on_failed": True, "max_retries": 3, "retry_delay_ms": 50},
+        },
+    ]
+    connections = [{"from_node": "start", "to_node": "r"}]
+    if webhook:
+        nodes.append({"key": "w", "type": "wait.wait", "params": {"mode": "webhook"}})
+        connections.append({"from_node": "r", "to_node": "w"})
+    return {"id": f"cli-{fails}-{webhook}", "nodes": nodes, "connections": connections}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """Paths of a fresh database and an actions file in ``tmp_path``."""
+    actions = tmp_path / "cli_actions.py"
+    actions.write_text(ACTIONS)
+    return {"db": str(tmp_path / "prana.db"), "actions": str(actions), "dir": str(tmp_path)}
+
+
+def write_workflow(tmp_path: Path, doc: dict[str, Any], name: str = "wf.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def execution_id_in(text: str) -> str:
+    found = re.search(r"execution ([0-9a-f]{32}): ", text)
+    assert found is not None, text
+    return found.group(1)
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- happy paths ------------------------------------------------------------------------------
+
+
+def test_run_retries_then_completes_and_show_prints_the_timeline(
+    env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana run`` retries a flaky node to completion; ``list`` and ``show`` report it."""
+    path = write_workflow(tmp_path, workflow_doc(fails=2))
+    code, out, _ = run(
+        ["run", path, "--db", env["db"], "--actions", env["actions"], "--input", '{"a": 1}'],
+        capsys,
+    )
+    assert code == 0
+    assert "↻ r (attempt 2/4) retrying in 50ms after ConnectionError: down on attempt 1" in out
+    assert "✓ r succeeded on attempt 3 after 2 retries (ConnectionError)" in out
+    assert "total retry attempts:      2" in out
+    eid = execution_id_in(out)
+    code, out, _ = run(["list", "--db", env["db"]], capsys)
+    assert code == 0
+    assert eid in out
+    assert "completed" in out
+    code, out, _ = run(["list", "--db", env["db"], "--status", "failed"], capsys)
+    assert (code, out.strip()) == (0, "no executions")
+    code, out, _ = run(["show", eid, "--db", env["db"]], capsys)
+    assert code == 0
+    assert "attempt 3: completed" in out
+    assert "(retry in 50ms)" in out
+    assert "late " in out
+
+
+def test_run_yaml_failing_workflow_exits_1(
+    env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A YAML workflow whose retries run out ends with exit code 1 and the failure block."""
+    import yaml
+
+    path = tmp_path / "wf.yaml"
+    path.write_text(yaml.safe_dump(workflow_doc(fails=9)))
+    code, out, _ = run(["run", str(path), "--db", env["db"], "--actions", env["actions"]], capsys)
+    assert code == 1
+    assert "✗ r failed after 4 attempts" in out
+    assert "failed after all retries:  1" in out
+
+
+def test_webhook_run_then_deliver_then_cancel(
+    env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run`` stops at a webhook wait, ``deliver`` finishes it, ``cancel`` refuses an ended one."""
+    path = write_workflow(tmp_path, workflow_doc(fails=0, webhook=True))
+    code, out, _ = run(["run", path, "--db", env["db"], "--actions", env["actions"]], capsys)
+    assert code == 0
+    eid = execution_id_in(out)
+    assert f"prana deliver {eid} --data JSON" in out
+    code, out, _ = run(
+        ["deliver", eid, "--db", env["db"], "--actions", env["actions"], "--data", '{"ok": 1}'],
+        capsys,
+    )
+    assert code == 0
+    assert f"execution {eid}: completed" in out
+    assert '"ok": 1' in out
+    code, _, err = run(["cancel", eid, "--db", env["db"]], capsys)
+    assert code == 2
+    assert "completed" in err
+
+
+def test_cancel_a_waiting_execution(
+    env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana cancel`` cancels an execution waiting on a webhook."""
+    path = write_workflow(tmp_path, workflow_doc(fails=0, webhook=True))
+    _, out, _ = run(["run", path, "--db", env["db"], "--actions", env["actions"]], capsys)
+    eid = execution_id_in(out)
+    code, out, _ = run(["cancel", eid, "--db", env["db"], "--reason", "no longer needed"], capsys)
+    assert (code, out.strip()) == (0, f"execution {eid}: cancelled")
+
+
+def test_worker_once_resumes_due_executions(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana worker --once`` resumes every execution already due, then exits."""
+    registry = load_actions(env["actions"])
+    clock = ManualClock(datetime.now(timezone.utc) - timedelta(hours=1))
+    store = SQLiteStore(env["db"])
+    wf = Workflow(
+        id="due",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="r",
+                type="cli.flaky",
+                params={"fails": 1},
+                settings=NodeSettings(retry=RetryPolicy(initial_delay=1)),
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="r")],
+    )
+    eid = Runner(registry, store, ManualScheduler(clock)).start(wf)
+    store.close()
+    code, out, _ = run(["worker", "--once", "--db", env["db"], "--actions", env["actions"]], capsys)
+    assert (code, out.splitlines()[-1]) == (0, "resumed 1 due execution(s)")
+    store = SQLiteStore(env["db"])
+    assert store.load(eid)[0].status is ExecutionStatus.COMPLETED
+    store.close()
+
+
+def test_actions_module_by_name_with_a_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--actions NAME`` imports a module from the current directory and uses its ``registry``."""
+    (tmp_path / "my_registry_mod.py").write_text(
+        "from prana import Registry\nregistry = Registry()\n"
+        "registry.register('mine.x', lambda p, c: 1)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "mine.x" in load_actions("my_registry_mod")
+
+
+def test_demo_runs_and_summarises(capsys: pytest.CaptureFixture[str]) -> None:
+    """``prana demo`` runs three flaky calls on the real scheduler and prints the summary."""
+    code, out, _ = run(["demo"], capsys)
+    assert code == 0
+    assert "succeeded after retry:     2" in out
+    assert "failed after all retries:  1" in out
+    assert out.count(": completed") == 2
+
+
+def test_demo_as_a_subprocess(tmp_path: Path) -> None:
+    """``python -m scheduling._cli demo`` works as a program, in its own process."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, "-m", "scheduling._cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": root},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Retry summary" in result.stdout
+    assert "↻ call_api (attempt 2/4) retrying in 200ms" in result.stdout
+
+
+# -- mistakes: one line on stderr, exit code 2 --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "{dir}/missing.json"], "missing.json: no such file"),
+        (["run", "{dir}/bad.json"], "bad.json: cannot read the workflow: not valid JSON"),
+        (["run", "{dir}/bad.yaml"], "bad.yaml: not valid YAML"),
+        (["run", "{dir}/list.yaml"], "a workflow is a YAML mapping, got list"),
+        (["run", "{dir}/fields.json"], "$.nodes: required field missing"),
+        (["run", "{dir}/good.json", "--input", "{nope"], "--input: not valid JSON"),
+        (["run", "{dir}/good.json", "--actions", "no_such_mod_xyz"], "cannot import"),
+        (["run", "{dir}/good.json", "--actions", "{dir}/none.py"], "no such file"),
+        (["run", "{dir}/good.json", "--actions", "{dir}/empty.py"], "neither a `registry`"),
+        (["run", "{dir}/good.json"], "cli.flaky"),
+        (["show", "nope"], "no execution 'nope' is stored"),
+        (["deliver", "nope", "--data", "1"], "no execution 'nope' is stored"),
+        (["deliver", "nope", "--data", "{x"], "--data: not valid JSON"),
+        (["list", "--status", "weird"], "--status weird: use one of"),
+    ],
+)
+def test_mistakes_are_one_line_errors(
+    argv: list[str],
+    message: str,
+    env: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each mistake prints one clear line to stderr and exits with 2, no traceback."""
+    (tmp_path / "bad.json").write_text("{oops")
+    (tmp_path / "bad.yaml").write_text("a: [unclosed")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    (tmp_path / "fields.json").write_text('{"id": "x"}')
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    write_workflow(tmp_path, workflow_doc(fails=0), "good.json")
+    SQLiteStore(env["db"]).close()
+    args = [a.replace("{dir}", env["dir"]) for a in argv] + ["--db", env["db"]]
+    code, _, err = run(args, capsys)
+    assert code == 2
+    assert err.startswith("prana: error: ")
+    assert message in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_missing_database_and_corrupt_record(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``show`` without a database, or of a corrupt record, is a one-line error."""
+    code, _, err = run(["show", "x", "--db", env["db"]], capsys)
+    assert code == 2
+    assert "no database at" in err
+    store = SQLiteStore(env["db"])
+    store.close()
+    with sqlite3.connect(env["db"]) as conn:
+        conn.execute(
+            "INSERT INTO prana_executions (id, workflow_id, workflow_version, status, version,"
+            " data) VALUES ('bad', 'wf', 1, 'completed', 1, '{\"schema_version\": 1}')"
+        )
+    code, _, err = run(["show", "bad", "--db", env["db"]], capsys)
+    assert code == 2
+    assert "stored execution 'bad' cannot be read" in err
+    assert err.count("\n") == 1

@@ -1,0 +1,230 @@
+"""The console view: pure formatting of retries, outcomes, statistics and timelines."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prana import (
+    AttemptOutcome,
+    AttemptRecord,
+    ErrorInfo,
+    Event,
+    EventType,
+    ExecutionStatus,
+    NodeExecution,
+    NodeStatus,
+    WorkflowExecution,
+)
+from scheduling import ConsoleView, RetryStats
+from scheduling._console import (
+    format_duration,
+    format_error,
+    format_retry,
+    format_stats,
+    format_timeline,
+    node_lateness,
+)
+
+T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+ERR = ErrorInfo(code="action_error", type="ConnectionError", module="builtins", message="refused")
+
+
+def event(type_: EventType, **fields: Any) -> Event:
+    fields.setdefault("execution_id", "e1")
+    return Event(type=type_, workflow_id="wf", at=T0, **fields)
+
+
+def retry(attempt: int, delay_ms: int = 2000, eid: str = "e1") -> Event:
+    return event(
+        EventType.NODE_RETRY_SCHEDULED,
+        execution_id=eid,
+        node_key="r",
+        run_index=0,
+        attempt=attempt,
+        max_attempts=4,
+        delay_ms=delay_ms,
+        error=ERR,
+    )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.25, "250ms"), (2, "2.0s"), (59.9, "59.9s"), (90, "1m30s"), (7260, "2h1m"), (-1.5, "-1.5s")],
+)
+def test_format_duration(seconds: float, text: str) -> None:
+    """Durations print in the largest fitting unit, keeping the sign."""
+    assert format_duration(seconds) == text
+
+
+@given(st.floats(min_value=-1e7, max_value=1e7, allow_nan=False))
+def test_format_duration_never_fails(seconds: float) -> None:
+    """Any finite duration formats to non-empty text."""
+    assert format_duration(seconds)
+
+
+def test_format_retry_line() -> None:
+    """A scheduled retry reads ``↻ r (attempt 2/4) retrying in 2.0s after E: msg``."""
+    assert (
+        format_retry(retry(2))
+        == "↻ r (attempt 2/4) retrying in 2.0s after ConnectionError: refused"
+    )
+
+
+def test_format_retry_without_limit_or_error() -> None:
+    """A retry with no attempt limit omits the total; a missing error prints as ``?``."""
+    unlimited = event(EventType.NODE_RETRY_SCHEDULED, node_key="r", attempt=3, delay_ms=0)
+    assert format_retry(unlimited) == "↻ r (attempt 3) retrying in 0ms after ?"
+    assert format_error(None) == "?"
+
+
+def test_success_after_retry_is_one_compact_line() -> None:
+    """A node that recovers after retries gets one compact line naming the retries."""
+    view = ConsoleView(write=lambda _t: None)
+    view(event(EventType.EXECUTION_STARTED))
+    view(retry(2))
+    view(retry(3))
+    view(event(EventType.NODE_COMPLETED, node_key="r", run_index=0, attempt=3))
+    assert view.lines[-1] == "✓ r succeeded on attempt 3 after 2 retries (ConnectionError)"
+
+
+def test_failure_after_retries_is_a_detailed_block() -> None:
+    """A node whose retries ran out gets a block listing every attempt and its error."""
+    written: list[str] = []
+    view = ConsoleView(write=written.append)
+    view(event(EventType.EXECUTION_STARTED))
+    view(retry(2, 200))
+    view(retry(3, 400))
+    view(event(EventType.NODE_RETRY_EXHAUSTED, node_key="r", run_index=0, attempt=3, error=ERR))
+    view(event(EventType.NODE_FAILED, node_key="r", run_index=0, attempt=3, error=ERR))
+    view(event(EventType.EXECUTION_FAILED, node_key="r", error=ERR))
+    block = written[-2]
+    assert block.splitlines() == [
+        "✗ r failed after 3 attempts",
+        "    attempt 1: ConnectionError: refused  (retried after 200ms)",
+        "    attempt 2: ConnectionError: refused  (retried after 400ms)",
+        "    attempt 3: ConnectionError: refused  (gave up)",
+    ]
+    assert written[-1] == "✗ wf failed at r: ConnectionError: refused (e1)"
+    assert written == view.lines
+
+
+def test_stats_count_executions_and_retries() -> None:
+    """The summary counts executions, recoveries, exhaustions and retries."""
+    view = ConsoleView(write=lambda _t: None)
+    for eid in ("a", "b", "c"):
+        view(event(EventType.EXECUTION_STARTED, execution_id=eid))
+    view(retry(2, eid="a"))
+    view(event(EventType.NODE_COMPLETED, execution_id="a", node_key="r", run_index=0, attempt=2))
+    view(retry(2, eid="b"))
+    view(retry(3, eid="b"))
+    view(
+        event(
+            EventType.NODE_RETRY_EXHAUSTED, execution_id="b", node_key="r", run_index=0, attempt=3
+        )
+    )
+    stats = view.stats()
+    assert stats == RetryStats(
+        executions=3,
+        executions_with_retries=2,
+        succeeded_after_retry=1,
+        failed_after_retries=1,
+        retry_attempts=3,
+    )
+    assert stats.mean_retries == 1.0
+    assert "total retry attempts:      3" in view.summary()
+    assert "mean retries / execution:  1.00" in format_stats(stats)
+    assert RetryStats().mean_retries == 0.0
+
+
+def test_live_state_tracks_running_and_waiting_executions() -> None:
+    """``status_lines`` shows each execution still running or waiting, gone once it ends."""
+    view = ConsoleView(write=lambda _t: None)
+    view(event(EventType.EXECUTION_STARTED, execution_id="a"))
+    view(event(EventType.EXECUTION_STARTED, execution_id="b"))
+    view(event(EventType.NODE_STARTED, execution_id="a", node_key="r", attempt=1))
+    view(event(EventType.EXECUTION_SUSPENDED, execution_id="b", node_key="w", kind="webhook"))
+    assert view.status_lines() == ["a  running r (attempt 1)", "b  waiting on webhook at w"]
+    view(event(EventType.EXECUTION_COMPLETED, execution_id="a"))
+    view(event(EventType.EXECUTION_CANCELLED, execution_id="b"))
+    assert view.status_lines() == []
+    assert view.lines[-2:] == ["✓ wf completed (a)", "✗ b cancelled"]
+
+
+def attempt(n: int, start: float, end: float, **kw: Any) -> AttemptRecord:
+    return AttemptRecord(
+        number=n,
+        started_at=T0 + timedelta(seconds=start),
+        ended_at=T0 + timedelta(seconds=end),
+        **kw,
+    )
+
+
+def test_timeline_shows_attempts_errors_delays_and_lateness() -> None:
+    """``prana show``'s timeline lists every attempt with its error, delay and lateness."""
+    run = NodeExecution(
+        node_key="r",
+        status=NodeStatus.COMPLETED,
+        execution_index=1,
+        run_index=0,
+        started_at=T0,
+        completed_at=T0 + timedelta(seconds=3.5),
+        output_port="main",
+        attempts=(
+            attempt(1, 0, 0, outcome=AttemptOutcome.FAILED, error=ERR, retry_delay_ms=2000),
+            attempt(
+                2, 3.5, 3.5, outcome=AttemptOutcome.COMPLETED, due_at=T0 + timedelta(seconds=2)
+            ),
+        ),
+    )
+    execution = WorkflowExecution(
+        id="e1",
+        workflow_id="wf",
+        workflow_version=1,
+        status=ExecutionStatus.COMPLETED,
+        node_executions={"r": (run,)},
+        started_at=T0,
+        completed_at=T0 + timedelta(seconds=3.5),
+    )
+    text = format_timeline(execution)
+    assert "status    completed" in text
+    assert "attempt 1: failed  +0ms .. +0ms  ConnectionError: refused  (retry in 2.0s)" in text
+    assert "attempt 2: completed  +3.5s .. +3.5s  due +2.0s  late 1.5s" in text
+    assert node_lateness(run) == [(2, timedelta(seconds=1.5))]
+
+
+def test_timer_lateness_comes_from_the_wait_params() -> None:
+    """An interval or schedule wait is due at its start plus the duration, or at ``schedule_at``."""
+
+    def wait_run(params: dict[str, Any], completed: float) -> NodeExecution:
+        return NodeExecution(
+            node_key="w",
+            status=NodeStatus.COMPLETED,
+            execution_index=1,
+            run_index=0,
+            started_at=T0,
+            completed_at=T0 + timedelta(seconds=completed),
+            params=params,
+            attempts=(attempt(1, 0, completed, outcome=AttemptOutcome.COMPLETED),),
+        )
+
+    interval = wait_run({"mode": "interval", "duration": 2, "unit": "minutes"}, 125)
+    assert node_lateness(interval) == [(1, timedelta(seconds=5))]
+    at = (T0 + timedelta(seconds=10)).isoformat()
+    assert node_lateness(wait_run({"mode": "schedule", "schedule_at": at}, 10)) == [
+        (1, timedelta(0))
+    ]
+    assert node_lateness(wait_run({"mode": "schedule", "schedule_at": "garbage"}, 10)) == []
+    assert node_lateness(wait_run({"mode": "webhook"}, 10)) == []
+
+
+def test_live_view_is_plain_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """Off a terminal, ``live()`` draws nothing and lines print plainly, uncoloured."""
+    view = ConsoleView()
+    with view.live():
+        view(event(EventType.EXECUTION_STARTED))
+    assert capsys.readouterr().out == "▶ wf started (e1)\n"
