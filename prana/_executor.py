@@ -58,11 +58,14 @@ from prana._model import (
     WorkflowExecution,
     new_attempt_record,
     new_node_execution,
+    new_workflow_execution,
 )
 from prana._policy import AttemptView, decide_retry, rejects_result
 from prana._registry import ActionContext, Registry
 from prana._schema import structure_params
 from prana._state import FINAL, check_transition
+
+_FINAL_VALUES = frozenset(s.value for s in FINAL)
 
 Clock = Callable[[], datetime]
 _JSON_SCALARS = (str, int, float, bool, type(None))
@@ -267,7 +270,7 @@ class _NodesView(Mapping[str, Any]):
 
     __slots__ = ("_runs",)
 
-    def __init__(self, runs: dict[str, list[NodeExecution]]) -> None:
+    def __init__(self, runs: dict[str, Sequence[NodeExecution]]) -> None:
         self._runs = runs
 
     def __getitem__(self, key: str) -> Any:
@@ -311,7 +314,8 @@ class _Run:
         self.env = env
         self.observers = observers
         self.parent = parent
-        self.runs: dict[str, list[NodeExecution]] = {}
+        self.runs: dict[str, Sequence[NodeExecution]] = {}
+        """Records per node: tuples as loaded, lists once this run writes to them."""
         self.state: dict[str, Any] = {}
         self.pending: dict[str, _Pending] = {}
         self.heap: list[tuple[int, str]] = []
@@ -345,12 +349,9 @@ class _Run:
             observers=observers,
             parent=execution.parent,
         )
-        run.runs = {k: list(v) for k, v in execution.node_executions.items()}
+        run.runs = dict(execution.node_executions)
         run.state = dict(execution.state)
-        run.pending = {
-            a.node_key: _Pending(a.seq, {p: tuple(s) for p, s in a.sources.items()})  # type: ignore[misc]
-            for a in execution.pending
-        }
+        run.pending = {a.node_key: _Pending(a.seq, dict(a.sources)) for a in execution.pending}
         run.heap = [(-p.seq, k) for k, p in run.pending.items()]
         heapq.heapify(run.heap)
         run.next_index = execution.next_index
@@ -371,13 +372,13 @@ class _Run:
         check_transition(self.status, status)
         self.status = status
         now = self.clock()
-        return WorkflowExecution(
+        return new_workflow_execution(
             id=self.id,
             workflow_id=self.workflow.id,
             workflow_version=self.workflow.version,
             status=status,
             input=self.input,
-            node_executions={k: tuple(v) for k, v in self.runs.items()},
+            node_executions={k: v if type(v) is tuple else tuple(v) for k, v in self.runs.items()},
             state=self.state,
             pending=tuple(
                 Activation(node_key=k, seq=p.seq, sources=p.sources)
@@ -391,8 +392,17 @@ class _Run:
             parent=self.parent,
             started_at=self.started_at,
             updated_at=now,
-            completed_at=now if status in FINAL else None,
+            completed_at=now if status.value in _FINAL_VALUES else None,
         )
+
+    def writable_runs(self, key: str) -> list[NodeExecution]:
+        """The node's records as a list this run may change (copied on first write)."""
+        runs = self.runs.get(key)
+        if type(runs) is list:
+            return runs
+        fresh = list(runs) if runs is not None else []
+        self.runs[key] = fresh
+        return fresh
 
     def event(self, type_: EventType, **fields: Any) -> None:
         if self.observers:
@@ -490,7 +500,8 @@ class _Run:
         check_transition(self.status, ExecutionStatus.RUNNING)
         self.status = ExecutionStatus.RUNNING
         self.started_at = self.clock()
-        self.event(EventType.EXECUTION_STARTED)
+        if self.observers:
+            self.event(EventType.EXECUTION_STARTED)
         self.pending[self.graph.trigger] = _Pending(-1, {})
         self.activate(self.graph.trigger, -1)
         return self.drive()
@@ -518,12 +529,13 @@ class _Run:
     def complete(self) -> Completed:
         output = self.last_output
         execution = self.freeze(ExecutionStatus.COMPLETED, output=output)
-        self.event(EventType.EXECUTION_COMPLETED, output=output)
+        if self.observers:
+            self.event(EventType.EXECUTION_COMPLETED, output=output)
         return Completed(execution=execution, output=output)
 
     def run_node(self, key: str) -> _Step:
         cn = self.graph.nodes[key]
-        runs = self.runs.setdefault(key, [])
+        runs = self.writable_runs(key)
         run_index = len(runs)
         if run_index >= self.workflow.max_iterations:
             message = (
@@ -686,7 +698,7 @@ class _Run:
                     _prana_error("output_not_json", message, key, "StateNotJSON"),
                     retryable=False,
                 )
-        if retryable and cn.policies:
+        if retryable and cn.checks_results:
             view = AttemptView(
                 attempt=node_run.attempt_number,
                 error=None,
@@ -708,7 +720,7 @@ class _Run:
 
     def record(self, node_run: _NodeRun, execution: NodeExecution) -> None:
         """Put ``execution`` as the node run's record: replace it if it has one, else add it."""
-        runs = self.runs[node_run.key]
+        runs = self.writable_runs(node_run.key)
         if node_run.recorded:
             runs[-1] = execution
         else:
@@ -751,7 +763,7 @@ class _Run:
             error,
             tuple(attempts),
         )
-        runs = self.runs[cn.key]
+        runs = self.writable_runs(cn.key)
         if node_run.recorded:
             runs[-1] = execution
         else:
@@ -800,20 +812,22 @@ class _Run:
         node_run.close_attempt(AttemptOutcome.SUSPENDED, now)
         self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED))
         suspension = Suspend(kind, data)
-        self.event(
-            EventType.NODE_SUSPENDED,
-            node_key=key,
-            run_index=node_run.run_index,
-            attempt=node_run.attempt_number,
-            kind=kind,
-        )
+        if self.observers:
+            self.event(
+                EventType.NODE_SUSPENDED,
+                node_key=key,
+                run_index=node_run.run_index,
+                attempt=node_run.attempt_number,
+                kind=kind,
+            )
         return self.suspend_execution(key, suspension)
 
     def suspend_execution(self, key: str, suspension: Suspend) -> Suspend:
         execution = self.freeze(
             ExecutionStatus.SUSPENDED, suspended_node=key, suspension=suspension
         )
-        self.event(EventType.EXECUTION_SUSPENDED, node_key=key, kind=suspension.kind)
+        if self.observers:
+            self.event(EventType.EXECUTION_SUSPENDED, node_key=key, kind=suspension.kind)
         return Suspend(suspension.kind, suspension.data, execution)
 
     def settle_failure(
@@ -851,17 +865,18 @@ class _Run:
                     original_error=error,
                     resume_at=now + timedelta(milliseconds=delay_ms),
                 )
-                self.event(
-                    EventType.NODE_RETRY_SCHEDULED,
-                    node_key=key,
-                    run_index=node_run.run_index,
-                    attempt=number + 1,
-                    max_attempts=decision.max_attempts,
-                    delay_ms=delay_ms,
-                    error=error,
-                )
+                if self.observers:
+                    self.event(
+                        EventType.NODE_RETRY_SCHEDULED,
+                        node_key=key,
+                        run_index=node_run.run_index,
+                        attempt=number + 1,
+                        max_attempts=decision.max_attempts,
+                        delay_ms=delay_ms,
+                        error=error,
+                    )
                 return self.suspend_execution(key, Suspend("retry", data))
-        if number > 1:
+        if number > 1 and self.observers:
             self.event(
                 EventType.NODE_RETRY_EXHAUSTED,
                 node_key=key,
@@ -869,13 +884,14 @@ class _Run:
                 attempt=number,
                 error=error,
             )
-        self.event(
-            EventType.NODE_FAILED,
-            node_key=key,
-            run_index=node_run.run_index,
-            attempt=number,
-            error=error,
-        )
+        if self.observers:
+            self.event(
+                EventType.NODE_FAILED,
+                node_key=key,
+                run_index=node_run.run_index,
+                attempt=number,
+                error=error,
+            )
         mode = cn.node.settings.on_error
         if mode == "stop_workflow":
             now = self.clock()
@@ -889,7 +905,8 @@ class _Run:
 
     def fail_execution(self, error: ErrorInfo) -> Failed:
         execution = self.freeze(ExecutionStatus.FAILED, error=error)
-        self.event(EventType.EXECUTION_FAILED, node_key=error.node_key, error=error)
+        if self.observers:
+            self.event(EventType.EXECUTION_FAILED, node_key=error.node_key, error=error)
         return Failed(execution=execution, error=error)
 
     def resume(
@@ -903,7 +920,8 @@ class _Run:
         cn = self.graph.nodes[key]
         check_transition(self.status, ExecutionStatus.RUNNING)
         self.status = ExecutionStatus.RUNNING
-        self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
+        if self.observers:
+            self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
         node_run = self.suspended_node_run(key)
         if suspension.kind == "retry":
             data: RetryData = suspension.data
@@ -931,7 +949,8 @@ class _Run:
         assert execution.suspension is not None
         check_transition(self.status, ExecutionStatus.RUNNING)
         self.status = ExecutionStatus.RUNNING
-        self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=execution.suspension.kind)
+        if self.observers:
+            self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=execution.suspension.kind)
         node_run = self.suspended_node_run(key)
         node_run.reopen_paused_attempt()
         data = execution.suspension.data
@@ -958,13 +977,14 @@ class _Run:
         key = cn.key
         node_run.reopen_paused_attempt()
         number = node_run.attempt_number
-        self.event(
-            EventType.NODE_RESUMED,
-            node_key=key,
-            run_index=node_run.run_index,
-            attempt=number,
-            kind=suspension.kind,
-        )
+        if self.observers:
+            self.event(
+                EventType.NODE_RESUMED,
+                node_key=key,
+                run_index=node_run.run_index,
+                attempt=number,
+                kind=suspension.kind,
+            )
         input_data = self.build_input(key, self.pending.get(key))
         now = self.clock()
         ctx = ActionContext(

@@ -25,6 +25,7 @@ class CompiledNode:
     """A node with everything the executor needs precomputed."""
 
     __slots__ = (
+        "checks_results",
         "in_ports",
         "key",
         "node",
@@ -46,6 +47,8 @@ class CompiledNode:
         self.outgoing: dict[str, list[tuple[str, str]]] = {}
         self.in_ports: dict[str, list[tuple[str, str]]] = {}
         self.policies: tuple[RetryPolicy, ...] = resolve_policies(node, workflow, spec.retry)
+        self.checks_results = any(p.retry_on_result is not None for p in self.policies)
+        """A policy may turn a successful output into a failed attempt (``retry_on_result``)."""
         policy_timeout = attempt_timeout(self.policies)
         self.timeout = policy_timeout if policy_timeout is not None else node.settings.timeout
 

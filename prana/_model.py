@@ -127,14 +127,31 @@ def _nonempty_str(owner: str, field: str) -> Any:
     return check
 
 
+def _mapping(owner: str, field: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, Mapping):
+            raise InvalidSettingsError(
+                f"{owner}.{field}: expected a mapping (a dict), got {type(value).__name__}"
+            )
+
+    return check
+
+
+def _settings(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, NodeSettings):
+        raise InvalidSettingsError(
+            f"Node.settings: expected NodeSettings(...), got {type(value).__name__}"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class Node:
     """One step of a workflow: ``type`` names an action in a ``Registry``."""
 
     key: str = attrs.field(validator=_nonempty_str("Node", "key"))
     type: str = attrs.field(validator=_nonempty_str("Node", "type"))
-    params: Mapping[str, Any] = attrs.field(factory=dict)
-    settings: NodeSettings = attrs.field(factory=NodeSettings)
+    params: Mapping[str, Any] = attrs.field(factory=dict, validator=_mapping("Node", "params"))
+    settings: NodeSettings = attrs.field(factory=NodeSettings, validator=_settings)
     name: str = ""
 
 
@@ -193,7 +210,9 @@ class Workflow:
     connections: tuple[Connection, ...] = attrs.field(converter=_connection_tuple)
     name: str = ""
     version: int = attrs.field(default=1, validator=_check_positive_int("Workflow", "version"))
-    variables: Mapping[str, Any] = attrs.field(factory=dict)
+    variables: Mapping[str, Any] = attrs.field(
+        factory=dict, validator=_mapping("Workflow", "variables")
+    )
     retry_defaults: Mapping[str, tuple[RetryPolicy, ...]] = attrs.field(
         factory=dict, converter=_convert_retry_defaults
     )
@@ -460,4 +479,36 @@ new_node_execution: Callable[..., NodeExecution] = _fast_constructor(NodeExecuti
 """``new_node_execution(node_key, status, execution_index, run_index, started_at,
 completed_at, params, output, output_port, error, attempts)``."""
 new_attempt_record: Callable[..., AttemptRecord] = _fast_constructor(AttemptRecord)
+_new_workflow_execution = _fast_constructor(WorkflowExecution)
+
+
+def new_workflow_execution(
+    *,
+    id: str,
+    workflow_id: str,
+    workflow_version: int,
+    status: ExecutionStatus,
+    input: Any,
+    node_executions: Mapping[str, tuple[NodeExecution, ...]],
+    state: Mapping[str, Any],
+    pending: tuple[Activation, ...],
+    next_index: int,
+    suspended_node: str | None,
+    suspension: Suspend | None,
+    output: Any,
+    error: ErrorInfo | None,
+    parent: ParentRef | None,
+    started_at: datetime | None,
+    updated_at: datetime | None,
+    completed_at: datetime | None,
+) -> WorkflowExecution:
+    """``WorkflowExecution(...)`` for the executor, through the fast constructor."""
+    result: WorkflowExecution = _new_workflow_execution(
+        id, workflow_id, workflow_version, status, input, node_executions, state, pending,
+        next_index, suspended_node, suspension, output, error, parent, started_at, updated_at,
+        completed_at,
+    )  # fmt: skip
+    return result
+
+
 """``new_attempt_record(number, started_at, ended_at, outcome, error, due_at, retry_delay_ms)``."""

@@ -525,13 +525,26 @@ def _error_class(info: ErrorInfo) -> type[BaseException] | None:
 def _names(cls: type[BaseException] | None, info: ErrorInfo | None) -> frozenset[str]:
     """Every name a string filter may use for the error: short and dotted, through the MRO."""
     if cls is not None:
-        out: set[str] = set()
-        for c in cls.__mro__:
-            out.update((c.__name__, c.__qualname__, f"{c.__module__}.{c.__qualname__}"))
-        return frozenset(out)
+        return _class_names(cls)
     if info is None:
         return frozenset()
     return frozenset({info.type, f"{info.module}.{info.type}"})
+
+
+_CLASS_NAMES: dict[type[BaseException], frozenset[str]] = {}
+
+
+def _class_names(cls: type[BaseException]) -> frozenset[str]:
+    """``_names`` for a live class, cached: the MRO of a class never changes."""
+    names = _CLASS_NAMES.get(cls)
+    if names is None:
+        out: set[str] = set()
+        for c in cls.__mro__:
+            out.update((c.__name__, c.__qualname__, f"{c.__module__}.{c.__qualname__}"))
+        if len(_CLASS_NAMES) > 1024:
+            _CLASS_NAMES.clear()
+        names = _CLASS_NAMES[cls] = frozenset(out)
+    return names
 
 
 def _any_match(

@@ -25,9 +25,15 @@ TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
 FINAL: frozenset[ExecutionStatus] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 
 
+_EDGES: frozenset[tuple[str, str]] = frozenset(
+    (src.value, dst.value) for src, targets in TRANSITIONS.items() for dst in targets
+)
+"""The table by value: string pairs hash in C, enum members in Python."""
+
+
 def check_transition(current: ExecutionStatus, new: ExecutionStatus) -> None:
     """Raise ``ResumeError`` unless ``current -> new`` is an edge of the table."""
-    if new not in TRANSITIONS[current]:
+    if (current._value_, new._value_) not in _EDGES:
         raise ResumeError(
             f"an execution that is {current.value} cannot become {new.value}; "
             f"from {current.value} it may become: "
