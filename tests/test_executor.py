@@ -1272,3 +1272,24 @@ def test_workflow_level_outcome_types_are_exclusive(registry: Registry) -> None:
     outcome = run(wf, None, registry)
     assert isinstance(outcome.execution, WorkflowExecution)
     assert sum(isinstance(outcome, t) for t in (Completed, Suspend, Failed)) == 1
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: Node(key="a", type="x", params=[1]), "Node.params"),
+        (lambda: Node(key="", type="x"), "Node.key"),
+        (lambda: Node(key="a", type="x", settings={"max_retries": 2}), "Node.settings"),
+        (lambda: Workflow(id="w", nodes=[], connections=[], variables=3), "Workflow.variables"),
+        (lambda: Workflow(id="w", nodes=[], connections=[], version=0), "Workflow.version"),
+        (lambda: NodeSettings(retry_delay_ms=60_001), "NodeSettings.retry_delay_ms"),
+        (lambda: NodeSettings(on_error="explode"), "NodeSettings.on_error"),
+        (lambda: Connection(from_node="a", to_node=""), "Connection.to_node"),
+    ],
+)
+def test_bad_definitions_fail_at_construction_naming_the_field(
+    build: Callable[[], object], field: str
+) -> None:
+    """Bad definition values raise a ValueError naming the field, before anything runs."""
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        build()

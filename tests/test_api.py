@@ -1,0 +1,92 @@
+"""The public surface: every exported name is pinned, importable, and nothing private leaks."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import prana
+import prana.testing
+import scheduling
+
+PRANA_PUBLIC = {
+    "ActionContext", "ActionSpec", "Activation", "AttemptOutcome", "AttemptRecord",
+    "AttemptTimeout", "Completed", "Connection", "DurationError", "ErrorInfo", "Event",
+    "EventType", "ExecutionStatus", "Failed", "InvalidSettingsError", "InvalidWorkflowError",
+    "LintWarning", "Node", "NodeExecution", "NodeSettings", "NodeStatus", "NonRetryable",
+    "Observer", "Outcome", "Output", "ParentRef", "PranaError", "RecordError", "Registry",
+    "ResumeError", "RetryAfter", "RetryData", "RetryPolicy", "SCHEMA_VERSION", "Schedule",
+    "ScheduleRow", "SubWorkflowData", "Suspend", "TimerData", "WebhookData", "WebhookTimeout",
+    "Workflow", "WorkflowExecution", "aexecute_workflow", "aresume_workflow",
+    "cancel_execution", "dumps", "dumps_workflow", "execute_workflow", "expire_webhook", "lint",
+    "loads", "loads_workflow", "make_converter", "resume_workflow", "validate",
+}  # fmt: skip
+
+SCHEDULING_PUBLIC = {
+    "ConsoleView", "ExecutionNotFound", "ExecutionStore", "ExecutionSummary", "Fire",
+    "RetryStats", "Runner", "Scheduler", "SchedulerStateError", "StaleVersionError",
+    "StoreError", "WorkflowConflictError", "WorkflowNotFound",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [(prana, PRANA_PUBLIC), (scheduling, SCHEDULING_PUBLIC)],
+    ids=["prana", "scheduling"],
+)
+def test_exported_members(module: object, expected: set[str]) -> None:
+    """__all__ lists exactly the public names, sorted, and each resolves on the module."""
+    names = module.__all__  # type: ignore[attr-defined]
+    assert set(names) == expected
+    assert list(names) == sorted(names)
+    for name in names:
+        assert getattr(module, name) is not None
+
+
+def test_testing_module_exports() -> None:
+    """prana.testing offers the test doubles users need."""
+    assert {"ManualClock", "set_testing", "is_testing"} <= set(prana.testing.__all__)
+
+
+def test_contract_import_paths() -> None:
+    """The import paths the design card promises all resolve."""
+    for path, name in [
+        ("prana.testing", "ManualClock"),
+        ("scheduling", "Runner"),
+        ("scheduling.adapters.manual", "ManualScheduler"),
+        ("scheduling.adapters.apscheduler", "APSchedulerAdapter"),
+        ("scheduling.stores.memory", "MemoryStore"),
+        ("scheduling.stores.sqlite", "SQLiteStore"),
+        ("scheduling.stores.postgres", "PostgresStore"),
+    ]:
+        assert hasattr(importlib.import_module(path), name), f"{path}.{name}"
+
+
+def test_prana_never_imports_scheduling_or_drivers() -> None:
+    """The pure core imports neither the shell nor any I/O driver or heavy optional library."""
+    code = (
+        "import sys, prana; "
+        "bad = [m for m in ('scheduling', 'apscheduler', 'psycopg', 'sqlite3', 'rich', 'jinja2', "
+        "'asyncio') if m in sys.modules]; print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_errors_subclass_the_nearest_builtin() -> None:
+    """Errors about bad values are ValueErrors; every caller-facing error is a PranaError."""
+    for cls in (
+        prana.InvalidWorkflowError,
+        prana.InvalidSettingsError,
+        prana.ResumeError,
+        prana.RecordError,
+        prana.DurationError,
+    ):
+        assert issubclass(cls, prana.PranaError)
+        assert issubclass(cls, ValueError)
+    assert issubclass(scheduling.ExecutionNotFound, LookupError)
+    with pytest.raises(ValueError, match="max_retries"):
+        prana.NodeSettings(max_retries=11)
