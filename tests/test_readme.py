@@ -20,7 +20,7 @@ def test_readme_examples_run(
     namespace: dict[str, object] = {}
     for block in BLOCKS:
         if not block.lstrip().startswith(">>>"):
-            exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - the docs' code
+            exec(compile(block, "README.md", "exec"), namespace)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "2 200 API down"
     assert out[1] == "3 400 API down"
