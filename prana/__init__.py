@@ -19,6 +19,16 @@ from prana._errors import (
     WebhookTimeout,
 )
 from prana._events import Event, EventType, Observer
+from prana._executor import (
+    aexecute_workflow,
+    aresume_workflow,
+    cancel_execution,
+    execute_workflow,
+    expire_webhook,
+    resume_workflow,
+)
+from prana._graph import validate
+from prana._lint import LintWarning, lint
 from prana._model import (
     Activation,
     AttemptOutcome,
@@ -43,8 +53,16 @@ from prana._model import (
     Workflow,
     WorkflowExecution,
 )
-from prana._policy import RetryPolicy
+from prana._policy import RetryPolicy, Schedule, ScheduleRow
 from prana._registry import ActionContext, ActionSpec, Registry
+from prana._serialization import (
+    SCHEMA_VERSION,
+    dumps,
+    dumps_workflow,
+    loads,
+    loads_workflow,
+    make_converter,
+)
 
 __all__ = [
     "ActionContext",
@@ -63,6 +81,7 @@ __all__ = [
     "Failed",
     "InvalidSettingsError",
     "InvalidWorkflowError",
+    "LintWarning",
     "Node",
     "NodeExecution",
     "NodeSettings",
@@ -79,6 +98,9 @@ __all__ = [
     "RetryAfter",
     "RetryData",
     "RetryPolicy",
+    "SCHEMA_VERSION",
+    "Schedule",
+    "ScheduleRow",
     "SubWorkflowData",
     "Suspend",
     "TimerData",
@@ -86,4 +108,17 @@ __all__ = [
     "WebhookTimeout",
     "Workflow",
     "WorkflowExecution",
+    "aexecute_workflow",
+    "aresume_workflow",
+    "cancel_execution",
+    "dumps",
+    "dumps_workflow",
+    "execute_workflow",
+    "expire_webhook",
+    "lint",
+    "loads",
+    "loads_workflow",
+    "make_converter",
+    "resume_workflow",
+    "validate",
 ]
