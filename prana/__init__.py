@@ -6,6 +6,8 @@ sleeps; something outside (the ``scheduling`` package, or your code) calls
 ``resume_workflow`` when the pause is over.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from prana._errors import (
     AttemptTimeout,
     DurationError,
@@ -55,14 +57,32 @@ from prana._model import (
 )
 from prana._policy import RetryPolicy, Schedule, ScheduleRow
 from prana._registry import ActionContext, ActionSpec, Registry
-from prana._serialization import (
-    SCHEMA_VERSION,
-    dumps,
-    dumps_workflow,
-    loads,
-    loads_workflow,
-    make_converter,
+
+if TYPE_CHECKING:
+    from prana._serialization import (
+        SCHEMA_VERSION,
+        dumps,
+        dumps_workflow,
+        loads,
+        loads_workflow,
+        make_converter,
+    )
+
+_LAZY = frozenset(
+    {"SCHEMA_VERSION", "dumps", "dumps_workflow", "loads", "loads_workflow", "make_converter"}
 )
+"""Serialization names, imported on first use: cattrs costs import time most runs never need."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from prana import _serialization
+
+        value = getattr(_serialization, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'prana' has no attribute {name!r}")
+
 
 __all__ = [
     "ActionContext",

@@ -1277,13 +1277,13 @@ def test_workflow_level_outcome_types_are_exclusive(registry: Registry) -> None:
 @pytest.mark.parametrize(
     ("build", "field"),
     [
-        (lambda: Node(key="a", type="x", params=[1]), "Node.params"),
+        (lambda: Node(key="a", type="x", params=[1]), "Node.params"),  # type: ignore[arg-type]
         (lambda: Node(key="", type="x"), "Node.key"),
-        (lambda: Node(key="a", type="x", settings={"max_retries": 2}), "Node.settings"),
-        (lambda: Workflow(id="w", nodes=[], connections=[], variables=3), "Workflow.variables"),
+        (lambda: Node(key="a", type="x", settings={"max_retries": 2}), "Node.settings"),  # type: ignore[arg-type]
+        (lambda: Workflow(id="w", nodes=[], connections=[], variables=3), "Workflow.variables"),  # type: ignore[arg-type]
         (lambda: Workflow(id="w", nodes=[], connections=[], version=0), "Workflow.version"),
         (lambda: NodeSettings(retry_delay_ms=60_001), "NodeSettings.retry_delay_ms"),
-        (lambda: NodeSettings(on_error="explode"), "NodeSettings.on_error"),
+        (lambda: NodeSettings(on_error="explode"), "NodeSettings.on_error"),  # type: ignore[arg-type]
         (lambda: Connection(from_node="a", to_node=""), "Connection.to_node"),
     ],
 )
