@@ -318,6 +318,10 @@ class _Run:
         """Records per node: tuples as loaded, lists once this run writes to them."""
         self.state: dict[str, Any] = {}
         self.pending: dict[str, _Pending] = {}
+        """Per node, the activation it runs with next (the head of its queue)."""
+        self.backlog: dict[str, list[_Pending]] = {}
+        """Per node, later activations: a second delivery to a port the newest activation
+        already holds is another run (an OR-join runs once per delivery)."""
         self.heap: list[tuple[int, str]] = []
         self.next_index = 0
         self.started_at: datetime | None = None
@@ -351,7 +355,12 @@ class _Run:
         )
         run.runs = dict(execution.node_executions)
         run.state = dict(execution.state)
-        run.pending = {a.node_key: _Pending(a.seq, dict(a.sources)) for a in execution.pending}
+        for a in execution.pending:
+            activation = _Pending(a.seq, dict(a.sources))
+            if a.node_key in run.pending:
+                run.backlog.setdefault(a.node_key, []).append(activation)
+            else:
+                run.pending[a.node_key] = activation
         run.heap = [(-p.seq, k) for k, p in run.pending.items()]
         heapq.heapify(run.heap)
         run.next_index = execution.next_index
@@ -382,7 +391,8 @@ class _Run:
             state=self.state,
             pending=tuple(
                 Activation(node_key=k, seq=p.seq, sources=p.sources)
-                for k, p in self.pending.items()
+                for k, head in self.pending.items()
+                for p in (head, *self.backlog.get(k, ()))
             ),
             next_index=self.next_index,
             suspended_node=suspended_node,
@@ -484,14 +494,32 @@ class _Run:
                 return {port: record.output}
         return self.build_input("", pending)
 
+    def consume_activation(self, key: str) -> None:
+        """The node ran with its head activation: the next queued one (if any) takes its place."""
+        queue = self.backlog.get(key)
+        if queue:
+            head = self.pending[key] = queue.pop(0)
+            if not queue:
+                del self.backlog[key]
+            heapq.heappush(self.heap, (-head.seq, key))
+        else:
+            self.pending.pop(key, None)
+
     def deliver(self, key: str, port: str, seq: int) -> None:
         for target, to_port in self.graph.nodes[key].outgoing.get(port, ()):
             pending = self.pending.get(target)
             if pending is None:
                 self.pending[target] = _Pending(seq, {to_port: (key, port)})
             else:
+                queue = self.backlog.get(target)
+                newest = queue[-1] if queue else pending
+                if to_port in newest.sources:
+                    self.backlog.setdefault(target, []).append(
+                        _Pending(seq, {to_port: (key, port)})
+                    )
+                else:
+                    newest.sources[to_port] = (key, port)
                 pending.seq = seq
-                pending.sources[to_port] = (key, port)
             heapq.heappush(self.heap, (-seq, target))
 
     # -- the engine ----------------------------------------------------------------------
@@ -768,7 +796,7 @@ class _Run:
             runs[-1] = execution
         else:
             runs.append(execution)
-        self.pending.pop(cn.key, None)
+        self.consume_activation(cn.key)
         self.last_output = output
         if self.observers:
             self.event(
@@ -897,7 +925,7 @@ class _Run:
             now = self.clock()
             node_run.close_attempt(AttemptOutcome.FAILED, now, error)
             self.record(node_run, node_run.freeze(NodeStatus.FAILED, error=error, completed_at=now))
-            self.pending.pop(key, None)
+            self.consume_activation(key)
             return self.fail_execution(error)
         port = "main" if mode == "continue" else "error"
         self.complete_node(cn, node_run, error.as_output(), port, error=error)

@@ -121,6 +121,10 @@ class ActionContext:
     ``state`` is a read-only view of the shared workflow state; ``update_state`` stages
     changes that are applied only if this attempt completes, so a failed attempt leaves
     no trace. ``idempotency_key`` is stable across retries of the same node run.
+
+    ``input`` holds the upstream nodes' recorded outputs themselves, not copies (copying
+    every input would cost every node): treat it as read-only, and build new values
+    instead of changing it in place, or the change leaks into the execution's records.
     """
 
     __slots__ = (

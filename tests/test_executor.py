@@ -315,6 +315,25 @@ def test_or_join_runs_once_per_delivery(registry: Registry) -> None:
     assert [s.output["input"]["main"] for s in sinks] == [20, 11]
 
 
+@pytest.mark.parametrize("join", ["c", "0join"])
+def test_or_join_counts_deliveries_made_while_pending(registry: Registry, join: str) -> None:
+    """A second delivery to a still-pending one-port node is a second run, whatever the keys."""
+    wf = Workflow(
+        id="or2",
+        nodes=[
+            trigger(),
+            Node(key="a", type="test.double"),
+            Node(key="b", type="test.add"),
+            Node(key=join, type="test.echo"),
+        ],
+        connections=[conn("start", "a"), conn("a", "b"), conn("a", join), conn("b", join)],
+    )
+    outcome = run(wf, 1, registry)
+    assert isinstance(outcome, Completed)
+    runs = outcome.execution.node_executions[join]
+    assert sorted(r.output["input"]["main"] for r in runs) == [2, 3]
+
+
 def test_depth_first_order_ties_by_key(registry: Registry) -> None:
     """The most recently activated branch runs to its end before a sibling starts; ties by key."""
     wf = Workflow(
