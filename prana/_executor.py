@@ -104,6 +104,7 @@ class _NodeRun:
         "params",
         "recorded",
         "run_index",
+        "runs",
         "started_at",
     )
 
@@ -128,6 +129,8 @@ class _NodeRun:
         self.attempt_number = 0
         self.attempt_started = started_at
         self.attempt_due: datetime | None = None
+        self.runs: list[NodeExecution] | None = None
+        """The node's record list in the run, once known (saves a lookup per record)."""
 
     def open_attempt(self, number: int, started: datetime, due: datetime | None) -> None:
         self.attempt_number = number
@@ -486,14 +489,6 @@ class _Run:
                     break
         return result
 
-    def build_input_one(self, pending: _Pending) -> dict[str, Any]:
-        """``build_input`` for the common single-source node, with the latest run checked first."""
-        for port, (src, src_port) in pending.sources.items():
-            record = self.runs[src][-1]
-            if record.status is NodeStatus.COMPLETED and record.output_port == src_port:
-                return {port: record.output}
-        return self.build_input("", pending)
-
     def consume_activation(self, key: str) -> None:
         """The node ran with its head activation: the next queued one (if any) takes its place."""
         queue = self.backlog.get(key)
@@ -540,16 +535,25 @@ class _Run:
         A step is what the last move produced: a ``_Call`` to make (its result is settled
         by ``finish_call``), ``None`` (the node is done: pick the next), or an outcome.
         """
+        pending = self.pending
         while True:
             if step is None:
-                key = self.pick_ready()
-                if key is None:
-                    return self.complete()
-                step = self.run_node(key)
+                if len(pending) == 1:  # pick_ready's fast path, inlined: the common chain case
+                    self.heap.clear()
+                    key: str | None = next(iter(pending))
+                else:
+                    key = self.pick_ready()
+                    if key is None:
+                        return self.complete()
+                step = self.run_node(key)  # type: ignore[arg-type]
                 continue
             if type(step) is tuple:
                 ok, value = yield step
-                step = self.finish_call(ok, value)
+                cn, node_run, ctx, from_resume = self.current
+                if ok and not from_resume:
+                    step = self.settle_value(cn, node_run, ctx, value, from_resume=False)
+                else:
+                    step = self.finish_call(ok, value)
                 continue
             outcome: Outcome = step
             return outcome
@@ -577,6 +581,7 @@ class _Run:
         started = self.now_hint or self.clock()
         self.now_hint = None
         node_run = _NodeRun(key, self.next_index, run_index, started, [])
+        node_run.runs = runs
         self.next_index += 1
         return self.attempt(cn, node_run, 1, None)
 
@@ -594,9 +599,14 @@ class _Run:
                 EventType.NODE_STARTED, node_key=key, run_index=node_run.run_index, attempt=number
             )
         pending = self.pending.get(key)
+        input_data: dict[str, Any] | None = None
         if pending is not None and len(pending.sources) == 1:
-            input_data = self.build_input_one(pending)
-        else:
+            # build_input's common case, inlined: one source whose latest run delivered
+            for port, (src, src_port) in pending.sources.items():
+                record = self.runs[src][-1]
+                if record.status is NodeStatus.COMPLETED and record.output_port == src_port:
+                    input_data = {port: record.output}
+        if input_data is None:
             input_data = self.build_input(key, pending)
         ctx = ActionContext(
             input_data,
@@ -791,12 +801,18 @@ class _Run:
             error,
             tuple(attempts),
         )
-        runs = self.writable_runs(cn.key)
+        runs = node_run.runs
+        if runs is None:
+            runs = self.writable_runs(cn.key)
         if node_run.recorded:
             runs[-1] = execution
         else:
             runs.append(execution)
-        self.consume_activation(cn.key)
+        key = cn.key
+        if key in self.backlog:
+            self.consume_activation(key)
+        else:
+            self.pending.pop(key, None)
         self.last_output = output
         if self.observers:
             self.event(
