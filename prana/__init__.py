@@ -30,7 +30,6 @@ from prana._executor import (
     resume_workflow,
 )
 from prana._graph import validate
-from prana._lint import LintWarning, lint
 from prana._model import (
     Activation,
     AttemptOutcome,
@@ -59,6 +58,7 @@ from prana._policy import RetryPolicy, Schedule, ScheduleRow
 from prana._registry import ActionContext, ActionSpec, Registry
 
 if TYPE_CHECKING:
+    from prana._lint import LintWarning, lint
     from prana._serialization import (
         SCHEMA_VERSION,
         dumps,
@@ -68,20 +68,28 @@ if TYPE_CHECKING:
         make_converter,
     )
 
-_LAZY = frozenset(
-    {"SCHEMA_VERSION", "dumps", "dumps_workflow", "loads", "loads_workflow", "make_converter"}
-)
-"""Serialization names, imported on first use: cattrs costs import time most runs never need."""
+_LAZY = {
+    "SCHEMA_VERSION": "prana._serialization",
+    "dumps": "prana._serialization",
+    "dumps_workflow": "prana._serialization",
+    "loads": "prana._serialization",
+    "loads_workflow": "prana._serialization",
+    "make_converter": "prana._serialization",
+    "LintWarning": "prana._lint",
+    "lint": "prana._lint",
+}
+"""Names imported on first use: cattrs and the linter cost import time most runs never need."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from prana import _serialization
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'prana' has no attribute {name!r}")
+    import importlib
 
-        value = getattr(_serialization, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'prana' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [
