@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from prana import (
+    SCHEMA_VERSION,
     AttemptOutcome,
     AttemptRecord,
     Connection,
@@ -43,6 +44,7 @@ from prana import (
     make_converter,
     resume_workflow,
 )
+from prana._serialization import _slot_twin
 from prana.testing import ManualClock
 
 START = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -160,7 +162,7 @@ def measure(size: int, generic: Any) -> list[tuple[str, float, float, int]]:
 
     def generic_dumps(execution: WorkflowExecution) -> str:
         body = generic.unstructure(execution, WorkflowExecution)
-        return orjson.dumps({"schema_version": 1, "execution": body}).decode()
+        return orjson.dumps({"schema_version": SCHEMA_VERSION, "execution": body}).decode()
 
     def generic_loads(text: str) -> WorkflowExecution:
         result: WorkflowExecution = generic.structure(
@@ -190,6 +192,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,100,1000", help="node counts, comma-separated")
     args = parser.parse_args()
     generic = make_converter(hand_tuned=False)
+    twins = [cl.__name__ for cl in (NodeExecution, AttemptRecord) if _slot_twin(cl) is not None]
+    print(f"schema version {SCHEMA_VERSION}; built through slot twins: {twins or 'none'}")
     header = ("records", "hooks", "dumps us", "loads us", "total us", "bytes")
     print("{:>8} {:>8} {:>10} {:>10} {:>10} {:>8}".format(*header))
     for size in (int(s) for s in args.sizes.split(",")):

@@ -45,7 +45,8 @@ from prana import (
     loads_workflow,
     make_converter,
 )
-from prana._serialization import dumps_outcome, loads_outcome
+from prana._model import slot_twin
+from prana._serialization import _gen_row_hooks, dumps_outcome, loads_outcome
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -340,16 +341,28 @@ def test_hand_tuned_hooks_match_generic_hooks(execution: WorkflowExecution) -> N
 
 
 def test_document_shape() -> None:
-    """The document is ``{"schema_version": 1, "execution": {...}}`` with plain JSON inside."""
+    """The document is ``{"schema_version": 2, "execution": {...}}`` with plain JSON inside."""
     doc = record(suspended_execution())
     assert list(doc) == ["schema_version", "execution"]
-    assert doc["schema_version"] == SCHEMA_VERSION == 1
+    assert doc["schema_version"] == SCHEMA_VERSION == 2
     body = doc["execution"]
     assert body["status"] == "suspended"
     assert body["started_at"] == "2030-01-01T00:00:00+00:00"
-    run = body["node_executions"]["n0"][0]
-    assert run["status"] == "completed"
-    assert run["attempts"][0]["outcome"] == "completed"
+    assert body["node_executions"]["n0"] == [
+        [
+            "n0",
+            "completed",
+            0,
+            0,
+            "2030-01-01T00:00:00+00:00",
+            "2030-01-01T00:00:01+00:00",
+            None,
+            {"i": 0},
+            "main",
+            None,
+            [[1, "2030-01-01T00:00:00+00:00", "2030-01-01T00:00:00+00:00", "completed"]],
+        ]
+    ]
     assert body["pending"][0]["sources"] == {"main": ["n1", "main"]}
     assert body["suspension"] == {
         "kind": "retry",
@@ -456,12 +469,92 @@ def test_loads_accepts_bytes() -> None:
 
 
 def test_hand_edited_record_still_loads() -> None:
-    """Defaulted fields may be left out and ``Z`` may stand for UTC: the slow path reads them."""
+    """Runs may be objects, defaulted fields may be left out, ``Z`` may stand for UTC."""
     doc = record(suspended_execution())
-    run = doc["execution"]["node_executions"]["n0"][0]
-    del run["error"], run["attempts"][0]["due_at"], doc["execution"]["output"]
+    names = [a.name for a in attrs.fields(NodeExecution)]
+    run = dict(zip(names, doc["execution"]["node_executions"]["n0"][0], strict=False))
+    run["attempts"][0] = {"number": 1, "started_at": T0.isoformat(), "ended_at": T0.isoformat()}
+    run["attempts"][0]["outcome"] = "completed"
+    del run["error"], doc["execution"]["output"]
     run["started_at"] = "2030-01-01T00:00:00Z"
+    doc["execution"]["node_executions"]["n0"][0] = run
     assert loads(json.dumps(doc)) == suspended_execution()
+
+
+V1_DOCUMENT = (
+    '{"schema_version":1,"execution":{"id":"e1","workflow_id":"wf","workflow_version":1,'
+    '"status":"suspended","input":null,"node_executions":{"n0":[{"node_key":"n0",'
+    '"status":"completed","execution_index":0,"run_index":0,'
+    '"started_at":"2030-01-01T00:00:00+00:00","completed_at":"2030-01-01T00:00:01+00:00",'
+    '"params":null,"output":{"i":0},"output_port":"main","error":null,"attempts":[{"number":1,'
+    '"started_at":"2030-01-01T00:00:00+00:00","ended_at":"2030-01-01T00:00:00+00:00",'
+    '"outcome":"completed","error":null,"due_at":null,"retry_delay_ms":null}]}]},"state":{},'
+    '"pending":[{"node_key":"n9","seq":3,"sources":{"main":["n1","main"]}}],"next_index":0,'
+    '"suspended_node":"n1","suspension":{"kind":"retry","data":{"retry_delay_ms":500,'
+    '"attempt_number":2,"max_attempts":3,"original_error":{"code":"action_error",'
+    '"type":"ConnectionError","module":"builtins","message":"x","details":null,'
+    '"node_key":null},"resume_at":"2030-01-01T00:00:05+00:00"}},"output":null,"error":null,'
+    '"parent":null,"started_at":"2030-01-01T00:00:00+00:00","updated_at":null,'
+    '"completed_at":null}}'
+)
+"""What ``dumps(suspended_execution(1))`` wrote under schema version 1 (runs as objects)."""
+
+
+def test_version_1_records_still_load() -> None:
+    """A record written by schema version 1, with runs and attempts as objects, reads back."""
+    assert loads(V1_DOCUMENT) == suspended_execution(1)
+    assert loads_outcome(
+        V1_DOCUMENT.replace(
+            '"execution":', '"outcome":{"type":"completed","output":1,"execution":', 1
+        )
+        + "}"
+    ) == Completed(execution=suspended_execution(1), output=1)
+
+
+def test_version_1_record_errors_name_fields() -> None:
+    """A bad field in a version 1 object-shaped run is named like any other."""
+    text = V1_DOCUMENT.replace('"run_index":0', '"run_index":"0"')
+    with pytest.raises(RecordError) as info:
+        loads(text)
+    assert problems_of(info) == [
+        "$.execution.node_executions['n0'][0].run_index: expected a whole number, got '0'"
+    ]
+
+
+def test_trailing_defaults_are_left_out_of_rows() -> None:
+    """An attempt row stops at its last non-default field; middle defaults stay as null."""
+    conv = make_converter()
+    attempt = AttemptRecord(number=2, started_at=T0, retry_delay_ms=5)
+    assert orjson.loads(orjson.dumps(conv.unstructure(attempt))) == [
+        2, T0.isoformat(), None, "running", None, None, 5,
+    ]  # fmt: skip
+    assert conv.unstructure(AttemptRecord(number=2, started_at=T0)) == [2, T0]
+    assert conv.structure([2, T0.isoformat()], AttemptRecord) == AttemptRecord(
+        number=2, started_at=T0
+    )
+
+
+def test_too_long_row_is_named() -> None:
+    """A row with more items than the record has fields is refused at its path."""
+
+    def mutate(e: dict[str, Any]) -> None:
+        e["node_executions"]["n0"][0][10][0] += [None, None, None, 7]
+
+    (problem,) = problems_of(corrupt(mutate))
+    assert problem.startswith("$.execution.node_executions['n0'][0].attempts[0]: ")
+    assert "expected at most 7 items for AttemptRecord" in problem
+
+
+def test_timestamps_are_shared_not_confused() -> None:
+    """Equal timestamp texts read as equal datetimes; distinct offsets stay distinct."""
+    tz = timezone(timedelta(hours=2))
+    run = attrs.evolve(suspended_execution().node_executions["n0"][0], started_at=T0.astimezone(tz))
+    execution = attrs.evolve(suspended_execution(), node_executions={"n0": (run,)})
+    back = loads(dumps(execution))
+    assert back == execution
+    back_run = back.node_executions["n0"][0]
+    assert back_run.started_at.utcoffset() == timedelta(hours=2)
+    assert back_run.attempts[0].started_at.utcoffset() == timedelta(0)
 
 
 def test_unknown_suspension_field_is_named() -> None:
@@ -489,7 +582,7 @@ def test_loads_refuses_non_text(value: Any) -> None:
         ("{not json", "not valid JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"execution": {}}', "unsupported schema version"),
-        ('{"schema_version": 2, "execution": {}}', "unsupported schema version"),
+        ('{"schema_version": 3, "execution": {}}', "unsupported schema version"),
         ('{"schema_version": "1", "execution": {}}', "unsupported schema version"),
         ('{"schema_version": true, "execution": {}}', "unsupported schema version"),
         ('{"schema_version": 1}', "cannot read the execution"),
@@ -505,7 +598,7 @@ def test_schema_version_problem_names_the_field() -> None:
     """The problem line of an unknown version names ``$.schema_version``."""
     with pytest.raises(RecordError) as info:
         loads('{"schema_version": 7, "execution": {}}')
-    assert problems_of(info) == ["$.schema_version: 7; this prana reads version 1"]
+    assert problems_of(info) == ["$.schema_version: 7; this prana reads versions 1 and 2"]
 
 
 def corrupt(mutate: Any) -> pytest.ExceptionInfo[RecordError]:
@@ -527,9 +620,7 @@ def test_bad_enum_value_names_its_path() -> None:
 def test_naive_datetime_names_its_path() -> None:
     """A datetime without an offset is refused, naming the field deep in the record."""
     info = corrupt(
-        lambda e: e["node_executions"]["n1"][0]["attempts"][0].update(
-            started_at="2030-01-01T00:00:00"
-        )
+        lambda e: e["node_executions"]["n1"][0][10][0].__setitem__(1, "2030-01-01T00:00:00")
     )
     (problem,) = problems_of(info)
     assert problem.startswith("$.execution.node_executions['n1'][0].attempts[0].started_at: ")
@@ -540,11 +631,11 @@ def test_missing_and_extra_fields_are_named() -> None:
     """A missing required field and an unknown field are both reported, with their paths."""
 
     def mutate(e: dict[str, Any]) -> None:
-        del e["node_executions"]["n0"][0]["node_key"]
+        del e["node_executions"]["n0"][0][4:]
         e["surprise"] = 1
 
     problems = problems_of(corrupt(mutate))
-    assert "$.execution.node_executions['n0'][0].node_key: required field missing" in problems
+    assert "$.execution.node_executions['n0'][0].started_at: required field missing" in problems
     assert any(p.startswith("$.execution: extra fields found (surprise)") for p in problems)
 
 
@@ -554,7 +645,7 @@ def test_wrong_scalar_types_are_refused() -> None:
         corrupt(
             lambda e: (
                 e.update(workflow_version="1"),
-                e["node_executions"]["n0"][0].update(run_index=1.5),
+                e["node_executions"]["n0"][0].__setitem__(3, 1.5),
             )
         )
     )
@@ -927,3 +1018,35 @@ def test_make_converter_returns_a_working_converter() -> None:
     execution = suspended_execution()
     assert conv is not make_converter()
     assert conv.loads(conv.dumps(execution), WorkflowExecution) == execution
+
+
+@attrs.frozen(kw_only=True, weakref_slot=False)
+class _Plain:
+    """A frozen record without a weakref slot: its instances can be built through a twin."""
+
+    a: int
+    b: str = "x"
+
+
+def test_records_built_through_a_slot_twin_are_genuine() -> None:
+    """A row read through the slot twin is a frozen instance of the record class itself."""
+    conv = make_converter()
+    attrs.resolve_types(_Plain)
+    _, structure = _gen_row_hooks(conv, _Plain, lambda d, _: _Plain(**d))
+    assert slot_twin(_Plain) is not None
+    built = structure([1, "y"], None)
+    assert type(built) is _Plain
+    assert built == _Plain(a=1, b="y")
+    assert structure([2], None) == _Plain(a=2)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        built.a = 3  # type: ignore[misc]
+
+
+def test_slot_twin_is_refused_for_a_weakref_slot() -> None:
+    """A record with a ``__weakref__`` slot cannot change class; its rows use slot setters."""
+
+    @attrs.frozen
+    class WithWeakref:
+        a: int
+
+    assert slot_twin(WithWeakref) is None
