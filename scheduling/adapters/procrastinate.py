@@ -1,0 +1,522 @@
+"""A scheduler for several worker processes sharing one PostgreSQL: procrastinate's job queue.
+
+Each alarm is one procrastinate job of the task ``prana_resume`` whose only argument is the
+execution id, deferred with ``schedule_at=due_at``, ``lock`` (jobs of one execution never
+run at the same time, in any process) and ``queueing_lock`` (at most one queued alarm per
+execution). Both locks are ``"<queue>:<execution_id>"``, so several prana deployments can
+share one database under different queue names. Arming again replaces: the queued job of
+the execution is deleted and a new one deferred, in one transaction that first takes a
+transaction-level advisory lock on the lock key, so concurrent re-arms of one id (from any
+process) queue up instead of racing; should a job with that queueing lock appear anyway
+(deferred by other code), the ``AlreadyEnqueued`` is retried on the newer row.
+A job already running is left alone: it fires, and the runner's compare-and-set makes a
+stale fire a no-op.
+
+Every worker runs one procrastinate worker (a background thread by default) that fetches
+due jobs with ``FOR UPDATE SKIP LOCKED``, so each job runs once in total, whichever worker
+takes it. The alarms live in PostgreSQL, so ``shutdown`` of one worker drops nothing: the
+others (or this one, restarted) still fire them. A job that becomes due is found by polling
+(``poll_interval``): procrastinate can notify workers when a job is deferred (``listen``),
+never when a scheduled one comes due.
+
+Transactions: ``schedule_in(conn, ...)`` defers on the caller's psycopg connection, inside
+the caller's transaction, so a store can arm the alarm in the same transaction as the state
+write (procrastinate's ``connection=`` argument of ``defer``). See ``schedule_in``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import threading
+import uuid
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
+
+import psycopg
+from procrastinate import App, JobContext, PsycopgConnector, SyncPsycopgConnector
+from procrastinate.exceptions import AlreadyEnqueued
+from procrastinate.jobs import Job
+from procrastinate.manager import JobManager
+from procrastinate.schema import SchemaManager
+from procrastinate.worker import Worker
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool
+
+from prana import InvalidSettingsError
+from scheduling.adapters._common import SchedulerStateError, require_aware
+from scheduling.stores._sql import check_schema_name
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Iterator, Mapping
+
+    from procrastinate.app import WorkerOptions
+
+    from scheduling.abc import Fire
+
+__all__ = [
+    "TASK_NAME",
+    "ProcrastinateScheduler",
+    "SchedulerStateError",
+    "prana_resume",
+]
+
+logger = logging.getLogger(__name__)
+
+TASK_NAME = "prana_resume"
+"""The name of the one procrastinate task every alarm is a job of."""
+
+_FIRE_KEY = "prana_fire"
+"""Where the worker's ``additional_context`` holds the fire callback."""
+
+_REPLACE_ATTEMPTS = 10
+"""How often ``schedule`` retries when a concurrent re-arm of the same id wins the race."""
+
+_SETUP_LOCK = 0x70_72_6F_63_72  # one advisory lock so concurrent setups do not race
+
+_DELETE_QUEUED = "DELETE FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'"
+
+_LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+"""Re-arms of one id wait for each other (until the transaction ends) instead of racing."""
+
+
+async def _await(awaitable: Awaitable[object]) -> object:
+    return await awaitable
+
+
+def prana_resume(context: JobContext, execution_id: str) -> None:
+    """The task of every alarm: call the worker's fire callback with the execution id.
+
+    It runs in a thread of the worker; an awaitable returned by the callback is run to
+    completion on a fresh event loop in that thread. An error is logged by procrastinate
+    and leaves the job ``failed``; the execution stays due in the store, where a runner
+    starting (or ``Runner.rearm_due``) finds it.
+    """
+    fire: Fire | None = context.additional_context.get(_FIRE_KEY)
+    if fire is None:
+        logger.warning(
+            "the alarm of execution %r ran in a worker without a prana fire callback; dropped "
+            "(a runner re-arms every due execution from its store when it starts)",
+            execution_id,
+        )
+        return
+    result = fire(execution_id)
+    if inspect.isawaitable(result):
+        asyncio.run(_await(result))
+
+
+def _with_search_path(dsn: str, schema: str | None) -> str:
+    """``dsn`` with ``search_path`` set to ``schema`` on every connection (when given)."""
+    if schema is None:
+        return dsn
+    options = conninfo_to_dict(dsn).get("options")
+    extra = f"-c search_path={schema}"
+    return make_conninfo(dsn, options=f"{options} {extra}" if options else extra)
+
+
+class ProcrastinateScheduler:
+    """The ``Scheduler`` protocol over a procrastinate job queue in PostgreSQL.
+
+    ``dsn`` is the database (psycopg connection string). ``queue`` names the procrastinate
+    queue of this deployment: every worker of one deployment uses the same name.
+    ``schema`` keeps procrastinate's tables in that schema (set as the ``search_path`` of
+    this scheduler's connections) instead of the connection's default, normally
+    ``public``. ``setup()`` creates them if missing; with ``auto_setup=True`` (the
+    default) the first call that needs them does it. Tables made by procrastinate's own
+    CLI (``procrastinate schema --apply``) work the same; upgrades go through its
+    migrations.
+
+    ``app`` lets you run the worker on your own procrastinate ``App`` (its connector must
+    reach the same database and schema); the task ``prana_resume`` is registered on it.
+    By default the scheduler makes one over a ``PsycopgConnector``. Jobs are deferred and
+    deleted through the scheduler's own small pool of connections to ``dsn`` (at most
+    ``max_connections``), never through the app's connector, which belongs to the worker's
+    event loop.
+
+    Two ways to run the worker:
+
+    - ``run_in_thread=True`` (the default): ``start(fire)`` runs a procrastinate worker in
+      a background thread until ``shutdown()``. ``with runner:`` is then all a process
+      needs; every process doing it is one more worker.
+    - ``run_in_thread=False``: ``start(fire)`` only remembers ``fire``, and
+      ``run_worker()`` runs the worker in the calling thread until SIGINT/SIGTERM (the
+      ``prana worker`` process: ``with runner: scheduler.run_worker()``). A process that
+      only starts or delivers executions (and so only defers jobs) never calls it.
+
+    ``connect_timeout_seconds`` bounds the wait for a connection (``PoolTimeout`` after).
+    ``listen=True`` also keeps procrastinate's LISTEN connection open, so a job deferred
+    due now wakes a worker at once instead of at its next poll. It is off by default:
+    alarms are mostly due later, found by polling anyway, and procrastinate 3.10 can
+    leave that connection open at shutdown (a ``ResourceWarning``, seen in tests).
+    ``poll_interval`` is how often (seconds) a worker looks for jobs that came due;
+    ``concurrency`` how many alarms one worker fires at once (each in a thread);
+    ``worker_options`` are passed on to ``App.run_worker_async`` (they win over ours).
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        app: App | None = None,
+        queue: str = "prana",
+        schema: str | None = None,
+        auto_setup: bool = True,
+        run_in_thread: bool = True,
+        poll_interval: float = 1.0,
+        concurrency: int = 1,
+        listen: bool = False,
+        max_connections: int = 4,
+        connect_timeout_seconds: float = 10.0,
+        shutdown_timeout: float = 30.0,
+        worker_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(dsn, str) or not dsn:
+            raise InvalidSettingsError(
+                f"ProcrastinateScheduler(dsn={dsn!r}): pass a connection string such as "
+                "'postgresql://user@host:5432/dbname' (also with app=: jobs are deferred "
+                "through the scheduler's own connections)"
+            )
+        if app is not None and not isinstance(app, App):
+            raise InvalidSettingsError(
+                f"ProcrastinateScheduler(app={app!r}): pass a procrastinate.App, or None"
+            )
+        if not isinstance(queue, str) or not queue:
+            raise InvalidSettingsError(
+                f"ProcrastinateScheduler(queue={queue!r}): use a non-empty string"
+            )
+        if schema is not None:
+            check_schema_name(schema, "ProcrastinateScheduler(schema)")
+        for field, value in (
+            ("poll_interval", poll_interval),
+            ("connect_timeout_seconds", connect_timeout_seconds),
+            ("shutdown_timeout", shutdown_timeout),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise InvalidSettingsError(
+                    f"ProcrastinateScheduler({field}={value!r}): use a number of seconds > 0"
+                )
+        for field, count in (("concurrency", concurrency), ("max_connections", max_connections)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise InvalidSettingsError(
+                    f"ProcrastinateScheduler({field}={count!r}): use a whole number >= 1"
+                )
+        self.queue = queue
+        self.schema = schema
+        self.conninfo = _with_search_path(dsn, schema)
+        self.auto_setup = auto_setup
+        self.run_in_thread = run_in_thread
+        self.poll_interval = float(poll_interval)
+        self.concurrency = concurrency
+        self.listen = listen
+        self.max_connections = max_connections
+        self.connect_timeout_seconds = float(connect_timeout_seconds)
+        self.shutdown_timeout = float(shutdown_timeout)
+        self.worker_options: dict[str, Any] = dict(worker_options or {})
+        self.app = (
+            app if app is not None else App(connector=PsycopgConnector(conninfo=self.conninfo))
+        )
+        if TASK_NAME not in self.app.tasks:
+            self.app.task(name=TASK_NAME, pass_context=True, queue=queue)(prana_resume)
+        # Deferring with connection= runs on that connection only: this connector is never
+        # opened, it is procrastinate's query layer (and its AlreadyEnqueued mapping).
+        self._jobs = JobManager(connector=SyncPsycopgConnector())
+        self.name = f"prana-{queue}-{uuid.uuid4().hex[:8]}"
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool | None = None
+        self._ready = False
+        self._fire: Fire | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: Worker | None = None
+        self._stopping = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"ProcrastinateScheduler(queue={self.queue!r}, schema={self.schema!r})"
+
+    # -- keys and connections ----------------------------------------------------------
+
+    def lock_key(self, execution_id: str) -> str:
+        """The ``lock`` and ``queueing_lock`` of the jobs of ``execution_id``."""
+        return f"{self.queue}:{execution_id}"
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._lock:
+            pool = self._pool
+            if pool is None:
+                pool = ConnectionPool(
+                    self.conninfo,
+                    min_size=1,
+                    max_size=self.max_connections,
+                    kwargs={"autocommit": True},
+                    timeout=self.connect_timeout_seconds,
+                    open=False,
+                )
+                try:
+                    pool.open(wait=True, timeout=self.connect_timeout_seconds)
+                except BaseException:
+                    pool.close()
+                    raise
+                self._pool = pool
+        with pool.connection() as conn:
+            if self.auto_setup and not self._ready:
+                self._setup(conn)
+            yield conn
+
+    def setup(self) -> None:
+        """Create procrastinate's tables (and ``schema``) if they are missing; idempotent.
+
+        Safe to run from several processes at once (an advisory lock serialises it). It
+        never migrates tables an older procrastinate made: use its migrations for that.
+        """
+        with self._connection() as conn:
+            self._setup(conn)
+
+    def _setup(self, conn: psycopg.Connection[Any]) -> None:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SETUP_LOCK,))
+            if self.schema is not None:
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
+            row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
+            if row is None or row[0] is None:
+                conn.execute(SchemaManager.get_schema())
+        self._ready = True
+
+    @contextlib.contextmanager
+    def _on(self, conn: psycopg.Connection[Any], *, own: bool = False) -> Iterator[None]:
+        """A savepoint (or transaction) on ``conn`` that sees our tables.
+
+        ``own``: a connection of our pool, whose ``search_path`` is ours already.
+        """
+        with conn.transaction():
+            if self.schema is None or own:
+                yield
+                return
+            row = conn.execute("SELECT current_setting('search_path')").fetchone()
+            previous = "" if row is None else str(row[0])
+            path = sql.Identifier(self.schema).as_string(conn)
+            conn.execute(
+                "SELECT set_config('search_path', %s, true)",
+                (f"{path}, {previous}" if previous else path,),
+            )
+            yield
+            conn.execute("SELECT set_config('search_path', %s, true)", (previous,))
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def start(self, fire: Fire) -> None:
+        """Remember ``fire``; with ``run_in_thread`` start the worker thread and wait for it.
+
+        Raises what connecting raised if the worker cannot reach the database.
+        """
+        if not callable(fire):
+            raise InvalidSettingsError(
+                f"ProcrastinateScheduler.start(fire={fire!r}): pass a callable taking an id"
+            )
+        with self._lock:
+            if self._fire is not None:
+                raise SchedulerStateError(
+                    "ProcrastinateScheduler.start: already started; call shutdown() first"
+                )
+            self._fire = fire
+            self._stopping.clear()
+        if self.auto_setup:
+            try:
+                self.setup()
+            except BaseException:
+                self._fire = None
+                raise
+        if not self.run_in_thread:
+            return
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        thread = threading.Thread(
+            target=self._serve_in_thread,
+            args=(fire, ready, failure),
+            name=f"procrastinate worker {self.name}",
+            daemon=True,
+        )
+        self._thread = thread
+        thread.start()
+        ready.wait()
+        if failure:
+            thread.join(self.shutdown_timeout)
+            self._thread = None
+            self._fire = None
+            raise failure[0]
+
+    def schedule(self, execution_id: str, due_at: datetime) -> None:
+        """Arm (or re-arm) the one alarm of ``execution_id`` for ``due_at`` (aware).
+
+        Deletes the queued job of the execution and defers a new one, in one transaction.
+        """
+        require_aware(due_at, f"ProcrastinateScheduler.schedule({execution_id!r})")
+        with self._connection() as conn:
+            self._replace(conn, execution_id, due_at, own=True)
+
+    def schedule_in(
+        self, conn: psycopg.Connection[Any], execution_id: str, due_at: datetime
+    ) -> None:
+        """``schedule`` on the caller's connection, inside the caller's transaction.
+
+        For a store that arms the alarm in the same transaction as the state write: call it
+        between the ``UPDATE`` of the execution and the ``COMMIT``. If the caller rolls
+        back, no job exists; if it commits, the job does. It runs in a savepoint, so a lost
+        race with a concurrent re-arm is retried without aborting the caller's transaction.
+        The per-id advisory lock it takes is held until the caller's transaction ends.
+        ``conn`` must reach the database procrastinate's tables are in (the ``schema`` is
+        put first on its ``search_path`` for the savepoint, and restored).
+
+        How a runner would use it: the PostgreSQL store's ``save`` would take an optional
+        callback run inside its transaction (``save(execution, version, then=...)``), and
+        the runner would pass ``lambda conn: scheduler.schedule_in(conn, id, due_at)``
+        instead of calling ``schedule`` after the save. Until then the runner arms after
+        the save, and a crash between the two is covered by every worker re-arming all
+        alarms from the store when it starts (and by ``Runner.rearm_due``).
+        """
+        require_aware(due_at, f"ProcrastinateScheduler.schedule_in({execution_id!r})")
+        self._replace(conn, execution_id, due_at, own=False)
+
+    def _replace(
+        self, conn: psycopg.Connection[Any], execution_id: str, due_at: datetime, *, own: bool
+    ) -> None:
+        key = self.lock_key(execution_id)
+        job = Job(
+            queue=self.queue,
+            lock=key,
+            queueing_lock=key,
+            task_name=TASK_NAME,
+            task_kwargs={"execution_id": execution_id},
+            scheduled_at=due_at,
+        )
+        for attempt in range(1, _REPLACE_ATTEMPTS + 1):
+            try:
+                with self._on(conn, own=own):
+                    conn.execute(_LOCK_KEY, (key,))
+                    conn.execute(_DELETE_QUEUED, (key,))
+                    self._jobs.defer_job(job, connection=conn)
+            except AlreadyEnqueued:
+                if attempt == _REPLACE_ATTEMPTS:
+                    raise
+                continue  # other code committed a job with our queueing lock: replace it
+            return
+
+    def cancel(self, execution_id: str) -> None:
+        """Delete the queued job of ``execution_id``; unknown ids are ignored.
+
+        A job already running is not interrupted: it fires, and finds nothing to do.
+        """
+        with self._connection() as conn, self._on(conn, own=True):
+            conn.execute(_DELETE_QUEUED, (self.lock_key(execution_id),))
+
+    def cancel_in(self, conn: psycopg.Connection[Any], execution_id: str) -> None:
+        """``cancel`` on the caller's connection, inside the caller's transaction."""
+        with self._on(conn):
+            conn.execute(_DELETE_QUEUED, (self.lock_key(execution_id),))
+
+    def shutdown(self) -> None:
+        """Stop this process's worker and close connections; the queued jobs stay.
+
+        The alarms are in PostgreSQL for every worker: other workers keep firing them, and
+        this one does again after ``start``. Alarms running now finish first (up to
+        ``shutdown_timeout`` seconds, then they are aborted).
+        """
+        self._stopping.set()
+        with self._lock:
+            worker, loop = self._worker, self._loop
+        if worker is not None and loop is not None:  # our thread, or run_worker() elsewhere
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(worker.stop)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.shutdown_timeout + 5.0)
+            if thread.is_alive():
+                logger.warning("the procrastinate worker %s did not stop in time", self.name)
+        self._thread = None
+        with self._lock:
+            self._fire = None
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    # -- the worker --------------------------------------------------------------------
+
+    def run_worker(self) -> None:
+        """Run the worker in the calling thread until SIGINT or SIGTERM (``prana worker``).
+
+        Needs ``run_in_thread=False`` and ``start(fire)`` first (``with runner:`` does it).
+        Signal handlers are installed only in the main thread; ``shutdown()`` from another
+        thread also stops it. Alarms running when it stops finish first.
+        """
+        fire = self._fire
+        if fire is None:
+            raise SchedulerStateError(
+                "ProcrastinateScheduler.run_worker: call start(fire) first "
+                "(entering `with runner:` does)"
+            )
+        if self.run_in_thread:
+            raise SchedulerStateError(
+                "ProcrastinateScheduler.run_worker: this scheduler already runs its worker in a "
+                "thread; create it with run_in_thread=False to run the worker here"
+            )
+        asyncio.run(self._serve(fire, None, install_signal_handlers=True))
+
+    def _serve_in_thread(
+        self, fire: Fire, ready: threading.Event, failure: list[BaseException]
+    ) -> None:
+        try:
+            asyncio.run(self._serve(fire, ready, install_signal_handlers=False))
+        except BaseException as error:  # reported to start(), or logged once running
+            if ready.is_set():
+                logger.exception("the procrastinate worker %s stopped", self.name)
+            else:
+                failure.append(error)
+        finally:
+            ready.set()
+
+    async def _serve(
+        self, fire: Fire, ready: threading.Event | None, *, install_signal_handlers: bool
+    ) -> None:
+        options = cast(
+            "WorkerOptions",
+            {
+                "queues": [self.queue],
+                "name": self.name,
+                "concurrency": self.concurrency,
+                "listen_notify": self.listen,
+                "fetch_job_polling_interval": self.poll_interval,
+                "abort_job_polling_interval": max(self.poll_interval, 5.0),
+                "shutdown_graceful_timeout": self.shutdown_timeout,
+                "delete_jobs": "successful",
+                "install_signal_handlers": install_signal_handlers,
+                **self.worker_options,
+                "additional_context": {
+                    **self.worker_options.get("additional_context", {}),
+                    _FIRE_KEY: fire,
+                },
+            },
+        )
+        async with self.app.open_async():
+            self.app.perform_import_paths()  # type: ignore[no-untyped-call]
+            worker = Worker(app=self.app, **options)
+            running = worker.run()  # type: ignore[no-untyped-call]
+            run = asyncio.create_task(running, name=f"procrastinate worker {self.name}")
+            await asyncio.sleep(0)  # run() has begun and reset its stop flag: stop() now holds
+            with self._lock:
+                self._worker, self._loop = worker, asyncio.get_running_loop()
+            if self._stopping.is_set():
+                worker.stop()  # type: ignore[no-untyped-call]
+            if ready is not None:
+                ready.set()
+            try:
+                await run
+            finally:
+                with self._lock:
+                    self._worker = self._loop = None
+        if not self._stopping.is_set():
+            logger.warning("the procrastinate worker %s stopped on its own", self.name)

@@ -1,0 +1,488 @@
+"""``ProcrastinateScheduler``: the Scheduler protocol over procrastinate's PostgreSQL job queue.
+
+Every test works in a schema and a queue of its own (procrastinate's tables are created in
+the schema, never in ``public``), and the schema is dropped afterwards with every job in
+it. Alarms are due at most 0.2 s ahead and workers poll every 0.05 s; the tests wait on
+conditions with timeouts and never sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+from procrastinate import App, JobContext, PsycopgConnector
+from procrastinate.jobs import Job
+from procrastinate.testing import InMemoryConnector
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import PoolTimeout
+
+from prana import (
+    Connection,
+    ExecutionStatus,
+    InvalidSettingsError,
+    Node,
+    NodeSettings,
+    Registry,
+    Workflow,
+)
+from scheduling import Runner
+from scheduling.abc import Scheduler
+from scheduling.adapters.procrastinate import (
+    TASK_NAME,
+    ProcrastinateScheduler,
+    SchedulerStateError,
+    prana_resume,
+)
+from scheduling.stores.postgres import PostgresStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+pytestmark = pytest.mark.postgres
+
+UTC = timezone.utc
+TIMEOUT = 10.0  # seconds to wait for something that must happen; only reached on failure
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Fired:
+    """A fire callback recording every id it gets, shared by any number of workers."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.args: list[tuple[Any, ...]] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, *args: Any) -> None:
+        with self._cond:
+            self.args.append(args)
+            self.ids.append(args[0])
+            self._cond.notify_all()
+
+    def wait_for(self, count: int) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.ids) >= count, timeout=TIMEOUT)
+
+
+class Env:
+    """A schema and a queue of this test's own, and the schedulers made over them."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.schema = f"prana_proc_{uuid.uuid4().hex[:12]}"
+        self.queue = f"prana-test-{uuid.uuid4().hex[:12]}"
+        self.schedulers: list[ProcrastinateScheduler] = []
+
+    def scheduler(self, **options: Any) -> ProcrastinateScheduler:
+        options.setdefault("poll_interval", 0.05)
+        scheduler = ProcrastinateScheduler(
+            self.dsn, queue=self.queue, schema=self.schema, **options
+        )
+        self.schedulers.append(scheduler)
+        return scheduler
+
+    def jobs(self, status: str | None = None) -> list[dict[str, Any]]:
+        """This test's jobs, oldest first."""
+        query = sql.SQL(
+            "SELECT id, status::text AS status, args, lock, queueing_lock, scheduled_at, task_name "
+            "FROM {}.procrastinate_jobs WHERE queue_name = %s "
+            "AND (%s::text IS NULL OR status::text = %s) ORDER BY id"
+        ).format(sql.Identifier(self.schema))
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cursor = conn.cursor(row_factory=psycopg.rows.dict_row)
+            return cursor.execute(query, (self.queue, status, status)).fetchall()
+
+    def wait_until(self, predicate: Callable[[], bool]) -> bool:
+        """Check ``predicate`` (each check is a query) every 20 ms until true or ``TIMEOUT``."""
+        deadline = time.monotonic() + TIMEOUT
+        pause = threading.Event()  # never set: its wait is the pause between checks
+        while not predicate():
+            if time.monotonic() > deadline:
+                return False
+            pause.wait(0.02)
+        return True
+
+
+@pytest.fixture
+def env(postgres_dsn: str) -> Iterator[Env]:
+    """A fresh schema and queue; afterwards every scheduler is shut down and the schema dropped."""
+    env = Env(postgres_dsn)
+    try:
+        yield env
+    finally:
+        for scheduler in env.schedulers:
+            scheduler.shutdown()
+        # procrastinate's triggers name their tables unqualified: delete on its search_path
+        options = f"-c search_path={env.schema}"
+        with psycopg.connect(postgres_dsn, autocommit=True, options=options) as conn:
+            table = sql.Identifier(env.schema, "procrastinate_jobs")
+            exists = conn.execute(
+                "SELECT to_regclass(%s)", (f"{env.schema}.procrastinate_jobs",)
+            ).fetchone()
+            if exists is not None and exists[0] is not None:
+                conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE queue_name = %s").format(table), (env.queue,)
+                )
+            conn.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(env.schema))
+            )
+
+
+# -- the protocol ------------------------------------------------------------------------
+
+
+def test_is_a_scheduler(env: Env) -> None:
+    """The adapter satisfies the runtime-checkable ``Scheduler`` protocol."""
+    assert isinstance(env.scheduler(), Scheduler)
+
+
+def test_past_due_alarm_fires_with_only_the_id(env: Env) -> None:
+    """An alarm already overdue fires promptly, calling fire with the execution id alone."""
+    scheduler = env.scheduler()
+    fired = Fired()
+    scheduler.start(fired)
+    scheduler.schedule("exec-1", now() - timedelta(hours=1))
+    assert fired.wait_for(1)
+    assert fired.args == [("exec-1",)]
+
+
+def test_the_job_holds_only_the_id_and_both_locks(env: Env) -> None:
+    """The queued job's only argument is the id; its lock and queueing lock name the execution."""
+    scheduler = env.scheduler()
+    due = now() + timedelta(hours=1)
+    scheduler.schedule("exec-1", due)
+    [job] = env.jobs()
+    assert job["args"] == {"execution_id": "exec-1"}
+    assert job["task_name"] == TASK_NAME
+    assert job["lock"] == job["queueing_lock"] == scheduler.lock_key("exec-1")
+    assert scheduler.lock_key("exec-1") == f"{env.queue}:exec-1"
+    assert (job["status"], job["scheduled_at"]) == ("todo", due)
+
+
+def test_schedule_replaces_with_a_later_time(env: Env) -> None:
+    """Arming again for later leaves one queued job, due at the later time."""
+    scheduler = env.scheduler()
+    soon, later = now() + timedelta(seconds=30), now() + timedelta(hours=2)
+    scheduler.schedule("exec-1", soon)
+    scheduler.schedule("exec-1", later)
+    assert [(job["status"], job["scheduled_at"]) for job in env.jobs()] == [("todo", later)]
+
+
+def test_schedule_replaces_with_an_earlier_time(env: Env) -> None:
+    """Arming again for earlier fires at the earlier time, once, with no job left behind."""
+    scheduler = env.scheduler()
+    scheduler.schedule("exec-1", now() + timedelta(hours=2))
+    scheduler.schedule("exec-1", now() + timedelta(seconds=0.1))
+    assert len(env.jobs("todo")) == 1
+    fired = Fired()
+    scheduler.start(fired)
+    assert fired.wait_for(1)
+    assert env.wait_until(lambda: env.jobs() == [])  # succeeded jobs are deleted
+    assert fired.ids == ["exec-1"]
+
+
+def test_cancel_removes_the_queued_job_and_ignores_unknown_ids(env: Env) -> None:
+    """A cancelled alarm never fires; cancelling an unknown id is a no-op."""
+    scheduler = env.scheduler()
+    scheduler.schedule("cancelled", now() - timedelta(seconds=1))
+    scheduler.cancel("cancelled")
+    scheduler.cancel("never-armed")
+    assert env.jobs() == []
+    scheduler.schedule("kept", now() - timedelta(seconds=1))
+    fired = Fired()
+    scheduler.start(fired)
+    assert fired.wait_for(1)
+    assert fired.ids == ["kept"]
+
+
+def test_several_ids_fire_each_once(env: Env) -> None:
+    """Alarms of different executions are independent: each fires once."""
+    scheduler = env.scheduler()
+    fired = Fired()
+    scheduler.start(fired)
+    base = now()
+    for index in range(5):
+        scheduler.schedule(f"exec-{index}", base + timedelta(seconds=0.02 * index))
+    assert fired.wait_for(5)
+    assert sorted(fired.ids) == [f"exec-{index}" for index in range(5)]
+
+
+def test_an_awaitable_returned_by_fire_is_run(env: Env) -> None:
+    """A fire callback returning a coroutine has it run to completion in the job's thread."""
+    scheduler = env.scheduler()
+    fired = Fired()
+
+    async def resume(execution_id: str) -> None:
+        await asyncio.sleep(0)
+        fired(execution_id)
+
+    scheduler.start(resume)
+    scheduler.schedule("exec-1", now())
+    assert fired.wait_for(1)
+    assert fired.ids == ["exec-1"]
+
+
+def test_run_worker_serves_in_the_calling_thread(env: Env) -> None:
+    """With ``run_in_thread=False`` alarms fire only while ``run_worker`` runs; shutdown ends it."""
+    scheduler = env.scheduler(run_in_thread=False)
+    fired = Fired()
+    scheduler.start(fired)
+    scheduler.schedule("exec-1", now())
+    assert env.jobs("todo") != []  # nothing serves the queue yet
+    worker = threading.Thread(target=scheduler.run_worker)
+    worker.start()
+    assert fired.wait_for(1)
+    scheduler.shutdown()
+    worker.join(TIMEOUT)
+    assert not worker.is_alive()
+    assert fired.ids == ["exec-1"]
+
+
+def test_a_job_run_without_a_fire_callback_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    """The task run by a worker that has no prana fire callback logs a warning and returns."""
+    job = Job(queue="q", lock=None, queueing_lock=None, task_name=TASK_NAME)
+    context = JobContext(
+        app=App(connector=InMemoryConnector()),
+        job=job,
+        start_timestamp=0.0,
+        abort_reason=lambda: None,
+    )
+    prana_resume(context, "exec-1")
+    assert "exec-1" in caplog.text
+    assert "without a prana fire callback" in caplog.text
+
+
+def test_an_own_app_runs_the_worker(env: Env) -> None:
+    """``app=`` runs the worker on the caller's App, with ``prana_resume`` registered on it."""
+    conninfo = make_conninfo(env.dsn, options=f"-c search_path={env.schema}")
+    app = App(connector=PsycopgConnector(conninfo=conninfo))
+    scheduler = env.scheduler(app=app)
+    assert TASK_NAME in app.tasks
+    assert repr(scheduler) == f"ProcrastinateScheduler(queue={env.queue!r}, schema={env.schema!r})"
+    assert env.scheduler(app=app).app is app  # registering twice is a no-op
+    fired = Fired()
+    scheduler.start(fired)
+    scheduler.schedule("exec-1", now())
+    assert fired.wait_for(1)
+
+
+def test_naive_due_time_is_refused(env: Env) -> None:
+    """A naive datetime raises ``InvalidSettingsError`` naming the call and the fix."""
+    scheduler = env.scheduler()
+    with pytest.raises(InvalidSettingsError, match="naive"):
+        scheduler.schedule("exec-1", datetime(2030, 1, 1))  # noqa: DTZ001 - the point
+
+
+def test_start_twice_is_refused_and_restart_works(env: Env) -> None:
+    """``start`` twice raises ``SchedulerStateError``; after ``shutdown`` it starts again."""
+    scheduler = env.scheduler()
+    scheduler.start(Fired())
+    with pytest.raises(SchedulerStateError, match="already started"):
+        scheduler.start(Fired())
+    scheduler.shutdown()
+    fired = Fired()
+    scheduler.start(fired)
+    scheduler.schedule("exec-1", now())
+    assert fired.wait_for(1)
+
+
+def test_shutdown_keeps_the_queued_jobs_for_the_next_worker(env: Env) -> None:
+    """Alarms are in PostgreSQL: a worker's shutdown drops none, and the next worker fires them."""
+    first = env.scheduler()
+    first.start(Fired())
+    first.schedule("exec-1", now() + timedelta(hours=1))
+    first.shutdown()
+    assert len(env.jobs("todo")) == 1
+    second = env.scheduler()
+    fired = Fired()
+    second.start(fired)
+    second.schedule("exec-1", now())  # the re-arm a starting runner makes
+    assert fired.wait_for(1)
+    assert fired.ids == ["exec-1"]
+
+
+def test_bad_settings_are_refused(postgres_dsn: str) -> None:
+    """Bad constructor values raise ``InvalidSettingsError`` naming the field."""
+    with pytest.raises(InvalidSettingsError, match="dsn"):
+        ProcrastinateScheduler(None)
+    with pytest.raises(InvalidSettingsError, match="queue"):
+        ProcrastinateScheduler(postgres_dsn, queue="")
+    with pytest.raises(InvalidSettingsError, match="schema"):
+        ProcrastinateScheduler(postgres_dsn, schema="bad name;")
+    with pytest.raises(InvalidSettingsError, match="poll_interval"):
+        ProcrastinateScheduler(postgres_dsn, poll_interval=0)
+    with pytest.raises(InvalidSettingsError, match="concurrency"):
+        ProcrastinateScheduler(postgres_dsn, concurrency=0)
+    with pytest.raises(InvalidSettingsError, match="app"):
+        ProcrastinateScheduler(postgres_dsn, app="not an app")  # type: ignore[arg-type]
+    with pytest.raises(InvalidSettingsError, match="fire"):
+        ProcrastinateScheduler(postgres_dsn).start("not callable")  # type: ignore[arg-type]
+
+
+def test_unreachable_database_fails_start_clearly(env: Env) -> None:
+    """``start`` over a database that cannot be reached raises instead of firing nothing."""
+    scheduler = ProcrastinateScheduler(
+        "postgresql://postgres@127.0.0.1:1/test", queue=env.queue, connect_timeout_seconds=0.3
+    )
+    with pytest.raises(PoolTimeout):
+        scheduler.start(Fired())
+    with pytest.raises(PoolTimeout):  # and it may be retried: the failed start left nothing
+        scheduler.start(Fired())
+
+
+def test_run_worker_needs_start_and_foreground_mode(env: Env) -> None:
+    """``run_worker`` before ``start`` or on a threaded scheduler raises ``SchedulerStateError``."""
+    foreground = env.scheduler(run_in_thread=False)
+    with pytest.raises(SchedulerStateError, match="start"):
+        foreground.run_worker()
+    threaded = env.scheduler()
+    threaded.start(Fired())
+    with pytest.raises(SchedulerStateError, match="run_in_thread=False"):
+        threaded.run_worker()
+
+
+def test_setup_is_idempotent(env: Env) -> None:
+    """``setup`` creates the schema and procrastinate's tables once, and again is a no-op."""
+    scheduler = env.scheduler(auto_setup=False)
+    scheduler.setup()
+    scheduler.schedule("exec-1", now() + timedelta(hours=1))
+    scheduler.setup()
+    assert len(env.jobs()) == 1
+
+
+# -- the caller's transaction ------------------------------------------------------------
+
+
+def test_schedule_in_follows_the_callers_transaction(env: Env) -> None:
+    """``schedule_in`` defers in the caller's transaction: rollback drops it, commit keeps it."""
+    scheduler = env.scheduler()
+    scheduler.setup()
+    due = now() + timedelta(hours=1)
+    with psycopg.connect(env.dsn) as conn:  # default search_path: public only
+        with conn.transaction(force_rollback=True):
+            scheduler.schedule_in(conn, "rolled-back", due)
+            assert conn.execute("SHOW search_path").fetchone() != (env.schema,)
+        assert env.jobs() == []
+        with conn.transaction():
+            scheduler.schedule_in(conn, "committed", due)
+            scheduler.schedule_in(conn, "committed", due + timedelta(minutes=1))
+            assert env.jobs() == []  # not visible before the commit
+        conn.commit()
+    [job] = env.jobs()
+    assert (job["args"], job["scheduled_at"]) == (
+        {"execution_id": "committed"},
+        due + timedelta(minutes=1),
+    )
+    with psycopg.connect(env.dsn) as conn, conn.transaction():
+        scheduler.cancel_in(conn, "committed")
+    assert env.jobs() == []
+
+
+# -- several workers ---------------------------------------------------------------------
+
+
+def test_concurrent_rearms_leave_one_queued_job(env: Env) -> None:
+    """Re-arming one id from two schedulers in four threads at once leaves exactly one job."""
+    schedulers = [env.scheduler(), env.scheduler()]
+    schedulers[0].setup()
+    base = now() + timedelta(hours=1)
+    errors: list[BaseException] = []
+    go = threading.Barrier(4)
+
+    def rearm(worker: int) -> None:
+        go.wait(TIMEOUT)
+        try:
+            for step in range(15):
+                schedulers[worker % 2].schedule("shared", base + timedelta(seconds=step))
+        except Exception as error:  # noqa: BLE001 - the assert below reports it
+            errors.append(error)
+
+    threads = [threading.Thread(target=rearm, args=(worker,)) for worker in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT)
+    assert errors == []
+    [job] = env.jobs()
+    assert (job["status"], job["args"]) == ("todo", {"execution_id": "shared"})
+
+
+def test_two_workers_fire_each_alarm_exactly_once(env: Env) -> None:
+    """Two workers on one queue share the alarms: each fires once in total."""
+    fired = Fired()
+    first, second = env.scheduler(concurrency=2), env.scheduler(concurrency=2)
+    first.start(fired)
+    second.start(fired)
+    ids = [f"exec-{index}" for index in range(20)]
+    base = now()
+    for index, execution_id in enumerate(ids):
+        (first if index % 2 else second).schedule(
+            execution_id, base + timedelta(seconds=0.01 * index)
+        )
+    assert fired.wait_for(len(ids))
+    assert env.wait_until(lambda: env.jobs() == [])
+    first.shutdown()
+    second.shutdown()
+    assert Counter(fired.ids) == dict.fromkeys(ids, 1)
+
+
+# -- end to end with the runner ----------------------------------------------------------
+
+
+class Flaky:
+    """An action that fails its first ``fails`` calls, then returns its input."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, params: Any, ctx: Any) -> Any:
+        with self._lock:
+            self.calls += 1
+            if self.calls <= self.fails:
+                raise ConnectionError(f"flaky failure {self.calls}")
+        return {"ok": True, "attempt": ctx.attempt}
+
+
+def test_runner_over_postgres_completes_a_retried_execution(env: Env) -> None:
+    """A Runner with a PostgresStore and this scheduler retries a flaky node until it completes."""
+    registry = Registry()
+    flaky = Flaky(fails=2)
+    registry.register("test.flaky", flaky)
+    workflow = Workflow(
+        id=f"wf-{uuid.uuid4().hex[:8]}",
+        nodes=(
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="r",
+                type="test.flaky",
+                settings=NodeSettings(retry_on_failed=True, max_retries=3, retry_delay_ms=100),
+            ),
+        ),
+        connections=(Connection(from_node="start", to_node="r"),),
+    )
+    store = PostgresStore(env.dsn, schema=env.schema)
+    try:
+        with Runner(registry, store=store, scheduler=env.scheduler()) as runner:
+            eid = runner.start(workflow, {"x": 1})
+            assert runner.get(eid).status is ExecutionStatus.SUSPENDED
+            done = runner.wait(eid, timeout=TIMEOUT)
+    finally:
+        store.close()
+    assert done.status is ExecutionStatus.COMPLETED
+    assert done.output == {"ok": True, "attempt": 3}
+    assert flaky.calls == 3
+    assert env.jobs() == []
