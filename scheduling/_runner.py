@@ -520,8 +520,12 @@ class Runner:
         return asyncio.to_thread(self._on_alarm, execution_id)
 
     def _on_alarm(self, execution_id: str) -> None:
-        """An alarm went off: resume the execution if it is still suspended and due."""
-        with self._lock_for(execution_id):
+        """An alarm went off: resume the execution if it is still suspended and due.
+
+        The hot path of a busy runner (one call per retry or timer that falls due), so the
+        helpers it would call (``_lock_for``, ``_definition``, ``_resume``) are inlined.
+        """
+        with self._stripes[hash(execution_id) % _STRIPES]:
             try:
                 execution, version = self.store.load(execution_id)
             except ExecutionNotFound:
@@ -530,33 +534,42 @@ class Runner:
             suspension = execution.suspension
             if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
                 return  # resumed, cancelled or finished since the alarm was armed
-            follow_up, new_version = execution, version
-            if suspension.kind == "sub_workflow":
-                pass  # an async child to start (or a parent to reconcile): outside the lock
+            kind = suspension.kind
+            if kind == "sub_workflow":
+                new = None  # an async child to start (or a parent to reconcile): outside the lock
             else:
                 due_at = execution.due_at
                 if due_at is None:
                     return  # waits for a delivery; nothing is due
-                now = self.clock()
-                if due_at > now:
+                if due_at > self.clock():
                     self.scheduler.schedule(execution_id, due_at)  # early: wait again
                     return
-                workflow = self._definition(execution.workflow_id, execution.workflow_version)
-                if suspension.kind == "webhook":
+                workflow = self._definitions.get(
+                    (execution.workflow_id, execution.workflow_version)
+                ) or self._definition(execution.workflow_id, execution.workflow_version)
+                if kind == "webhook":
                     outcome = self._expire_webhook(execution, workflow)
                 else:
-                    outcome = self._resume(execution, None, workflow)
+                    outcome = resume_workflow(
+                        execution,
+                        None,
+                        workflow=workflow,
+                        registry=self.registry,
+                        clock=self.clock,
+                        env=self.env,
+                        observers=self.observers,
+                    )
+                new = outcome.execution
+                assert new is not None, "the executor returns outcomes with the execution set"
                 try:
-                    new = _execution_of(outcome)
-                    new_version = self.store.save(new, version)
+                    version = self.store.save(new, version)
                 except StaleVersionError:
                     logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
                     return
-                follow_up = new
-        if follow_up is execution:
+        if new is None:
             self._run_child(execution)
         else:
-            self._settle(follow_up, new_version)
+            self._settle(new, version)
 
     def _expire_webhook(self, execution: WorkflowExecution, workflow: Workflow) -> Outcome:
         """Fail the webhook wait with a non-retryable ``WebhookTimeout``; ``on_error`` applies."""

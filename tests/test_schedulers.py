@@ -538,6 +538,106 @@ def test_manual_matches_a_sorted_model(ops: list[tuple[str, str, int]], window: 
     assert clock() == at(window)
 
 
+reaction_strategy = st.tuples(
+    st.sampled_from(("schedule", "cancel")), st.sampled_from("abcdefgh"), st.integers(0, 6)
+)
+
+
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from("abcdefgh"), st.integers(-3, 12), st.booleans()), max_size=80
+    ),
+    reactions=st.dictionaries(
+        st.sampled_from("abcdefgh"), st.lists(reaction_strategy, max_size=4), max_size=8
+    ),
+    window=st.integers(0, 15),
+)
+def test_manual_rearming_during_advance_matches_a_sorted_model(
+    ops: list[tuple[str, int, bool]],
+    reactions: dict[str, list[tuple[str, str, int]]],
+    window: int,
+) -> None:
+    """Alarms armed, replaced or cancelled by callbacks fire exactly as a sorted model says."""
+    clock = ManualClock(START)
+    manual = ManualScheduler(clock)
+    seq = 0
+    model: dict[str, tuple[datetime, int]] = {}
+
+    def arm(eid: str, due: datetime) -> None:
+        nonlocal seq
+        manual.schedule(eid, due)
+        model[eid] = (due, seq)
+        seq += 1
+
+    for eid, seconds, cancel in ops:  # many replacements: the queue compacts on the way
+        if cancel:
+            manual.cancel(eid)
+            model.pop(eid, None)
+        else:
+            arm(eid, at(seconds))
+    pending = {eid: list(steps) for eid, steps in reactions.items()}
+    fired: list[tuple[str, datetime]] = []
+
+    def fire(eid: str) -> None:
+        fired.append((eid, clock()))
+        model.pop(eid)
+        steps = pending.get(eid)
+        if steps:
+            op, other, seconds = steps.pop(0)
+            if op == "cancel":
+                manual.cancel(other)
+                model.pop(other, None)
+            else:
+                arm(other, clock() + timedelta(seconds=seconds))
+
+    manual.start(fire)
+    expected_pending = dict(model)
+    replay = {eid: list(steps) for eid, steps in reactions.items()}
+    expected: list[tuple[str, datetime]] = []
+    now, end, model_seq = START, at(window), seq
+    while expected_pending:
+        eid, (due, _) = min(expected_pending.items(), key=lambda item: item[1])
+        if due > end:
+            break
+        del expected_pending[eid]
+        now = max(now, due)
+        expected.append((eid, now))
+        steps = replay.get(eid)
+        if steps:
+            op, other, seconds = steps.pop(0)
+            if op == "cancel":
+                expected_pending.pop(other, None)
+            else:
+                expected_pending[other] = (now + timedelta(seconds=seconds), model_seq)
+                model_seq += 1
+    assert manual.advance(window) == [eid for eid, _ in expected]
+    assert fired == expected
+    assert manual.pending() == sorted(
+        ((eid, due) for eid, (due, _) in model.items()), key=lambda item: model[item[0]]
+    )
+
+
+def test_manual_compacting_inside_a_callback_keeps_firing_in_order() -> None:
+    """A callback that re-arms an alarm many times (compacting the queue) loses no alarm."""
+    clock = ManualClock(START)
+    manual = ManualScheduler(clock)
+    fired: list[str] = []
+
+    def fire(eid: str) -> None:
+        fired.append(eid)
+        if eid == "a":
+            for _ in range(60):  # each replaces the last: stale entries pile up, compacted
+                manual.schedule("z", at(3))
+            manual.schedule("z", at(4))  # due times first seen after compacting
+            manual.schedule("y", START + timedelta(seconds=1.5))
+
+    manual.start(fire)
+    for eid, seconds in (("a", 1), ("b", 1), ("c", 2), ("d", 5), ("e", 9)):
+        manual.schedule(eid, at(seconds))
+    assert manual.advance(6) == ["a", "b", "y", "c", "z", "d"]
+    assert manual.pending() == [("e", at(9))]
+
+
 # --- AsyncioScheduler --------------------------------------------------------------------
 
 

@@ -156,7 +156,8 @@ def definition(version: int = 1, url: str = "https://example.test") -> Workflow:
 def corrupt(store: ExecutionStore, eid: str, text: str) -> None:
     """Write ``text`` over the stored record of ``eid``, behind the store's back."""
     if isinstance(store, MemoryStore):
-        store._rows[eid].record = text
+        version, seq, _, execution = store._rows[eid]
+        store._rows[eid] = (version, seq, text, execution)
     elif isinstance(store, SQLiteStore):
         with sqlite3.connect(store.path) as conn:
             conn.execute("UPDATE prana_executions SET data = ? WHERE id = ?", (text, eid))

@@ -7,10 +7,11 @@ now. It is the reference the other adapters are tested against.
 
 from __future__ import annotations
 
+import collections
 import heapq
 import inspect
 import itertools
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from prana import InvalidSettingsError
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from scheduling.abc import Fire
 
 __all__ = ["ManualScheduler", "SchedulerStateError"]
+
+_Entry = tuple[datetime, int, str]
+"""An armed alarm: ``(due_at, seq, execution_id)``; ``seq`` orders ties by arming."""
 
 
 class ManualScheduler:
@@ -39,9 +43,14 @@ class ManualScheduler:
             )
         self.clock = clock
         self._fire: Fire | None = None
-        # id -> (due_at, seq) of the live alarm; the heap may hold stale entries, skipped on pop.
-        self._alarms: dict[str, tuple[datetime, int]] = {}
-        self._heap: list[tuple[datetime, int, str]] = []
+        # id -> the entry of its live alarm. Entries wait in one FIFO bucket per due time,
+        # and a heap orders the distinct due times: alarms sharing a due time (a burst of
+        # retries) cost no heap work. Buckets may hold stale entries (alarms replaced or
+        # cancelled since), told apart by identity and skipped when reached.
+        self._alarms: dict[str, _Entry] = {}
+        self._buckets: dict[datetime, collections.deque[_Entry]] = {}
+        self._times: list[datetime] = []
+        self._queued = 0
         self._seq = itertools.count()
 
     def start(self, fire: Fire) -> None:
@@ -50,13 +59,33 @@ class ManualScheduler:
 
     def schedule(self, execution_id: str, due_at: datetime) -> None:
         """Arm (or re-arm) the one alarm of ``execution_id`` for ``due_at``."""
-        require_aware(due_at, f"ManualScheduler.schedule({execution_id!r})")
-        seq = next(self._seq)
-        self._alarms[execution_id] = (due_at, seq)
-        heapq.heappush(self._heap, (due_at, seq, execution_id))
-        if len(self._heap) > 2 * len(self._alarms) + 16:
-            self._heap = [(due, s, eid) for eid, (due, s) in self._alarms.items()]
-            heapq.heapify(self._heap)
+        if due_at.__class__ is not datetime or due_at.tzinfo is not timezone.utc:
+            require_aware(due_at, f"ManualScheduler.schedule({execution_id!r})")
+        entry = (due_at, next(self._seq), execution_id)
+        self._alarms[execution_id] = entry
+        bucket = self._buckets.get(due_at)
+        if bucket is None:
+            self._buckets[due_at] = collections.deque((entry,))
+            heapq.heappush(self._times, due_at)
+        else:
+            bucket.append(entry)
+        self._queued += 1
+        if self._queued > 2 * len(self._alarms) + 16:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the buckets from the live alarms only, dropping stale entries."""
+        buckets: dict[datetime, collections.deque[_Entry]] = {}
+        for entry in sorted(self._alarms.values()):
+            bucket = buckets.get(entry[0])
+            if bucket is None:
+                buckets[entry[0]] = collections.deque((entry,))
+            else:
+                bucket.append(entry)
+        self._buckets = buckets
+        self._times[:] = buckets  # in place: _fire_due holds this list
+        heapq.heapify(self._times)
+        self._queued = len(self._alarms)
 
     def cancel(self, execution_id: str) -> None:
         """Disarm the alarm of ``execution_id``; unknown ids are ignored."""
@@ -66,12 +95,13 @@ class ManualScheduler:
         """Stop firing and drop every pending alarm (``start`` again to reuse it)."""
         self._fire = None
         self._alarms.clear()
-        self._heap.clear()
+        self._buckets.clear()
+        self._times.clear()
+        self._queued = 0
 
     def pending(self) -> list[tuple[str, datetime]]:
         """The armed alarms as ``(execution_id, due_at)``, in the order they would fire."""
-        ordered = sorted(self._alarms.items(), key=lambda item: item[1])
-        return [(eid, due) for eid, (due, _) in ordered]
+        return [(eid, due) for due, _, eid in sorted(self._alarms.values())]
 
     def next_due(self) -> datetime | None:
         """The earliest due time armed, or ``None`` when nothing is pending."""
@@ -101,33 +131,56 @@ class ManualScheduler:
         """Fire every alarm already due at the clock's now, without moving the clock."""
         return self._fire_due(self.clock())
 
-    def _peek(self) -> tuple[datetime, int, str] | None:
-        """The live alarm that fires next, dropping stale heap entries on the way."""
-        while self._heap:
-            due, seq, eid = self._heap[0]
-            if self._alarms.get(eid) == (due, seq):
-                return due, seq, eid
-            heapq.heappop(self._heap)
+    def _peek(self) -> _Entry | None:
+        """The live alarm that fires next, dropping stale entries on the way."""
+        times = self._times
+        alarms = self._alarms
+        while times:
+            bucket = self._buckets[times[0]]
+            while bucket:
+                entry = bucket[0]
+                if alarms.get(entry[2]) is entry:
+                    return entry
+                bucket.popleft()
+                self._queued -= 1
+            del self._buckets[heapq.heappop(times)]
         return None
 
     def _fire_due(self, until: datetime) -> list[str]:
-        """Fire alarms due at or before ``until`` one by one, re-reading the heap after each."""
+        """Fire alarms due at or before ``until`` one by one, re-reading the queue after each."""
         fired: list[str] = []
-        while (head := self._peek()) is not None and head[0] <= until:
-            due, _, eid = head
+        times = self._times
+        alarms = self._alarms
+        clock = self.clock
+        while times:
+            due = times[0]
+            if due > until:
+                break
+            bucket = self._buckets[due]
+            if not bucket:
+                heapq.heappop(times)
+                del self._buckets[due]
+                continue
+            entry = bucket[0]
+            eid = entry[2]
+            if alarms.get(eid) is not entry:
+                bucket.popleft()  # replaced or cancelled since it was armed
+                self._queued -= 1
+                continue
             fire = self._fire
             if fire is None:
                 raise SchedulerStateError(
                     f"ManualScheduler: the alarm of {eid!r} is due but the scheduler is not "
                     "started; call start(fire) first (entering `with runner:` does it)"
                 )
-            heapq.heappop(self._heap)
-            del self._alarms[eid]
-            if due > self.clock():
-                self.clock.set(due)
+            bucket.popleft()
+            self._queued -= 1
+            del alarms[eid]
+            if due > clock():
+                clock.set(due)
             fired.append(eid)
             result = fire(eid)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 close = getattr(result, "close", None)
                 if callable(close):
                     close()  # no "never awaited" warning on top of the clear error

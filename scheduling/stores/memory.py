@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus, Workflow, WorkflowExecution, dumps
 from scheduling._errors import ExecutionNotFound, WorkflowConflictError, WorkflowNotFound
@@ -34,25 +34,13 @@ if TYPE_CHECKING:
 __all__ = ["MemoryStore"]
 
 
-class _Row:
-    """One stored execution: the record (live or as JSON text) and its columns."""
+_Row = tuple[int, int, "WorkflowExecution | str", WorkflowExecution]
+"""One stored execution: ``(version, seq, record, execution)``.
 
-    __slots__ = ("due_at", "record", "seq", "status", "updated_at", "version", "workflow")
-
-    def __init__(
-        self,
-        seq: int,
-        version: int,
-        execution: WorkflowExecution,
-        record: WorkflowExecution | str,
-    ) -> None:
-        self.seq = seq
-        self.version = version
-        self.workflow = (execution.workflow_id, execution.workflow_version)
-        self.status = execution.status
-        self.due_at = execution.due_at
-        self.updated_at = execution.updated_at
-        self.record: Any = record
+``record`` is what ``load`` hands back (the live execution, or its JSON text when
+serializing); ``execution`` is the live one the columns (status, due time, ...) are read
+from; ``seq`` is creation order. A plain tuple, because building one is most of a save.
+"""
 
 
 class MemoryStore:
@@ -80,58 +68,54 @@ class MemoryStore:
 
     def save(self, execution: WorkflowExecution, expected_version: int | None) -> int:
         """Store ``execution`` if ``expected_version`` is the stored one; return the new version."""
-        check_save(execution, expected_version)
-        if self.serialize:
-            record: WorkflowExecution | str = dumps(execution)
-        else:
-            record = execution
+        if execution.__class__ is not WorkflowExecution or (
+            expected_version is not None
+            and (expected_version.__class__ is not int or expected_version < 1)
+        ):
+            check_save(execution, expected_version)
+        record: WorkflowExecution | str = dumps(execution) if self.serialize else execution
         execution_id = execution.id
         due_at = execution.due_at
+        rows = self._rows
         with self._lock:
-            row = self._rows.get(execution_id)
+            row = rows.get(execution_id)
             if expected_version is None:
                 if row is not None:
-                    raise stale(execution_id, None, row.version)
-                seq = next(self._seq)
-                version = 1
+                    raise stale(execution_id, None, row[0])
+                rows[execution_id] = (1, next(self._seq), record, execution)
             else:
-                if row is None or row.version != expected_version:
-                    raise stale(
-                        execution_id, expected_version, None if row is None else row.version
-                    )
-                seq = row.seq
-                version = expected_version + 1
-            self._rows[execution_id] = _Row(seq, version, execution, record)
+                if row is None or row[0] != expected_version:
+                    raise stale(execution_id, expected_version, None if row is None else row[0])
+                rows[execution_id] = (expected_version + 1, row[1], record, execution)
             if due_at is None:
                 self._due.pop(execution_id, None)
             else:
                 self._due[execution_id] = due_at
-        return version
+        return 1 if expected_version is None else expected_version + 1
 
     def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
         """The execution and its version; ``ExecutionNotFound`` if there is none."""
-        with self._lock:
-            row = self._rows.get(execution_id)
-            if row is None:
-                raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
-            record, version = row.record, row.version
-        if isinstance(record, WorkflowExecution):
-            return record, version
-        return read_execution(execution_id, record), version
+        row = self._rows.get(execution_id)  # one dict read: atomic, no lock needed
+        if row is None:
+            raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
+        version, _, record, _ = row
+        if isinstance(record, str):
+            return read_execution(execution_id, record), version
+        return record, version
 
     def find_due(self, now: datetime, limit: int = 100) -> Sequence[tuple[str, datetime]]:
         """Suspended executions due at or before ``now``, earliest first (ties: oldest first)."""
         check_aware(now, "find_due(now)")
         check_limit(limit)
         with self._lock:
-            due = [(at, self._rows[eid].seq, eid) for eid, at in self._due.items() if at <= now]
+            due = [(at, self._rows[eid][1], eid) for eid, at in self._due.items() if at <= now]
         due.sort()
         return [(eid, at) for at, _, eid in due[:limit]]
 
     def alarms(self) -> Sequence[tuple[str, datetime]]:
         """Every suspended execution with a due time, earliest first."""
         with self._lock:
-            due = [(at, self._rows[eid].seq, eid) for eid, at in self._due.items()]
+            due = [(at, self._rows[eid][1], eid) for eid, at in self._due.items()]
         due.sort()
         return [(eid, at) for at, _, eid in due]
 
@@ -143,22 +127,22 @@ class MemoryStore:
         check_limit(limit)
         with self._lock:
             rows = [
-                (eid, row)
+                (row[1], eid, row[0], row[3])
                 for eid, row in self._rows.items()
-                if wanted is None or row.status is wanted
+                if wanted is None or row[3].status is wanted
             ]
-        rows.sort(key=lambda item: item[1].seq, reverse=True)
+        rows.sort(key=lambda item: item[0], reverse=True)
         return [
             ExecutionSummary(
                 id=eid,
-                workflow_id=row.workflow[0],
-                workflow_version=row.workflow[1],
-                status=row.status,
-                version=row.version,
-                due_at=row.due_at,
-                updated_at=row.updated_at,
+                workflow_id=execution.workflow_id,
+                workflow_version=execution.workflow_version,
+                status=execution.status,
+                version=version,
+                due_at=execution.due_at,
+                updated_at=execution.updated_at,
             )
-            for eid, row in rows[:limit]
+            for _, eid, version, execution in rows[:limit]
         ]
 
     def save_workflow(self, workflow: Workflow) -> None:
