@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from scheduling._console import ConsoleView
     from scheduling._runner import Runner
-    from scheduling.stores.sqlite import SQLiteStore
+    from scheduling.abc import ExecutionStore
 
 __all__ = ["CLIError", "load_actions", "load_workflow_file", "main"]
 
@@ -145,7 +145,25 @@ def _db_path(args: argparse.Namespace) -> str:
     return db
 
 
-def _open_store(args: argparse.Namespace, *, must_exist: bool) -> SQLiteStore:
+def _postgres_dsn(args: argparse.Namespace) -> str | None:
+    dsn: str | None = args.postgres or os.environ.get("PRANA_POSTGRES_DSN")
+    return dsn
+
+
+def _open_store(args: argparse.Namespace, *, must_exist: bool) -> ExecutionStore:
+    """The store the command works on: PostgreSQL with ``--postgres``, else the SQLite file."""
+    dsn = _postgres_dsn(args)
+    if dsn is not None:
+        from scheduling.stores.postgres import PostgresStore
+
+        schema = args.schema or os.environ.get("PRANA_POSTGRES_SCHEMA")
+        store = PostgresStore(dsn, schema=schema)
+        try:
+            store.setup()
+        except Exception as exc:  # noqa: BLE001 - any driver error becomes one clear line
+            store.close()
+            raise CLIError(f"--postgres: cannot use the database: {_one_line(exc)}") from None
+        return store
     from scheduling.stores.sqlite import SQLiteStore
 
     path = _db_path(args)
@@ -159,7 +177,7 @@ def _open_store(args: argparse.Namespace, *, must_exist: bool) -> SQLiteStore:
 
 def _runner(
     registry: Registry,
-    store: SQLiteStore,
+    store: ExecutionStore,
     view: ConsoleView | None,
     scheduler: Any = None,
 ) -> Runner:
@@ -227,14 +245,38 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             handled = runner.run_due()
             print(f"resumed {len(handled)} due execution(s)")
             return EXIT_OK
+        if args.scheduler == "procrastinate":
+            return _procrastinate_worker(args, registry, store, view)
         stop = threading.Event()
         with runner, view.live():
-            print(f"worker on {_db_path(args)}: resuming due executions (Ctrl-C to stop)")
+            print(f"worker on {_where(args)}: resuming due executions (Ctrl-C to stop)")
             while not stop.wait(args.poll):
                 runner.rearm_due()
     finally:
         store.close()
     return EXIT_OK  # pragma: no cover - the loop only ends by Ctrl-C
+
+
+def _where(args: argparse.Namespace) -> str:
+    return "PostgreSQL" if _postgres_dsn(args) is not None else _db_path(args)
+
+
+def _procrastinate_worker(
+    args: argparse.Namespace, registry: Registry, store: ExecutionStore, view: ConsoleView
+) -> int:
+    """One of several workers: alarms live in PostgreSQL (procrastinate), each fires once."""
+    dsn = _postgres_dsn(args)
+    if dsn is None:
+        raise CLIError("--scheduler procrastinate needs --postgres DSN (or $PRANA_POSTGRES_DSN)")
+    from scheduling.adapters.procrastinate import ProcrastinateScheduler
+
+    scheduler = ProcrastinateScheduler(
+        dsn, schema=args.schema or os.environ.get("PRANA_POSTGRES_SCHEMA"), run_in_thread=False
+    )
+    with _runner(registry, store, view, scheduler), view.live():
+        print("worker on PostgreSQL (procrastinate): resuming due executions (Ctrl-C to stop)")
+        scheduler.run_worker()
+    return EXIT_OK
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -335,6 +377,14 @@ def _parser() -> argparse.ArgumentParser:
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--db", help=f"SQLite database (default ./{DEFAULT_DB} or $PRANA_DB)")
+        sub.add_argument(
+            "--postgres",
+            metavar="DSN",
+            help="keep executions in PostgreSQL instead (or $PRANA_POSTGRES_DSN)",
+        )
+        sub.add_argument(
+            "--schema", help="PostgreSQL schema for prana's tables (or $PRANA_POSTGRES_SCHEMA)"
+        )
         return sub
 
     run = add("run", "run a workflow file (JSON or YAML) until it ends or waits on a webhook")
@@ -351,6 +401,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=WORKER_POLL_SECONDS,
         help="seconds between checks for work left due by other processes",
+    )
+    worker.add_argument(
+        "--scheduler",
+        choices=("apscheduler", "procrastinate"),
+        default="apscheduler",
+        help="procrastinate: several workers share alarms in PostgreSQL (needs --postgres)",
     )
     worker.set_defaults(handler=_cmd_worker)
 

@@ -292,3 +292,61 @@ def test_missing_database_and_corrupt_record(
     assert code == 2
     assert "stored execution 'bad' cannot be read" in err
     assert err.count("\n") == 1
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_run_list_and_show_on_postgres(
+    env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], postgres_dsn: str
+) -> None:
+    """With --postgres the same commands keep executions in PostgreSQL (in their own schema)."""
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    schema = f"prana_cli_{uuid.uuid4().hex[:10]}"
+    where = ["--postgres", postgres_dsn, "--schema", schema]
+    try:
+        path = write_workflow(tmp_path, workflow_doc(fails=1))
+        code, out, _ = run(["run", path, "--actions", env["actions"], *where], capsys)
+        assert code == 0
+        eid = execution_id_in(out)
+        code, out, _ = run(["list", *where], capsys)
+        assert (code, eid in out, "completed" in out) == (0, True, True)
+        code, out, _ = run(["show", eid, *where], capsys)
+        assert code == 0
+        assert "attempt 2: completed" in out
+        assert not os.path.exists(env["db"])
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_procrastinate_worker_needs_postgres(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The procrastinate worker refuses to start without a PostgreSQL DSN, in one line."""
+    monkeypatch.delenv("PRANA_POSTGRES_DSN", raising=False)
+    code, _, err = run(
+        ["worker", "--db", env["db"], "--scheduler", "procrastinate", "--actions", env["actions"]],
+        capsys,
+    )
+    assert code == 2
+    assert err.strip() == (
+        "prana: error: --scheduler procrastinate needs --postgres DSN (or $PRANA_POSTGRES_DSN)"
+    )
+
+
+def test_unreachable_postgres_is_one_line(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A PostgreSQL DSN that cannot be used is reported in one line, not a traceback."""
+    code, _, err = run(
+        ["list", "--postgres", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"], capsys
+    )
+    assert code == 2
+    assert err.startswith("prana: error: --postgres: cannot use the database:")
+    assert "\n" not in err.strip()
