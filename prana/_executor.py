@@ -37,7 +37,6 @@ from prana._errors import (
 from prana._events import Event, EventType, Observer, emit
 from prana._graph import CompiledGraph, CompiledNode, compile_workflow
 from prana._model import (
-    Activation,
     AttemptOutcome,
     AttemptRecord,
     Completed,
@@ -56,6 +55,7 @@ from prana._model import (
     WebhookData,
     Workflow,
     WorkflowExecution,
+    new_activation,
     new_attempt_record,
     new_node_execution,
     new_workflow_execution,
@@ -298,6 +298,30 @@ class _NodesView(Mapping[str, Any]):
 class _Run:
     """One executor call's private, mutable working copy of an execution."""
 
+    __slots__ = (
+        "backlog",
+        "clock",
+        "current",
+        "env",
+        "graph",
+        "heap",
+        "id",
+        "input",
+        "last_output",
+        "next_index",
+        "now_hint",
+        "observers",
+        "parent",
+        "pending",
+        "runs",
+        "started_at",
+        "state",
+        "status",
+        "variables",
+        "workflow",
+        "workflow_id",
+    )
+
     def __init__(
         self,
         graph: CompiledGraph,
@@ -384,28 +408,31 @@ class _Run:
         check_transition(self.status, status)
         self.status = status
         now = self.clock()
+        backlog = self.backlog
         return new_workflow_execution(
-            id=self.id,
-            workflow_id=self.workflow.id,
-            workflow_version=self.workflow.version,
-            status=status,
-            input=self.input,
-            node_executions={k: v if type(v) is tuple else tuple(v) for k, v in self.runs.items()},
-            state=self.state,
-            pending=tuple(
-                Activation(node_key=k, seq=p.seq, sources=p.sources)
+            self.id,
+            self.workflow_id,
+            self.workflow.version,
+            status,
+            self.input,
+            {k: v if type(v) is tuple else tuple(v) for k, v in self.runs.items()},
+            self.state,
+            tuple(
+                new_activation(k, p.seq, p.sources)
                 for k, head in self.pending.items()
-                for p in (head, *self.backlog.get(k, ()))
-            ),
-            next_index=self.next_index,
-            suspended_node=suspended_node,
-            suspension=suspension,
-            output=output,
-            error=error,
-            parent=self.parent,
-            started_at=self.started_at,
-            updated_at=now,
-            completed_at=now if status.value in _FINAL_VALUES else None,
+                for p in ((head, *backlog[k]) if k in backlog else (head,))
+            )
+            if self.pending
+            else (),
+            self.next_index,
+            suspended_node,
+            suspension,
+            output,
+            error,
+            self.parent,
+            self.started_at,
+            now,
+            now if status.value in _FINAL_VALUES else None,
         )
 
     def writable_runs(self, key: str) -> list[NodeExecution]:

@@ -390,10 +390,11 @@ class WorkflowExecution:
         if self.status is not ExecutionStatus.SUSPENDED or self.suspension is None:
             return None
         data = self.suspension.data
-        if isinstance(data, RetryData | TimerData):
-            return data.resume_at
-        if isinstance(data, WebhookData):
-            return data.expires_at
+        cls = type(data)
+        if cls is RetryData or cls is TimerData:
+            return data.resume_at  # type: ignore[no-any-return]
+        if cls is WebhookData:
+            return data.expires_at  # type: ignore[no-any-return]
         return None
 
     def node(self, key: str) -> NodeExecution | None:
@@ -507,36 +508,12 @@ new_node_execution: Callable[..., NodeExecution] = _fast_constructor(NodeExecuti
 """``new_node_execution(node_key, status, execution_index, run_index, started_at,
 completed_at, params, output, output_port, error, attempts)``."""
 new_attempt_record: Callable[..., AttemptRecord] = _fast_constructor(AttemptRecord)
-_new_workflow_execution = _fast_constructor(WorkflowExecution)
-
-
-def new_workflow_execution(
-    *,
-    id: str,
-    workflow_id: str,
-    workflow_version: int,
-    status: ExecutionStatus,
-    input: Any,
-    node_executions: Mapping[str, tuple[NodeExecution, ...]],
-    state: Mapping[str, Any],
-    pending: tuple[Activation, ...],
-    next_index: int,
-    suspended_node: str | None,
-    suspension: Suspend | None,
-    output: Any,
-    error: ErrorInfo | None,
-    parent: ParentRef | None,
-    started_at: datetime | None,
-    updated_at: datetime | None,
-    completed_at: datetime | None,
-) -> WorkflowExecution:
-    """``WorkflowExecution(...)`` for the executor, through the fast constructor."""
-    result: WorkflowExecution = _new_workflow_execution(
-        id, workflow_id, workflow_version, status, input, node_executions, state, pending,
-        next_index, suspended_node, suspension, output, error, parent, started_at, updated_at,
-        completed_at,
-    )  # fmt: skip
-    return result
+new_workflow_execution: Callable[..., WorkflowExecution] = _fast_constructor(WorkflowExecution)
+"""``new_workflow_execution(id, workflow_id, workflow_version, status, input, node_executions,
+state, pending, next_index, suspended_node, suspension, output, error, parent, started_at,
+updated_at, completed_at)``."""
+new_activation: Callable[..., Activation] = _fast_constructor(Activation)
+"""``new_activation(node_key, seq, sources)``."""
 
 
 """``new_attempt_record(number, started_at, ended_at, outcome, error, due_at, retry_delay_ms)``."""
