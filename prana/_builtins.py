@@ -427,12 +427,16 @@ def _execute_workflow(params: Any, ctx: ActionContext) -> Suspend:
         raise NonRetryable(
             f"{node_type}: mode={mode!r}: use one of {', '.join(SUB_WORKFLOW_MODES)}"
         )
+    timeout_ms = _positive_int(p, "timeout_ms", node_type)
     data = SubWorkflowData(
         workflow_id=workflow_id,
         input=p["input"] if "input" in p else _main(ctx),
         mode=mode,
         version=_positive_int(p, "version", node_type),
-        timeout_ms=_positive_int(p, "timeout_ms", node_type),
+        timeout_ms=timeout_ms,
+        expires_at=(
+            ctx.now + timedelta(milliseconds=timeout_ms) if timeout_ms is not None else None
+        ),
     )
     return Suspend("sub_workflow", data)
 

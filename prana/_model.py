@@ -339,7 +339,11 @@ class WebhookData:
 
 @attrs.frozen(kw_only=True)
 class SubWorkflowData:
-    """What a ``Suspend(kind="sub_workflow")`` carries: the child to run and how to wait."""
+    """What a ``Suspend(kind="sub_workflow")`` carries: the child to run and how to wait.
+
+    ``expires_at`` (from ``timeout_ms``) is when the parent stops waiting: the shell then
+    resumes it with ``{"status": "timeout", ...}`` and cancels the child.
+    """
 
     workflow_id: str
     input: Any = None
@@ -347,6 +351,7 @@ class SubWorkflowData:
     version: int | None = None
     timeout_ms: int | None = None
     child_execution_id: str | None = None
+    expires_at: datetime | None = None
 
 
 SuspendData = RetryData | TimerData | WebhookData | SubWorkflowData | Any

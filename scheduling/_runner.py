@@ -567,9 +567,35 @@ class Runner:
                     logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
                     return
         if new is None:
-            self._run_child(execution)
+            self._sub_workflow_alarm(execution)
         else:
             self._settle(new, version)
+
+    def _sub_workflow_alarm(self, parent: WorkflowExecution) -> None:
+        """A parent's alarm: start its async child, or time the child out at its deadline."""
+        assert parent.suspension is not None
+        data = parent.suspension.data
+        expires = data.expires_at if isinstance(data, SubWorkflowData) else None
+        if expires is None or expires > self.clock():
+            self._run_child(parent)
+            return
+        key = parent.suspended_node
+        child_id = child_execution_id(parent)
+        if key is None or child_id is None:
+            return
+        error = {
+            "code": "timeout",
+            "message": f"sub-workflow {child_id} did not end within {data.timeout_ms} ms",
+        }
+        # The parent first: the cancelled child then finds it no longer waiting, and its own
+        # report (a cancelled child reads as failed) is dropped.
+        self._resume_parent(parent.id, key, child_id, {"status": "timeout", "error": error})
+        try:
+            child, _ = self.store.load(child_id)
+            if child.status not in FINAL_STATUSES:
+                self.cancel(child_id, reason=f"the parent's timeout: {error['message']}")
+        except (ExecutionNotFound, ResumeError, StaleVersionError):
+            pass  # never started, ended meanwhile, or cancelled by someone else
 
     def _expire_webhook(self, execution: WorkflowExecution, workflow: Workflow) -> Outcome:
         """Fail the webhook wait with a non-retryable ``WebhookTimeout``; ``on_error`` applies."""
@@ -678,6 +704,8 @@ class Runner:
             )
         elif child.status in FINAL_STATUSES and child.id == child_id:
             self._report_to_parent(child)
+        elif data.expires_at is not None:
+            self.scheduler.schedule(parent.id, data.expires_at)  # the parent's deadline
 
     def _report_to_parent(self, child: WorkflowExecution) -> None:
         """Resume the parent of an ended child with its output or its error."""

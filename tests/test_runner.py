@@ -680,3 +680,90 @@ def test_real_apscheduler_completes_retries_and_wait_returns() -> None:
         done = runner.wait(eid, timeout=30)
     assert done.status is ExecutionStatus.COMPLETED
     assert flaky.calls == [1, 2, 3]
+
+
+# -- sub-workflow timeouts --------------------------------------------------------------------
+
+
+def timed_parent(timeout_ms: int, on_error: str = "stop_workflow") -> Workflow:
+    sub = Node(
+        key="sub",
+        type="workflow.execute_workflow",
+        params={"workflow_id": "slow", "timeout_ms": timeout_ms},
+        settings=NodeSettings(on_error=on_error),  # type: ignore[arg-type]
+    )
+    return workflow(sub, wid="parent")
+
+
+def slow_child() -> Workflow:
+    return workflow(
+        Node(key="w", type="wait.wait", params={"mode": "webhook", "timeout_hours": None}),
+        wid="slow",
+    )
+
+
+def test_sub_workflow_timeout_resumes_parent_and_cancels_child() -> None:
+    """A child still running at the parent's timeout_ms is cancelled; the parent's node fails."""
+    h = Harness(MemoryStore())
+    with h.runner as runner:
+        runner.register_workflow(slow_child())
+        pid = runner.start(timed_parent(2000))
+        cid = child_execution_id(runner.get(pid))
+        assert cid is not None
+        assert runner.get(cid).status is ExecutionStatus.SUSPENDED
+        assert h.scheduler.advance(1.9) == []
+        assert h.scheduler.advance(0.1) == [pid]
+        parent = runner.get(pid)
+        child = runner.get(cid)
+    assert parent.status is ExecutionStatus.FAILED
+    assert parent.error is not None
+    assert parent.error.code == "sub_workflow_failed"
+    assert "did not end within 2000 ms" in parent.error.message
+    assert child.status is ExecutionStatus.CANCELLED
+
+
+def test_sub_workflow_timeout_can_route_to_the_error_port() -> None:
+    """With continue_error_output the timed-out node completes on its error port."""
+    h = Harness(MemoryStore())
+    with h.runner as runner:
+        runner.register_workflow(slow_child())
+        pid = runner.start(timed_parent(500, on_error="continue_error_output"))
+        h.scheduler.advance(0.5)
+        parent = runner.get(pid)
+    assert parent.status is ExecutionStatus.COMPLETED
+    record = parent.node_executions["sub"][0]
+    assert record.output_port == "error"
+    assert record.output["code"] == "sub_workflow_failed"
+
+
+def test_child_that_ends_in_time_is_not_timed_out() -> None:
+    """A child that completes before the deadline resumes the parent; the deadline is a no-op."""
+    h = Harness(MemoryStore(), fails=1)
+    with h.runner as runner:
+        runner.register_workflow(child_workflow())
+        sub = Node(
+            key="sub",
+            type="workflow.execute_workflow",
+            params={"workflow_id": "child", "timeout_ms": 5000},
+        )
+        pid = runner.start(workflow(sub, wid="parent"))
+        h.scheduler.advance(1)  # the child's retry: it completes, the parent with it
+        done = runner.get(pid)
+        assert done.status is ExecutionStatus.COMPLETED
+        h.scheduler.advance(10)  # the deadline fires on an ended parent and changes nothing
+        assert runner.get(pid) == done
+
+
+def test_sub_workflow_deadline_survives_a_restart(tmp_path: Path) -> None:
+    """A new runner over the same store re-arms the parent's deadline and enforces it."""
+    clock = ManualClock(T0)
+    first = Harness(SQLiteStore(tmp_path / "p.db"), clock=clock)
+    with first.runner as runner:
+        runner.register_workflow(slow_child())
+        pid = runner.start(timed_parent(3000))
+    first.store.close()
+    second = Harness(SQLiteStore(tmp_path / "p.db"), clock=clock)
+    with second.runner as runner:
+        assert second.scheduler.advance(3) == [pid]
+        assert runner.get(pid).status is ExecutionStatus.FAILED
+    second.store.close()
