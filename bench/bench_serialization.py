@@ -44,7 +44,7 @@ from prana import (
     make_converter,
     resume_workflow,
 )
-from prana._serialization import _slot_twin
+from prana._model import slot_twin
 from prana.testing import ManualClock
 
 START = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -192,7 +192,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,100,1000", help="node counts, comma-separated")
     args = parser.parse_args()
     generic = make_converter(hand_tuned=False)
-    twins = [cl.__name__ for cl in (NodeExecution, AttemptRecord) if _slot_twin(cl) is not None]
+    twins = [cl.__name__ for cl in (NodeExecution, AttemptRecord) if slot_twin(cl) is not None]
     print(f"schema version {SCHEMA_VERSION}; built through slot twins: {twins or 'none'}")
     header = ("records", "hooks", "dumps us", "loads us", "total us", "bytes")
     print("{:>8} {:>8} {:>10} {:>10} {:>10} {:>8}".format(*header))

@@ -528,7 +528,7 @@ def test_execute_workflow_suspends_for_the_child() -> None:
 
 
 def test_execute_workflow_passes_every_option() -> None:
-    """Explicit input (even None), mode, version and timeout_ms reach the suspension data."""
+    """Explicit input (even None), mode, version and timeout_ms (as a deadline) reach the data."""
     params = {
         "workflow_id": "child",
         "input": None,
@@ -538,7 +538,12 @@ def test_execute_workflow_passes_every_option() -> None:
     }
     result = run("workflow.execute_workflow", params, make_ctx({"main": [1]}))
     assert result.data == SubWorkflowData(
-        workflow_id="child", input=None, mode="fire_and_forget", version=2, timeout_ms=5000
+        workflow_id="child",
+        input=None,
+        mode="fire_and_forget",
+        version=2,
+        timeout_ms=5000,
+        expires_at=NOW + timedelta(seconds=5),
     )
     params["mode"] = "async"
     assert run("workflow.execute_workflow", params, make_ctx()).data.mode == "async"
