@@ -65,6 +65,8 @@ def load_workflow_file(path: str | os.PathLike[str]) -> Workflow:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise CLIError(f"{file}: no such file") from None
+    except UnicodeDecodeError:
+        raise CLIError(f"{file}: not UTF-8 text; save the workflow as UTF-8 JSON or YAML") from None
     except OSError as exc:
         raise CLIError(f"{file}: cannot read: {exc.strerror or exc}") from None
     try:
@@ -125,7 +127,12 @@ def load_actions(module_name: str | None) -> Registry:
         return given
     register = getattr(module, "register", None)
     if callable(register):
-        register(registry)
+        try:
+            register(registry)
+        except Exception as exc:  # noqa: BLE001 - any failure in user code is reported
+            raise CLIError(
+                f"--actions {module_name}: register(registry) failed: {_one_line(exc)}"
+            ) from None
         return registry
     raise CLIError(
         f"--actions {module_name}: the module has neither a `registry` (a prana.Registry) "
@@ -336,7 +343,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     store = _open_store(args, must_exist=True)
     try:
         # The scheduler is never started: a worker's pending alarm finds it cancelled.
-        execution = _runner(Registry(), store, None).cancel(args.id, args.reason)
+        registry = load_actions(args.actions)
+        execution = _runner(registry, store, None).cancel(args.id, args.reason)
     finally:
         store.close()
     print(f"execution {execution.id}: {execution.status.value}")
@@ -428,6 +436,9 @@ def _parser() -> argparse.ArgumentParser:
     cancel = add("cancel", "cancel a suspended execution")
     cancel.add_argument("id", help="the execution id")
     cancel.add_argument("--reason", help="why (kept in the record)")
+    cancel.add_argument(
+        "--actions", help="module registering your actions (to resume a cancelled child's parent)"
+    )
     cancel.set_defaults(handler=_cmd_cancel)
 
     demo = add("demo", "run the bundled demo: a flaky API retried with backoff")

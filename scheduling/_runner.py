@@ -283,14 +283,10 @@ class Runner:
 
     def _latest_definition(self, workflow_id: str) -> Workflow:
         """The highest version of ``workflow_id`` known here or stored (probed upwards)."""
-        version = self._latest.get(workflow_id, 0)
-        found: Workflow | None = self._definitions.get((workflow_id, version))
-        while True:
-            try:
-                found = self._definition(workflow_id, version + 1)
-            except WorkflowNotFound:
-                break
-            version += 1
+        known = self._latest.get(workflow_id, 0)
+        stored = self.store.latest_workflow_version(workflow_id) or 0
+        version = max(known, stored)
+        found: Workflow | None = self._definition(workflow_id, version) if version else None
         if found is None:
             raise WorkflowNotFound(
                 f"no definition of workflow {workflow_id!r} is stored; register it with "
@@ -343,9 +339,28 @@ class Runner:
                     "the runner resumes by itself; deliver() is for webhooks and custom kinds"
                 )
             workflow = self._definition(execution.workflow_id, execution.workflow_version)
-            outcome = self._resume(execution, resume_data, workflow)
-            new = _execution_of(outcome)
-            new_version = self.store.save(new, version)
+            expires_at = execution.due_at
+            if suspension.kind == "webhook" and expires_at is not None:
+                if expires_at <= self.clock():
+                    # Past its deadline the wait has expired, whether or not its alarm fired.
+                    expired = _execution_of(self._expire_webhook(execution, workflow))
+                    expired_version = self.store.save(expired, version)
+                    late = True
+                else:
+                    late = False
+            else:
+                late = False
+            if not late:
+                outcome = self._resume(execution, resume_data, workflow)
+                new = _execution_of(outcome)
+                new_version = self.store.save(new, version)
+        if late:
+            self.scheduler.cancel(execution_id)
+            self._settle(expired, expired_version)
+            raise ResumeError(
+                f"execution {execution_id!r}: the webhook wait expired at "
+                f"{expires_at.isoformat()}; its node failed with WebhookTimeout"  # type: ignore[union-attr]
+            )
         if new.due_at is None:
             self.scheduler.cancel(execution_id)
         self._settle(new, new_version)
@@ -406,6 +421,25 @@ class Runner:
         for execution_id, _ in self.store.find_due(self.clock(), limit=limit):
             self._on_alarm(execution_id)
             handled.append(execution_id)
+        # A sub-workflow deadline is not a stored due time (the runner arms it with the child),
+        # so parents past theirs are found among the suspended executions without one.
+        now = self.clock()
+        for execution_id in self._suspended_without_alarm():
+            if len(handled) >= limit:
+                break
+            try:
+                execution, _ = self.store.load(execution_id)
+            except ExecutionNotFound:
+                continue
+            data = execution.suspension.data if execution.suspension is not None else None
+            expires = data.expires_at if isinstance(data, SubWorkflowData) else None
+            if (
+                execution.status is ExecutionStatus.SUSPENDED
+                and expires is not None
+                and expires <= now
+            ):
+                self._sub_workflow_alarm(execution)
+                handled.append(execution_id)
         return handled
 
     def get(self, execution_id: str) -> WorkflowExecution:
@@ -428,7 +462,7 @@ class Runner:
                 with self._changed:
                     seen = self._saves
                 execution = self.get(execution_id)
-                if is_settled(execution):
+                if self._settled(execution):
                     return execution
                 pause = _WAIT_RECHECK_SECONDS
                 if deadline is not None:
@@ -445,6 +479,22 @@ class Runner:
         finally:
             with self._changed:
                 self._waiters -= 1
+
+    def _settled(self, execution: WorkflowExecution) -> bool:
+        """``is_settled``, also for a parent whose child (or grandchild...) waits on the outside."""
+        seen: set[str] = set()
+        while not is_settled(execution):
+            child_id = child_execution_id(execution)
+            if child_id is None or child_id in seen:
+                return False
+            seen.add(child_id)
+            try:
+                execution = self.get(child_id)
+            except ExecutionNotFound:
+                return False  # not started yet: the runner starts it
+            if execution.status in FINAL_STATUSES:
+                return False  # ended: the runner reports it to the parent
+        return True
 
     # -- the async facade --------------------------------------------------------------
 
@@ -638,7 +688,15 @@ class Runner:
         queue = self._local.queue = collections.deque([execution])
         try:
             while queue:
-                self._follow_up(queue.popleft())
+                follow = queue.popleft()
+                try:
+                    self._follow_up(follow)
+                except Exception:
+                    logger.exception(
+                        "follow-up of execution %r failed after its save; a runner that "
+                        "starts over this store will retry it",
+                        follow.id,
+                    )
         finally:
             self._local.queue = None
 
@@ -676,6 +734,7 @@ class Runner:
             child, _ = self.store.load(child_id)
         except ExecutionNotFound:
             child = None
+        started = child is None
         if child is None:
             ref = ParentRef(execution_id=parent.id, node_key=key, mode=data.mode)
             try:
@@ -695,6 +754,20 @@ class Runner:
                     {"status": "failed", "error": _exception_dict(exc, code)},
                 )
                 return
+        # The parent was read before the child started: if it stopped waiting meanwhile
+        # (cancelled), the child it no longer wants is cancelled too.
+        try:
+            current = self.store.load(parent.id)[0] if started else parent
+        except ExecutionNotFound:
+            current = None
+        if (
+            current is None
+            or current.status is not ExecutionStatus.SUSPENDED
+            or child_execution_id(current) != child_id
+        ):
+            with contextlib.suppress(ExecutionNotFound, ResumeError):
+                self.cancel(child_id, f"parent {parent.id!r} no longer waits on it")
+            return
         if data.mode == "fire_and_forget":
             self._resume_parent(
                 parent.id,

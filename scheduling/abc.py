@@ -87,5 +87,8 @@ class ExecutionStore(Protocol):
     def load_workflow(self, workflow_id: str, version: int) -> Workflow:
         """The stored definition; ``WorkflowNotFound`` if there is none."""
 
+    def latest_workflow_version(self, workflow_id: str) -> int | None:
+        """The highest stored version of ``workflow_id`` (versions may have gaps), or None."""
+
     def close(self) -> None:
         """Release connections and files."""

@@ -336,6 +336,15 @@ def test_workflow_definitions_are_kept_by_id_and_version(store: ExecutionStore) 
     assert store.load_workflow("wf", 2) == definition(version=2, url="https://other.test")
 
 
+def test_latest_workflow_version_skips_gaps(store: ExecutionStore) -> None:
+    """The latest version is the highest stored one, across gaps; None for an unknown id."""
+    assert store.latest_workflow_version("wf") is None
+    store.save_workflow(definition(version=3))
+    store.save_workflow(definition())
+    assert store.latest_workflow_version("wf") == 3
+    assert store.latest_workflow_version("other") is None
+
+
 def test_a_conflicting_definition_is_refused(store: ExecutionStore) -> None:
     """A different definition under a stored id and version raises and keeps the stored one."""
     store.save_workflow(definition())

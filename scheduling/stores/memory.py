@@ -171,5 +171,11 @@ class MemoryStore:
         self._workflow_cache[key] = workflow
         return workflow
 
+    def latest_workflow_version(self, workflow_id: str) -> int | None:
+        """The highest stored version of ``workflow_id``, or None."""
+        with self._lock:
+            versions = [v for (wid, v) in self._workflows if wid == workflow_id]
+        return max(versions, default=None)
+
     def close(self) -> None:
         """Nothing to release; the data stays readable until the store is dropped."""

@@ -369,6 +369,14 @@ class PostgresStore:
         self._workflow_cache[key] = workflow
         return workflow
 
+    def latest_workflow_version(self, workflow_id: str) -> int | None:
+        """The highest stored version of ``workflow_id``, or None."""
+        pool = self._connections()
+        with pool.connection() as conn:
+            row = conn.execute(self._q["latest_workflow"], (workflow_id,)).fetchone()
+        version: int | None = row[0] if row is not None else None
+        return version
+
 
 def _summary(row: Any) -> ExecutionSummary:
     eid, workflow_id, workflow_version, status, version, due_at, updated_at = row
@@ -433,6 +441,7 @@ def _queries(schema: str | None) -> dict[str, str]:
         "list": summary + " ORDER BY seq DESC LIMIT %s",
         "list_status": summary + " WHERE status = %s ORDER BY seq DESC LIMIT %s",
         "workflow": "SELECT data FROM {workflows} WHERE workflow_id = %s AND version = %s",
+        "latest_workflow": "SELECT MAX(version) FROM {workflows} WHERE workflow_id = %s",
         "insert_workflow": "INSERT INTO {workflows} (workflow_id, version, data)"
         " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
     }

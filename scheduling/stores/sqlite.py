@@ -290,6 +290,15 @@ class SQLiteStore:
         self._workflow_cache[key] = workflow
         return workflow
 
+    def latest_workflow_version(self, workflow_id: str) -> int | None:
+        """The highest stored version of ``workflow_id``, or None."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT MAX(version) FROM prana_workflows WHERE workflow_id = ?", (workflow_id,)
+            ).fetchone()
+        version: int | None = row[0]
+        return version
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
