@@ -29,6 +29,7 @@ import attrs
 from prana._builtins import SubWorkflowFailed
 from prana._errors import (
     AttemptTimeout,
+    InvalidSettingsError,
     InvalidWorkflowError,
     NonRetryable,
     ResumeError,
@@ -60,7 +61,7 @@ from prana._model import (
     new_node_execution,
     new_workflow_execution,
 )
-from prana._policy import AttemptView, decide_retry, rejects_result
+from prana._policy import AttemptView, explain_retry, rejects_result
 from prana._registry import ActionContext, Registry
 from prana._schema import structure_params
 from prana._state import FINAL, check_transition
@@ -188,7 +189,7 @@ class _NodeRun:
 class _Pending:
     __slots__ = ("seq", "sources")
 
-    def __init__(self, seq: int, sources: dict[str, tuple[str, str]]) -> None:
+    def __init__(self, seq: int, sources: dict[str, tuple[Any, ...]]) -> None:
         self.seq = seq
         self.sources = sources
 
@@ -238,7 +239,9 @@ def json_problem(value: Any, path: str = "$") -> str | None:
             if problem is not None:
                 return problem
         return None
-    if tp is list or tp is tuple:
+    if tp is tuple:
+        return f"{path}: a tuple is not JSON-native (it reads back as a list); use a list"
+    if tp is list:
         for i, v in enumerate(value):
             problem = json_problem(v, f"{path}[{i}]")
             if problem is not None:
@@ -251,6 +254,19 @@ def json_problem(value: Any, path: str = "$") -> str | None:
     return (
         f"{path}: a {tp.__name__} is not JSON-native (use dicts, lists, str, numbers, bool, None)"
     )
+
+
+def _iso_datetimes(value: Any) -> Any:
+    """Rendered params with datetimes (``{{ $now }}``) as ISO text, so they stay JSON data."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if type(value) is dict:
+        if any(isinstance(v, datetime | dict | list) for v in value.values()):
+            return {k: _iso_datetimes(v) for k, v in value.items()}
+        return value
+    if type(value) is list:
+        return [_iso_datetimes(v) for v in value]
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -509,8 +525,14 @@ class _Run:
         if pending is None:
             return {}
         result: dict[str, Any] = {}
-        for port, (src, src_port) in pending.sources.items():
+        for port, source in pending.sources.items():
+            src, src_port = source[0], source[1]
+            index = source[2] if len(source) > 2 else None  # records before 0.1 lack it
             for record in reversed(self.runs.get(src, ())):
+                if index is not None and record.execution_index != index:
+                    if record.execution_index < index:
+                        break
+                    continue
                 if record.status is NodeStatus.COMPLETED and record.output_port == src_port:
                     result[port] = record.output
                     break
@@ -531,16 +553,16 @@ class _Run:
         for target, to_port in self.graph.nodes[key].outgoing.get(port, ()):
             pending = self.pending.get(target)
             if pending is None:
-                self.pending[target] = _Pending(seq, {to_port: (key, port)})
+                self.pending[target] = _Pending(seq, {to_port: (key, port, seq)})
             else:
                 queue = self.backlog.get(target)
                 newest = queue[-1] if queue else pending
                 if to_port in newest.sources:
                     self.backlog.setdefault(target, []).append(
-                        _Pending(seq, {to_port: (key, port)})
+                        _Pending(seq, {to_port: (key, port, seq)})
                     )
                 else:
-                    newest.sources[to_port] = (key, port)
+                    newest.sources[to_port] = (key, port, seq)
                 pending.seq = seq
             heapq.heappush(self.heap, (-seq, target))
 
@@ -628,10 +650,14 @@ class _Run:
         pending = self.pending.get(key)
         input_data: dict[str, Any] | None = None
         if pending is not None and len(pending.sources) == 1:
-            # build_input's common case, inlined: one source whose latest run delivered
-            for port, (src, src_port) in pending.sources.items():
-                record = self.runs[src][-1]
-                if record.status is NodeStatus.COMPLETED and record.output_port == src_port:
+            # build_input's common case, inlined: one source, whose latest run delivered
+            for port, source in pending.sources.items():
+                record = self.runs[source[0]][-1]
+                if (
+                    record.execution_index == source[-1]
+                    and record.status is NodeStatus.COMPLETED
+                    and record.output_port == source[1]
+                ):
                     input_data = {port: record.output}
         if input_data is None:
             input_data = self.build_input(key, pending)
@@ -677,7 +703,7 @@ class _Run:
             from prana._templates import TemplateError
 
             try:
-                params = cn.params_template.render(self.template_scope(ctx))
+                params = _iso_datetimes(cn.params_template.render(self.template_scope(ctx)))
             except TemplateError as exc:
                 message = f"params.{exc.path}: {exc.message}"
                 return None, _prana_error("template_error", message, cn.key, "TemplateError")
@@ -914,19 +940,23 @@ class _Run:
         """An attempt failed: retry it (a suspension), or let ``on_error`` decide."""
         key = cn.key
         number = node_run.attempt_number
+        exhausted = False
         if retryable and cn.policies:
+            now = self.clock()  # one reading: the budget check and resume_at must agree
             view = AttemptView(
                 attempt=number,
                 error=error,
                 exception=exception,
                 output=output,
-                elapsed_seconds=self.elapsed(node_run),
+                elapsed_seconds=(now - node_run.started_at).total_seconds(),
             )
-            decision = decide_retry(cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}")
+            decision, reason = explain_retry(
+                cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"
+            )
+            exhausted = reason.startswith(("attempts exhausted", "retry_timeout"))
             if decision is not None:
                 # floor, so rounding never puts resume_at past a retry_timeout budget
                 delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
-                now = self.clock()
                 node_run.close_attempt(AttemptOutcome.FAILED, now, error, delay_ms)
                 self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED, error=error))
                 data = RetryData(
@@ -947,7 +977,7 @@ class _Run:
                         error=error,
                     )
                 return self.suspend_execution(key, Suspend("retry", data))
-        if number > 1 and self.observers:
+        if exhausted and self.observers:
             self.event(
                 EventType.NODE_RETRY_EXHAUSTED,
                 node_key=key,
@@ -1117,15 +1147,42 @@ def _check_resume_data(suspension: Suspend, resume_data: Any) -> None:
             raise ResumeError(f"resume data must be JSON-native: {problem}")
 
 
+def _check_execution(execution: Any, action: str) -> None:
+    """Refuse what is not a well-formed WorkflowExecution before touching its fields."""
+    if not isinstance(execution, WorkflowExecution):
+        raise ResumeError(
+            f"{action}: expected a prana.WorkflowExecution, got {type(execution).__name__}"
+        )
+    if not isinstance(execution.status, ExecutionStatus):
+        raise ResumeError(
+            f"execution {execution.id!r}: status={execution.status!r} is not an ExecutionStatus; "
+            "build executions with the enum (or load them with prana.loads)"
+        )
+    if not isinstance(execution.node_executions, Mapping):
+        raise ResumeError(
+            f"execution {execution.id!r}: node_executions must map node keys to tuples of "
+            f"NodeExecution, got {type(execution.node_executions).__name__}"
+        )
+    if not isinstance(execution.pending, tuple | list):
+        raise ResumeError(
+            f"execution {execution.id!r}: pending must be a tuple of Activation, got "
+            f"{type(execution.pending).__name__}"
+        )
+
+
 def _prepare_resume(
     execution: WorkflowExecution, workflow: Workflow, registry: Registry | None, resume_data: Any
 ) -> CompiledGraph:
-    if not isinstance(execution, WorkflowExecution):
-        raise ResumeError(f"expected a WorkflowExecution to resume, got {type(execution).__name__}")
-    if execution.status is not ExecutionStatus.SUSPENDED or execution.suspension is None:
+    _check_execution(execution, "resume")
+    if execution.status is not ExecutionStatus.SUSPENDED:
         raise ResumeError(
             f"execution {execution.id!r} is {execution.status.value}, not suspended; "
             "only a suspended execution can be resumed"
+        )
+    if execution.suspension is None:
+        raise ResumeError(
+            f"execution {execution.id!r} is suspended but has no suspension (the record is "
+            "inconsistent: was it edited by hand?); reload it from the store"
         )
     if not isinstance(workflow, Workflow):
         raise ResumeError(f"workflow= must be a prana.Workflow, got {type(workflow).__name__}")
@@ -1163,6 +1220,56 @@ def _default_registry() -> Registry:
         return _DEFAULT_REGISTRY[0]
 
 
+def _checked_call(
+    registry: Any, clock: Any, env: Any, observers: Any
+) -> tuple[Registry, Clock, Mapping[str, Any], tuple[Observer, ...]]:
+    """Check the keyword arguments every executor call takes; defaults for the ``None`` ones."""
+    if registry is None:
+        registry = _default_registry()
+    elif not isinstance(registry, Registry):
+        raise InvalidSettingsError(
+            f"registry= must be a prana.Registry, got {type(registry).__name__}; build one with "
+            "Registry() and register your actions on it"
+        )
+    if clock is None:
+        clock = _utcnow
+    elif not callable(clock):
+        raise InvalidSettingsError(
+            f"clock= must be a callable returning an aware datetime, got {type(clock).__name__}"
+        )
+    if env is None:
+        env = _EMPTY_ENV
+    elif not isinstance(env, Mapping):
+        raise InvalidSettingsError(f"env= must be a mapping, got {type(env).__name__}")
+    if observers is None:
+        checked: tuple[Observer, ...] = ()
+    elif callable(observers) or not isinstance(observers, Sequence | set | frozenset):
+        raise InvalidSettingsError(
+            f"observers= takes a list of callables, got {type(observers).__name__}; "
+            "pass observers=[fn] for one"
+        )
+    else:
+        checked = tuple(observers)
+        for index, observer in enumerate(checked):
+            if not callable(observer):
+                raise InvalidSettingsError(
+                    f"observers[{index}]={observer!r} is not callable; an observer is a "
+                    "function taking an Event"
+                )
+    return registry, clock, env, checked
+
+
+def _checked_now(clock: Clock) -> datetime:
+    """Read the clock once and make sure it gives what every record needs: an aware datetime."""
+    now = clock()
+    if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
+        raise InvalidSettingsError(
+            f"clock= returned {now!r}; a clock must return an aware datetime, e.g. "
+            "datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
+        )
+    return now
+
+
 def _new_run(
     workflow: Workflow,
     input_data: Any,
@@ -1173,17 +1280,29 @@ def _new_run(
     execution_id: str | None,
     parent: ParentRef | None,
 ) -> _Run:
-    graph = compile_workflow(workflow, registry if registry is not None else _default_registry())
+    checked_registry, checked_clock, checked_env, checked_observers = _checked_call(
+        registry, clock, env, observers
+    )
+    if execution_id is not None and (not isinstance(execution_id, str) or not execution_id):
+        raise InvalidSettingsError(
+            f"execution_id={execution_id!r}: use a non-empty string (or leave it out)"
+        )
+    if parent is not None and not isinstance(parent, ParentRef):
+        raise InvalidSettingsError(
+            f"parent={parent!r}: use prana.ParentRef(execution_id=..., node_key=...) or None"
+        )
+    graph = compile_workflow(workflow, checked_registry)
     problem = json_problem(input_data)
     if problem is not None:
         raise InvalidWorkflowError([f"workflow input must be JSON-native: {problem}"])
+    _checked_now(checked_clock)
     return _Run(
         graph,
         execution_id=execution_id if execution_id is not None else uuid.uuid4().hex,
         input_data=input_data,
-        clock=clock if clock is not None else _utcnow,
-        env=env if env is not None else _EMPTY_ENV,
-        observers=tuple(observers) if observers else (),
+        clock=checked_clock,
+        env=checked_env,
+        observers=checked_observers,
         parent=parent,
     )
 
@@ -1197,13 +1316,13 @@ def _resumed_run(
     env: Mapping[str, Any] | None,
     observers: Sequence[Observer] | None,
 ) -> Generator[_Call, _Result, Outcome]:
-    graph = _prepare_resume(execution, workflow, registry, resume_data)
+    checked_registry, checked_clock, checked_env, checked_observers = _checked_call(
+        registry, clock, env, observers
+    )
+    graph = _prepare_resume(execution, workflow, checked_registry, resume_data)
+    _checked_now(checked_clock)
     run = _Run.from_execution(
-        graph,
-        execution,
-        clock=clock if clock is not None else _utcnow,
-        env=env if env is not None else _EMPTY_ENV,
-        observers=tuple(observers) if observers else (),
+        graph, execution, clock=checked_clock, env=checked_env, observers=checked_observers
     )
     return run.resume(execution, resume_data)
 
@@ -1295,19 +1414,20 @@ def expire_webhook(
     The failure is not retried; the node's ``on_error`` applies (so a workflow can route a
     timeout to its error port). The shell calls this when a webhook alarm fires first.
     """
+    _check_execution(execution, "expire_webhook")
     suspension = execution.suspension
     if suspension is None or suspension.kind != "webhook":
         kind = suspension.kind if suspension is not None else None
         raise ResumeError(
             f"execution {execution.id!r} is not waiting on a webhook (suspension kind {kind!r})"
         )
-    graph = _prepare_resume(execution, workflow, registry, None)
+    checked_registry, checked_clock, checked_env, checked_observers = _checked_call(
+        registry, clock, env, observers
+    )
+    graph = _prepare_resume(execution, workflow, checked_registry, None)
+    _checked_now(checked_clock)
     run = _Run.from_execution(
-        graph,
-        execution,
-        clock=clock if clock is not None else _utcnow,
-        env=env if env is not None else _EMPTY_ENV,
-        observers=tuple(observers) if observers else (),
+        graph, execution, clock=checked_clock, env=checked_env, observers=checked_observers
     )
     return _drive_sync(run.expire(execution))
 
@@ -1324,6 +1444,7 @@ def cancel_execution(
     Cancelling a cancelled execution returns it unchanged; a completed or failed one
     raises ``ResumeError``.
     """
+    _check_execution(execution, "cancel_execution")
     if execution.status is ExecutionStatus.CANCELLED:
         return execution
     check_transition(execution.status, ExecutionStatus.CANCELLED)
@@ -1419,9 +1540,14 @@ def _run_awaitable(awaitable: Any, timeout: float | None) -> Any:
     except RuntimeError:
         pass
     else:
-        raise RuntimeError(
-            "an async action was called from execute_workflow inside a running event loop; "
-            "use aexecute_workflow / aresume_workflow there"
+        close = getattr(awaitable, "close", None)
+        if close is not None:
+            close()  # never awaited: close it, so no "coroutine was never awaited" warning
+        raise NonRetryable(
+            RuntimeError(
+                "an async action was called from execute_workflow inside a running event "
+                "loop; use aexecute_workflow / aresume_workflow there"
+            )
         )
 
     async def run() -> Any:

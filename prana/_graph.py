@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prana._errors import InvalidWorkflowError
-from prana._model import Node, Workflow
+from prana._model import Connection, Node, Workflow
 from prana._policy import RetryPolicy, attempt_timeout
 from prana._policy import resolve as resolve_policies
 from prana._registry import ActionSpec, Registry
@@ -152,6 +152,11 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
             triggers.append(node.key)
     known_keys = {n.key for n in workflow.nodes if isinstance(n, Node)}
     for index, conn in enumerate(workflow.connections):
+        if not isinstance(conn, Connection):
+            problems.append(
+                f"connections[{index}]: expected a prana.Connection, got {type(conn).__name__}"
+            )
+            continue
         label = (
             f"connection[{index}] {conn.from_node}.{conn.from_port} -> "
             f"{conn.to_node}.{conn.to_port}"

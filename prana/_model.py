@@ -144,6 +144,16 @@ def _settings(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
         )
 
 
+def _text(owner: str, field: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, str):
+            raise InvalidSettingsError(
+                f'{owner}.{field}={value!r}: use a string (or leave it out for "")'
+            )
+
+    return check
+
+
 @attrs.frozen(kw_only=True)
 class Node:
     """One step of a workflow: ``type`` names an action in a ``Registry``."""
@@ -152,7 +162,7 @@ class Node:
     type: str = attrs.field(validator=_nonempty_str("Node", "type"))
     params: Mapping[str, Any] = attrs.field(factory=dict, validator=_mapping("Node", "params"))
     settings: NodeSettings = attrs.field(factory=NodeSettings, validator=_settings)
-    name: str = ""
+    name: str = attrs.field(default="", validator=_text("Node", "name"))
 
 
 @attrs.frozen(kw_only=True)
@@ -189,10 +199,18 @@ def _check_positive_int(owner: str, field: str) -> Any:
 
 
 def _node_tuple(nodes: Iterable[Node]) -> tuple[Node, ...]:
+    if isinstance(nodes, str | bytes | Mapping) or not isinstance(nodes, Iterable):
+        raise InvalidSettingsError(
+            f"Workflow.nodes: expected a list of Node, got {type(nodes).__name__}"
+        )
     return tuple(nodes)
 
 
 def _connection_tuple(connections: Iterable[Connection]) -> tuple[Connection, ...]:
+    if isinstance(connections, str | bytes | Mapping) or not isinstance(connections, Iterable):
+        raise InvalidSettingsError(
+            f"Workflow.connections: expected a list of Connection, got {type(connections).__name__}"
+        )
     return tuple(connections)
 
 
@@ -208,7 +226,7 @@ class Workflow:
     id: str = attrs.field(validator=_nonempty_str("Workflow", "id"))
     nodes: tuple[Node, ...] = attrs.field(converter=_node_tuple)
     connections: tuple[Connection, ...] = attrs.field(converter=_connection_tuple)
-    name: str = ""
+    name: str = attrs.field(default="", validator=_text("Workflow", "name"))
     version: int = attrs.field(default=1, validator=_check_positive_int("Workflow", "version"))
     variables: Mapping[str, Any] = attrs.field(
         factory=dict, validator=_mapping("Workflow", "variables")
@@ -288,15 +306,16 @@ class NodeExecution:
 
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class Activation:
-    """A node waiting to run: which source feeds each of its input ports.
+    """A node waiting to run: which source run feeds each of its input ports.
 
-    The input itself is rebuilt from the sources' latest outputs when the node runs,
-    never cached, so a retry sees the execution state as it is at resume time.
+    The input itself is rebuilt from those runs' records when the node runs, never cached,
+    so a retry sees the execution state as it is at resume time.
     """
 
     node_key: str
     seq: int
-    sources: Mapping[str, tuple[str, str]] = attrs.field(factory=dict)
+    sources: Mapping[str, tuple[Any, ...]] = attrs.field(factory=dict)
+    """Per input port, ``(source node, source port, execution_index of the delivering run)``."""
 
 
 @attrs.frozen(kw_only=True)

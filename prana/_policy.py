@@ -130,6 +130,20 @@ def _jitter(value: Any) -> str | float:
     )
 
 
+def _exception_class(text: str, field: str) -> type[BaseException]:
+    """The exception class a ``"module:Class"`` reference names, imported now."""
+    try:
+        target: Any = resolve_reference(text)
+    except (ImportError, AttributeError, InvalidSettingsError) as exc:
+        raise InvalidSettingsError(
+            f"RetryPolicy.{field}: cannot resolve {text!r} ({exc}); name an importable "
+            "exception class as 'module:Class', or give its name ('ConnectionError')"
+        ) from None
+    if not (isinstance(target, type) and issubclass(target, BaseException)):
+        raise InvalidSettingsError(f"RetryPolicy.{field}: {text!r} is not an exception class")
+    return target
+
+
 def _type_names(value: Any, field: str) -> ErrorFilter:
     if value is None:
         return None
@@ -141,7 +155,9 @@ def _type_names(value: Any, field: str) -> ErrorFilter:
         )
     out: list[str | type[BaseException]] = []
     for item in value:
-        if isinstance(item, str) and item.strip():
+        if isinstance(item, str) and _REFERENCE.match(item.strip()):
+            out.append(_exception_class(item.strip(), field))
+        elif isinstance(item, str) and item.strip():
             out.append(item.strip())
         elif isinstance(item, type) and issubclass(item, BaseException):
             out.append(item)
@@ -169,8 +185,17 @@ def _exclude(value: Any) -> ErrorFilter:
 def _condition(value: Any, field: str) -> Condition:
     if value is None or (callable(value) and not isinstance(value, str)):
         return value
-    if isinstance(value, str) and (("{{" in value and "}}" in value) or _REFERENCE.match(value)):
+    if isinstance(value, str) and "{{" in value and "}}" in value:
         return value
+    if isinstance(value, str) and _REFERENCE.match(value):
+        # resolved now, so the policy holds what serialization writes and reads back
+        try:
+            return resolve_reference(value)
+        except (ImportError, AttributeError, InvalidSettingsError) as exc:
+            raise InvalidSettingsError(
+                f"RetryPolicy.{field}={value!r}: cannot resolve the reference ({exc}); name an "
+                "importable module-level function as 'module:function'"
+            ) from None
     raise InvalidSettingsError(
         f"RetryPolicy.{field}={value!r}: use a callable, a template such as "
         "\"{{ $attempt < 3 }}\", or a 'module:function' reference"
@@ -327,8 +352,10 @@ class RetryPolicy:
         ``seed`` is the text jitter is seeded from (the executor passes
         ``"{execution_id}:{node_key}:{run_index}"``); without it jitter uses ``""``.
         """
-        if retry < 1:
-            raise InvalidSettingsError(f"RetryPolicy.delay_for({retry!r}): retries count from 1")
+        if isinstance(retry, bool) or not isinstance(retry, int) or retry < 1:
+            raise InvalidSettingsError(
+                f"RetryPolicy.delay_for({retry!r}): give the retry number, a whole number from 1"
+            )
         lo, _typical, hi = self._bounds(retry)
         if self.jitter == "none" or lo == hi:
             return hi

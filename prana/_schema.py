@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -12,7 +13,18 @@ T = TypeVar("T")
 def _converter() -> Any:
     import cattrs
 
-    return cattrs.Converter(forbid_extra_keys=True)
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    # rendered params are JSON data: a datetime field arrives as ISO text (``{{ $now }}``)
+    converter.register_structure_hook(datetime, _structure_datetime)
+    return converter
+
+
+def _structure_datetime(value: Any, _: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        return datetime.fromisoformat(value)
+    raise TypeError(f"expected an ISO 8601 datetime, got {type(value).__name__}")
 
 
 class ParamsInvalid(ValueError):  # noqa: N818 - reads as what happened

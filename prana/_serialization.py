@@ -1013,7 +1013,17 @@ def dumps(execution: WorkflowExecution) -> str:
     JSON-native, or a built-in suspension kind without its typed data.
     """
     if not isinstance(execution, WorkflowExecution):
-        raise TypeError(f"dumps() takes a WorkflowExecution, got {type(execution).__name__}")
+        raise RecordError(
+            f"dumps() takes a prana.WorkflowExecution, got {type(execution).__name__} "
+            "(use dumps_workflow for a Workflow)"
+        )
+    for field in ("started_at", "updated_at", "completed_at"):
+        value = getattr(execution, field)
+        if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+            raise RecordError(
+                f"$.execution.{field}: {value!r} is not an aware datetime; it would not read "
+                "back (executions keep aware datetimes: check the clock you pass)"
+            )
     body = _fast().unstructure(execution, WorkflowExecution)
     return _encode({"schema_version": SCHEMA_VERSION, "execution": body}, "execution")
 
@@ -1035,6 +1045,11 @@ def dumps_workflow(workflow: Workflow) -> str:
     Classes and callables in policies are written as ``"module:qualname"``; one that
     cannot be (a lambda, a local function) raises ``InvalidSettingsError`` naming it.
     """
+    if not isinstance(workflow, Workflow):
+        raise RecordError(
+            f"dumps_workflow() takes a prana.Workflow, got {type(workflow).__name__} "
+            "(use dumps for a WorkflowExecution)"
+        )
     try:
         body = _fast().unstructure(workflow, Workflow)
     except InvalidSettingsError:

@@ -39,7 +39,18 @@ class ManualClock:
 
     def advance(self, seconds: float | timedelta) -> datetime:
         """Move the clock forward and return the new now; it never moves backwards."""
-        delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
+        if isinstance(seconds, timedelta):
+            delta = seconds
+        elif isinstance(seconds, int | float) and not isinstance(seconds, bool):
+            if seconds != seconds or seconds in (float("inf"), float("-inf")):
+                raise InvalidSettingsError(
+                    f"ManualClock.advance({seconds!r}): give a finite number of seconds"
+                )
+            delta = timedelta(seconds=seconds)
+        else:
+            raise InvalidSettingsError(
+                f"ManualClock.advance({seconds!r}): give seconds (a number) or a timedelta"
+            )
         if delta < timedelta(0):
             raise InvalidSettingsError(f"ManualClock.advance({seconds!r}): cannot go backwards")
         self._now += delta
@@ -47,6 +58,10 @@ class ManualClock:
 
     def set(self, when: datetime) -> None:
         """Jump to ``when`` (not earlier than now)."""
+        if not isinstance(when, datetime) or when.tzinfo is None or when.utcoffset() is None:
+            raise InvalidSettingsError(
+                f"ManualClock.set({when!r}): use an aware datetime, e.g. with tzinfo=timezone.utc"
+            )
         if when < self._now:
             raise InvalidSettingsError(f"ManualClock.set({when!r}): cannot go backwards")
         self._now = when

@@ -458,7 +458,7 @@ def test_non_json_output_is_refused_on_write() -> None:
 
 def test_dumps_refuses_other_records() -> None:
     """``dumps`` takes an execution only; a workflow goes through ``dumps_workflow``."""
-    with pytest.raises(TypeError, match="takes a WorkflowExecution, got Workflow"):
+    with pytest.raises(RecordError, match=r"takes a prana\.WorkflowExecution, got Workflow"):
         dumps(full_workflow())  # type: ignore[arg-type]
 
 
