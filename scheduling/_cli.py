@@ -36,6 +36,9 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 WORKER_POLL_SECONDS = 1.0
+_PROCRASTINATE_NEEDS_POSTGRES = (
+    "--scheduler procrastinate needs --postgres DSN (or $PRANA_POSTGRES_DSN)"
+)
 
 
 class CLIError(PranaError, ValueError):
@@ -243,6 +246,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_worker(args: argparse.Namespace) -> int:
     from scheduling._console import ConsoleView
 
+    if args.scheduler == "procrastinate" and _postgres_dsn(args) is None:
+        raise CLIError(_PROCRASTINATE_NEEDS_POSTGRES)
     registry = load_actions(args.actions)
     store = _open_store(args, must_exist=False)
     view = ConsoleView()
@@ -274,7 +279,7 @@ def _procrastinate_worker(
     """One of several workers: alarms live in PostgreSQL (procrastinate), each fires once."""
     dsn = _postgres_dsn(args)
     if dsn is None:
-        raise CLIError("--scheduler procrastinate needs --postgres DSN (or $PRANA_POSTGRES_DSN)")
+        raise CLIError(_PROCRASTINATE_NEEDS_POSTGRES)
     from scheduling.adapters.procrastinate import ProcrastinateScheduler
 
     scheduler = ProcrastinateScheduler(

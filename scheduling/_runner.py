@@ -20,6 +20,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,6 +42,7 @@ from prana import (
     execute_workflow,
     expire_webhook,
     resume_workflow,
+    validate,
 )
 from scheduling._errors import (
     ExecutionNotFound,
@@ -48,12 +50,12 @@ from scheduling._errors import (
     WorkflowConflictError,
     WorkflowNotFound,
 )
+from scheduling.abc import ExecutionStore, Scheduler
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from prana import Event
-    from scheduling.abc import ExecutionStore, Scheduler
 
 __all__ = ["Runner", "child_execution_id", "is_settled"]
 
@@ -135,6 +137,27 @@ def _exception_dict(exc: BaseException, code: str) -> dict[str, Any]:
     }
 
 
+def _check_observers(observers: Any) -> tuple[Callable[[Event], object], ...]:
+    """``observers`` as a tuple of callables, or a clear error naming the argument."""
+    if callable(observers) or isinstance(observers, str | bytes | Mapping):
+        raise InvalidSettingsError(
+            f"Runner(observers={observers!r}): pass a list of callables, e.g. observers=[print]"
+        )
+    try:
+        found = tuple(observers)
+    except TypeError:
+        raise InvalidSettingsError(
+            f"Runner(observers={observers!r}): pass a list of callables, e.g. observers=[print]"
+        ) from None
+    for index, observer in enumerate(found):
+        if not callable(observer):
+            raise InvalidSettingsError(
+                f"Runner(observers[{index}]={observer!r}): each observer is a callable "
+                "taking a prana.Event"
+            )
+    return found
+
+
 class Runner:
     """Runs workflows to the end: persists every outcome, arms alarms, resumes when due.
 
@@ -171,6 +194,23 @@ class Runner:
             from scheduling.stores.memory import MemoryStore
 
             store = MemoryStore()
+        elif not isinstance(store, ExecutionStore):
+            raise InvalidSettingsError(
+                f"Runner(store={store!r}): pass an ExecutionStore (MemoryStore, SQLiteStore, "
+                "PostgresStore, or your own with the methods of scheduling.ExecutionStore)"
+            )
+        if scheduler is not None and not isinstance(scheduler, Scheduler):
+            raise InvalidSettingsError(
+                f"Runner(scheduler={scheduler!r}): pass a Scheduler (APSchedulerAdapter, "
+                "AsyncioScheduler, ManualScheduler..., or your own with start, schedule, "
+                "cancel and shutdown), or None for APScheduler in a background thread"
+            )
+        if env is not None and not isinstance(env, Mapping):
+            raise InvalidSettingsError(
+                f"Runner(env={type(env).__name__}): pass a mapping of names to values "
+                "(or None); templates read it as $env"
+            )
+        checked_observers = _check_observers(observers)
         self.store: ExecutionStore = store
         scheduler_clock = getattr(scheduler, "clock", None)
         if clock is None:
@@ -191,7 +231,7 @@ class Runner:
         self.scheduler: Scheduler = scheduler
         self.clock: Clock = clock
         self.env: Mapping[str, Any] | None = env
-        self.observers: tuple[Callable[[Event], object], ...] = tuple(observers)
+        self.observers: tuple[Callable[[Event], object], ...] = checked_observers
         self._definitions: dict[tuple[str, int], Workflow] = {}
         self._latest: dict[str, int] = {}
         self._meta_lock = threading.Lock()
@@ -309,6 +349,11 @@ class Runner:
         refused before anything runs), the outcome is saved, then its alarm is armed.
         """
         if execution_id is not None:
+            if not isinstance(execution_id, str) or not execution_id:
+                raise InvalidSettingsError(
+                    f"start(execution_id={execution_id!r}): use a non-empty string, or None "
+                    "for a fresh id"
+                )
             with contextlib.suppress(ExecutionNotFound):
                 self.store.load(execution_id)
                 raise StaleVersionError(
@@ -454,6 +499,16 @@ class Runner:
         for progress made by other processes. Raises ``TimeoutError`` after ``timeout``
         seconds (``None``: wait as long as it takes).
         """
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout < 0
+        ):
+            raise InvalidSettingsError(
+                f"wait(timeout={timeout!r}): use seconds as a number >= 0, or None to wait "
+                "as long as it takes"
+            )
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             self._waiters += 1  # from now on every save notifies
@@ -546,6 +601,10 @@ class Runner:
         execution_id: str | None,
         parent: ParentRef | None,
     ) -> WorkflowExecution:
+        if isinstance(workflow, Workflow):
+            # Refuse an invalid definition before storing it: a stored one could never be
+            # replaced by its fix under the same id and version.
+            validate(workflow, self.registry)
         self.register_workflow(workflow)
         outcome = execute_workflow(
             workflow,

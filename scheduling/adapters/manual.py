@@ -11,6 +11,7 @@ import collections
 import heapq
 import inspect
 import itertools
+import math
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
@@ -116,7 +117,25 @@ class ManualScheduler:
         during this call fire too if they fall due inside the window. Returns the ids
         fired, in order.
         """
-        delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
+        if isinstance(seconds, timedelta):
+            delta = seconds
+        elif (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+        ):
+            raise InvalidSettingsError(
+                f"ManualScheduler.advance({seconds!r}): pass seconds as a finite number >= 0, "
+                "or a timedelta"
+            )
+        else:
+            try:
+                delta = timedelta(seconds=seconds)
+            except OverflowError:
+                raise InvalidSettingsError(
+                    f"ManualScheduler.advance({seconds!r}): too far; advance by less than "
+                    "a billion days"
+                ) from None
         if delta < timedelta(0):
             raise InvalidSettingsError(
                 f"ManualScheduler.advance({seconds!r}): seconds must be >= 0; time never goes back"

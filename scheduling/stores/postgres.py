@@ -15,12 +15,15 @@ is a lease, not a lock. See ``claim_due`` for the exact rules.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from prana import ExecutionStatus, InvalidSettingsError, Workflow, WorkflowExecution, dumps
@@ -82,6 +85,40 @@ CREATE TABLE IF NOT EXISTS {workflows} (
 _SETUP_LOCK = 0x70_72_61_6E_61  # "prana": one advisory lock so concurrent setups do not race
 
 
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
+_PROBE_FIRST_PAUSE_SECONDS = 0.1
+
+
+def _one_line(exc: BaseException) -> str:
+    """A driver message on one line (libpq's span several, with tabs)."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
+def _connect_timeout(seconds: Any, from_dsn: str | int | None) -> float:
+    """The connect timeout: ``seconds`` if given, else the dsn's ``connect_timeout``, else 10."""
+    if seconds is None:
+        try:
+            dsn_seconds = float(from_dsn) if from_dsn is not None else 0.0
+        except ValueError:
+            raise InvalidSettingsError(
+                f"PostgresStore(dsn): connect_timeout={from_dsn!r} is not a number of seconds"
+            ) from None
+        if math.isfinite(dsn_seconds) and dsn_seconds > 0:
+            return dsn_seconds
+        return DEFAULT_CONNECT_TIMEOUT_SECONDS
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise InvalidSettingsError(
+            f"PostgresStore(connect_timeout_seconds={seconds!r}): use seconds > 0, or None "
+            "for the dsn's connect_timeout (else 10)"
+        )
+    return float(seconds)
+
+
 def _utc(when: datetime | None) -> datetime | None:
     return None if when is None else when.astimezone(timezone.utc)
 
@@ -91,7 +128,9 @@ class PostgresStore:
 
     ``schema`` puts the tables (``prana_executions``, ``prana_workflows``) in that schema,
     created if missing; ``None`` uses the connection's ``search_path`` (normally
-    ``public``). ``max_connections`` caps the pool. ``cache_size`` executions are
+    ``public``). ``max_connections`` caps the pool. ``connect_timeout_seconds`` bounds
+    the first connect (default: the dsn's ``connect_timeout``, else 10 s); an unreachable
+    server raises ``StoreError`` saying why. ``cache_size`` executions are
     remembered with the JSON text they were saved as, so loading one whose stored text is
     unchanged skips parsing it (``0`` parses every time); records are frozen values and
     must not be mutated, here as everywhere in prana.
@@ -103,7 +142,7 @@ class PostgresStore:
         *,
         schema: str | None = None,
         max_connections: int = 4,
-        connect_timeout_seconds: float = 10.0,
+        connect_timeout_seconds: float | None = None,
         cache_size: int = 1024,
     ) -> None:
         if not isinstance(dsn, str):
@@ -111,6 +150,14 @@ class PostgresStore:
                 f"PostgresStore(dsn={type(dsn).__name__}): use a connection string such as "
                 "'postgresql://user@host:5432/dbname'"
             )
+        try:
+            params = conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
+            raise InvalidSettingsError(
+                f"PostgresStore(dsn): not a valid connection string ({_one_line(exc)}); use "
+                "one such as 'postgresql://user@host:5432/dbname'"
+            ) from None
+        timeout = _connect_timeout(connect_timeout_seconds, params.get("connect_timeout"))
         if schema is not None:
             check_schema_name(schema, "PostgresStore(schema)")
         if isinstance(max_connections, bool) or not isinstance(max_connections, int):
@@ -121,7 +168,7 @@ class PostgresStore:
         self.dsn = dsn
         self.schema = schema
         self.max_connections = max_connections
-        self.connect_timeout_seconds = connect_timeout_seconds
+        self.connect_timeout_seconds = timeout
         self._pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
         self._ready = False
@@ -141,11 +188,15 @@ class PostgresStore:
             return pool
         with self._pool_lock:
             if self._pool is None:
+                self._probe()
                 pool = ConnectionPool(
                     self.dsn,
                     min_size=1,
                     max_size=self.max_connections,
-                    kwargs={"autocommit": True},
+                    kwargs={
+                        "autocommit": True,
+                        "connect_timeout": math.ceil(self.connect_timeout_seconds),
+                    },
                     configure=_configure,
                     open=False,
                     name="prana-store",
@@ -163,6 +214,33 @@ class PostgresStore:
                 self._setup(self._pool)
                 self._ready = True
             return self._pool
+
+    def _probe(self) -> None:
+        """Connect directly until one connection succeeds or the connect timeout passes.
+
+        The pool would retry silently for its whole timeout, logging each failed attempt,
+        and then say only that it timed out. Probing first waits just as long for a
+        server that is starting up, and an unusable one fails in one line saying why
+        (refused, unknown host, bad password).
+        """
+        deadline = time.monotonic() + self.connect_timeout_seconds
+        pause = _PROBE_FIRST_PAUSE_SECONDS
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                conn = psycopg.connect(self.dsn, connect_timeout=max(1, math.ceil(remaining)))
+            except psycopg.Error as exc:
+                if time.monotonic() + pause >= deadline:
+                    raise StoreError(
+                        f"cannot connect to PostgreSQL within {self.connect_timeout_seconds:g}s "
+                        f"(PostgresStore dsn): {_one_line(exc)}; check that the server runs "
+                        "and the dsn is right"
+                    ) from None
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
+                continue
+            conn.close()
+            return
 
     def _setup(self, pool: ConnectionPool) -> None:
         with pool.connection() as conn, conn.transaction():

@@ -18,10 +18,16 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prana import ExecutionStatus, InvalidSettingsError, Workflow, WorkflowExecution, dumps
-from scheduling._errors import ExecutionNotFound, WorkflowConflictError, WorkflowNotFound
+from scheduling._errors import (
+    ExecutionNotFound,
+    StoreError,
+    WorkflowConflictError,
+    WorkflowNotFound,
+)
 from scheduling.abc import ExecutionSummary
 from scheduling.stores._sql import (
     ParsedCache,
@@ -43,6 +49,7 @@ from scheduling.stores._sql import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
+    from types import TracebackType
 
 __all__ = ["SQLiteStore"]
 
@@ -102,6 +109,33 @@ _WORKFLOW = "SELECT data FROM prana_workflows WHERE workflow_id = ? AND version 
 _INSERT_WORKFLOW = "INSERT INTO prana_workflows (workflow_id, version, data) VALUES (?, ?, ?)"
 
 
+class _Guard:
+    """The store's lock; leaving it turns any ``sqlite3.Error`` raised inside into a ``StoreError``.
+
+    Every statement runs under the lock, so this one place keeps raw driver errors (a
+    closed store, a lock held too long by another process, a full disk) from escaping.
+    """
+
+    __slots__ = ("_lock", "_store")
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._lock = threading.RLock()
+        self._store = store
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise self._store._driver_error(exc) from exc
+
+
 def _micros_or_none(when: datetime | None) -> int | None:
     return None if when is None else to_micros(when)
 
@@ -144,27 +178,77 @@ class SQLiteStore:
             raise InvalidSettingsError(
                 f"SQLiteStore(busy_timeout_ms={busy_timeout_ms!r}): use whole milliseconds >= 0"
             )
-        self.path = os.fspath(path)
+        self.path = _check_path(path)
         self.synchronous = mode
-        self._lock = threading.RLock()
+        self.busy_timeout_ms = busy_timeout_ms
+        self._closed = False
+        self._lock = _Guard(self)
         self._workflow_cache: dict[tuple[str, int], Workflow] = {}
         self._workflows_saved: dict[tuple[str, int], str] = {}
         self._parsed = ParsedCache(cache_size)
-        # isolation_level=None: autocommit; each statement commits unless we BEGIN.
-        self._conn = sqlite3.connect(
-            self.path,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=busy_timeout_ms / 1000,
-            cached_statements=64,
-        )
+        self._conn = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        """Open the file and create the tables; a path that cannot be used is a StoreError."""
+        path = self.path
+        if path != ":memory:":
+            where = Path(path)
+            if where.is_dir():
+                raise StoreError(
+                    f"{path}: cannot open the database: it is a directory; pass a file path, "
+                    f"e.g. {where / 'prana.db'}"
+                )
+            if not where.parent.is_dir():
+                raise StoreError(
+                    f"{path}: cannot open the database: the directory {where.parent} does not "
+                    "exist; create it first, or pass another path"
+                )
         try:
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute(f"PRAGMA synchronous = {mode}")
-            self._conn.executescript(_SCHEMA)
+            # isolation_level=None: autocommit; each statement commits unless we BEGIN.
+            conn = sqlite3.connect(
+                path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.busy_timeout_ms / 1000,
+                cached_statements=64,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"{path}: cannot open the database: {exc}; check the path and its permissions"
+            ) from exc
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if "not a database" in str(exc):
+                raise StoreError(
+                    f"{path}: not a database (SQLite says: {exc}); pass the path of a prana "
+                    "SQLite database, or a new file name"
+                ) from exc
+            raise StoreError(
+                f"{path}: cannot open the database: {exc}; check the path and its permissions"
+            ) from exc
         except BaseException:
-            self._conn.close()
+            conn.close()
             raise
+        return conn
+
+    def _driver_error(self, exc: sqlite3.Error) -> StoreError:
+        """A raw ``sqlite3`` error as a one-line ``StoreError`` naming the file and the fix."""
+        if self._closed:
+            return StoreError(
+                f"SQLiteStore({self.path!r}) is closed; open a new SQLiteStore to use the "
+                "database again"
+            )
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return StoreError(
+                f"{self.path}: the database stayed locked by another connection for "
+                f"busy_timeout_ms={self.busy_timeout_ms}; retry, or raise busy_timeout_ms"
+            )
+        return StoreError(f"{self.path}: SQLite error: {text}")
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
@@ -302,7 +386,22 @@ class SQLiteStore:
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
+            self._closed = True
             self._conn.close()
+
+
+def _check_path(path: Any) -> str:
+    """``path`` as a string, or a clear error naming the argument."""
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        text = None
+    if not isinstance(text, str) or not text:
+        raise InvalidSettingsError(
+            f"SQLiteStore(path={path!r}): pass the database file's path (a str or "
+            "pathlib.Path), or ':memory:' for a database that lives only in this process"
+        )
+    return text
 
 
 def _summary(row: Any) -> ExecutionSummary:
