@@ -1153,6 +1153,10 @@ def _check_execution(execution: Any, action: str) -> None:
         raise ResumeError(
             f"{action}: expected a prana.WorkflowExecution, got {type(execution).__name__}"
         )
+    if type(execution.node_executions) is dict and type(execution.pending) is tuple and (
+        type(execution.status) is ExecutionStatus
+    ):
+        return  # the shape every execution prana builds or loads has: nothing more to check
     if not isinstance(execution.status, ExecutionStatus):
         raise ResumeError(
             f"execution {execution.id!r}: status={execution.status!r} is not an ExecutionStatus; "
@@ -1239,9 +1243,9 @@ def _checked_call(
         )
     if env is None:
         env = _EMPTY_ENV
-    elif not isinstance(env, Mapping):
+    elif type(env) is not dict and not isinstance(env, Mapping):
         raise InvalidSettingsError(f"env= must be a mapping, got {type(env).__name__}")
-    if observers is None:
+    if observers is None or (type(observers) in (list, tuple) and not observers):
         checked: tuple[Observer, ...] = ()
     elif callable(observers) or not isinstance(observers, Sequence | set | frozenset):
         raise InvalidSettingsError(
