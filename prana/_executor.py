@@ -1153,8 +1153,10 @@ def _check_execution(execution: Any, action: str) -> None:
         raise ResumeError(
             f"{action}: expected a prana.WorkflowExecution, got {type(execution).__name__}"
         )
-    if type(execution.node_executions) is dict and type(execution.pending) is tuple and (
-        type(execution.status) is ExecutionStatus
+    if (
+        type(execution.node_executions) is dict
+        and type(execution.pending) is tuple
+        and (type(execution.status) is ExecutionStatus)
     ):
         return  # the shape every execution prana builds or loads has: nothing more to check
     if not isinstance(execution.status, ExecutionStatus):
@@ -1311,6 +1313,26 @@ def _new_run(
     )
 
 
+def _loaded_run(
+    execution: WorkflowExecution,
+    resume_data: Any,
+    workflow: Workflow,
+    registry: Registry | None,
+    clock: Clock | None,
+    env: Mapping[str, Any] | None,
+    observers: Sequence[Observer] | None,
+) -> _Run:
+    """Check a resume-like call (arguments, execution, data) and load its working copy."""
+    checked_registry, checked_clock, checked_env, checked_observers = _checked_call(
+        registry, clock, env, observers
+    )
+    graph = _prepare_resume(execution, workflow, checked_registry, resume_data)
+    _checked_now(checked_clock)
+    return _Run.from_execution(
+        graph, execution, clock=checked_clock, env=checked_env, observers=checked_observers
+    )
+
+
 def _resumed_run(
     execution: WorkflowExecution,
     resume_data: Any,
@@ -1320,14 +1342,7 @@ def _resumed_run(
     env: Mapping[str, Any] | None,
     observers: Sequence[Observer] | None,
 ) -> Generator[_Call, _Result, Outcome]:
-    checked_registry, checked_clock, checked_env, checked_observers = _checked_call(
-        registry, clock, env, observers
-    )
-    graph = _prepare_resume(execution, workflow, checked_registry, resume_data)
-    _checked_now(checked_clock)
-    run = _Run.from_execution(
-        graph, execution, clock=checked_clock, env=checked_env, observers=checked_observers
-    )
+    run = _loaded_run(execution, resume_data, workflow, registry, clock, env, observers)
     return run.resume(execution, resume_data)
 
 
@@ -1425,14 +1440,7 @@ def expire_webhook(
         raise ResumeError(
             f"execution {execution.id!r} is not waiting on a webhook (suspension kind {kind!r})"
         )
-    checked_registry, checked_clock, checked_env, checked_observers = _checked_call(
-        registry, clock, env, observers
-    )
-    graph = _prepare_resume(execution, workflow, checked_registry, None)
-    _checked_now(checked_clock)
-    run = _Run.from_execution(
-        graph, execution, clock=checked_clock, env=checked_env, observers=checked_observers
-    )
+    run = _loaded_run(execution, None, workflow, registry, clock, env, observers)
     return _drive_sync(run.expire(execution))
 
 

@@ -7,6 +7,7 @@ bad input with the same message and surface an unreadable record the same way.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -23,6 +24,7 @@ from prana import (
     loads_workflow,
 )
 from scheduling._errors import StaleVersionError
+from scheduling.abc import ExecutionSummary
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
@@ -195,6 +197,20 @@ def read_workflow(workflow_id: str, version: int, text: Any) -> Workflow:
         ) from exc
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise RecordError(f"{where} cannot be read: {exc}") from exc
+
+
+def summary_from_row(row: Any, read_time: Callable[[Any], datetime | None]) -> ExecutionSummary:
+    """An ``ExecutionSummary`` from a ``list`` row; ``read_time`` turns a stored time into one."""
+    eid, workflow_id, workflow_version, status, version, due_at, updated_at = row
+    return ExecutionSummary(
+        id=eid,
+        workflow_id=workflow_id,
+        workflow_version=workflow_version,
+        status=read_status(eid, status),
+        version=version,
+        due_at=read_time(due_at),
+        updated_at=read_time(updated_at),
+    )
 
 
 def read_status(execution_id: str, value: Any) -> ExecutionStatus:

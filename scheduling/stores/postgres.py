@@ -44,10 +44,10 @@ from scheduling.stores._sql import (
     conflict_message,
     dump_workflow,
     not_found_message,
-    read_status,
     read_workflow,
     same_definition,
     stale,
+    summary_from_row,
 )
 
 if TYPE_CHECKING:
@@ -411,7 +411,7 @@ class PostgresStore:
                 rows = conn.execute(self._q["list"], (limit,)).fetchall()
             else:
                 rows = conn.execute(self._q["list_status"], (wanted.value, limit)).fetchall()
-        return [_summary(row) for row in rows]
+        return [summary_from_row(row, _utc) for row in rows]
 
     # -- workflow definitions ---------------------------------------------------------
 
@@ -454,19 +454,6 @@ class PostgresStore:
             row = conn.execute(self._q["latest_workflow"], (workflow_id,)).fetchone()
         version: int | None = row[0] if row is not None else None
         return version
-
-
-def _summary(row: Any) -> ExecutionSummary:
-    eid, workflow_id, workflow_version, status, version, due_at, updated_at = row
-    return ExecutionSummary(
-        id=eid,
-        workflow_id=workflow_id,
-        workflow_version=workflow_version,
-        status=read_status(eid, status),
-        version=version,
-        due_at=_utc(due_at),
-        updated_at=_utc(updated_at),
-    )
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:

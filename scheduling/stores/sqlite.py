@@ -39,10 +39,10 @@ from scheduling.stores._sql import (
     dump_workflow,
     from_micros,
     not_found_message,
-    read_status,
     read_workflow,
     same_definition,
     stale,
+    summary_from_row,
     to_micros,
 )
 
@@ -335,7 +335,7 @@ class SQLiteStore:
                 rows = self._conn.execute(_LIST, (limit,)).fetchall()
             else:
                 rows = self._conn.execute(_LIST_STATUS, (wanted.value, limit)).fetchall()
-        return [_summary(row) for row in rows]
+        return [summary_from_row(row, _time_or_none) for row in rows]
 
     def save_workflow(self, workflow: Workflow) -> None:
         """Keep a definition; the same one again is a no-op, a different one is refused."""
@@ -402,16 +402,3 @@ def _check_path(path: Any) -> str:
             "pathlib.Path), or ':memory:' for a database that lives only in this process"
         )
     return text
-
-
-def _summary(row: Any) -> ExecutionSummary:
-    eid, workflow_id, workflow_version, status, version, due_at, updated_at = row
-    return ExecutionSummary(
-        id=eid,
-        workflow_id=workflow_id,
-        workflow_version=workflow_version,
-        status=read_status(eid, status),
-        version=version,
-        due_at=_time_or_none(due_at),
-        updated_at=_time_or_none(updated_at),
-    )
