@@ -18,8 +18,8 @@ import functools
 import heapq
 import inspect
 import math
+import os
 import threading
-import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -58,7 +58,11 @@ from prana._model import (
     WorkflowExecution,
     new_activation,
     new_attempt_record,
+    new_completed,
+    new_error_info,
     new_node_execution,
+    new_retry_data,
+    new_suspend,
     new_workflow_execution,
 )
 from prana._policy import AttemptView, explain_retry, rejects_result
@@ -210,18 +214,11 @@ def error_info(exc: BaseException, node_key: str | None, code: str | None = None
     if details is not None and json_problem(details) is not None:
         details = repr(details)
     cls = type(cause)
-    return ErrorInfo(
-        code=code,
-        type=cls.__name__,
-        module=cls.__module__,
-        message=str(cause),
-        details=details,
-        node_key=node_key,
-    )
+    return new_error_info(code, cls.__name__, cls.__module__, str(cause), details, node_key)
 
 
 def _prana_error(code: str, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
-    return ErrorInfo(code=code, type=type_name, module="prana", message=message, node_key=node_key)
+    return new_error_info(code, type_name, "prana", message, None, node_key)
 
 
 def json_problem(value: Any, path: str = "$") -> str | None:
@@ -612,7 +609,7 @@ class _Run:
         execution = self.freeze(ExecutionStatus.COMPLETED, output=output)
         if self.observers:
             self.event(EventType.EXECUTION_COMPLETED, output=output)
-        return Completed(execution=execution, output=output)
+        return new_completed(execution, output)
 
     def run_node(self, key: str) -> _Step:
         cn = self.graph.nodes[key]
@@ -925,7 +922,7 @@ class _Run:
         )
         if self.observers:
             self.event(EventType.EXECUTION_SUSPENDED, node_key=key, kind=suspension.kind)
-        return Suspend(suspension.kind, suspension.data, execution)
+        return new_suspend(suspension.kind, suspension.data, execution)
 
     def settle_failure(
         self,
@@ -959,12 +956,12 @@ class _Run:
                 delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
                 node_run.close_attempt(AttemptOutcome.FAILED, now, error, delay_ms)
                 self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED, error=error))
-                data = RetryData(
-                    retry_delay_ms=delay_ms,
-                    attempt_number=number + 1,
-                    max_attempts=decision.max_attempts,
-                    original_error=error,
-                    resume_at=now + timedelta(milliseconds=delay_ms),
+                data = new_retry_data(
+                    delay_ms,
+                    number + 1,
+                    decision.max_attempts,
+                    error,
+                    now + timedelta(milliseconds=delay_ms),
                 )
                 if self.observers:
                     self.event(
@@ -976,7 +973,7 @@ class _Run:
                         delay_ms=delay_ms,
                         error=error,
                     )
-                return self.suspend_execution(key, Suspend("retry", data))
+                return self.suspend_execution(key, new_suspend("retry", data, None))
         if exhausted and self.observers:
             self.event(
                 EventType.NODE_RETRY_EXHAUSTED,
@@ -1304,7 +1301,8 @@ def _new_run(
     _checked_now(checked_clock)
     return _Run(
         graph,
-        execution_id=execution_id if execution_id is not None else uuid.uuid4().hex,
+        # 32 random hex digits, like uuid4().hex at a fraction of the cost
+        execution_id=execution_id if execution_id is not None else os.urandom(16).hex(),
         input_data=input_data,
         clock=checked_clock,
         env=checked_env,

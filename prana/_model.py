@@ -327,7 +327,7 @@ class ParentRef:
     mode: str = "sync"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, weakref_slot=False)
 class RetryData:
     """What a ``Suspend(kind="retry")`` carries.
 
@@ -444,7 +444,7 @@ class Output:
         self.__attrs_init__(value=value, port=port)
 
 
-@attrs.frozen(init=False)
+@attrs.frozen(init=False, weakref_slot=False)
 class Suspend:
     """A pause: returned by an action (``execution`` unset) or by the executor (filled in)."""
 
@@ -460,7 +460,7 @@ class Suspend:
         self.__attrs_init__(kind=kind, data=data, execution=execution)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, weakref_slot=False)
 class Completed:
     """The execution ran to the end; ``output`` is the output of the last node run."""
 
@@ -538,6 +538,14 @@ state, pending, next_index, suspended_node, suspension, output, error, parent, s
 updated_at, completed_at)``."""
 new_activation: Callable[..., Activation] = _fast_constructor(Activation)
 """``new_activation(node_key, seq, sources)``."""
+new_error_info: Callable[..., ErrorInfo] = _fast_constructor(ErrorInfo)
+"""``new_error_info(code, type, module, message, details, node_key)``."""
+new_retry_data: Callable[..., RetryData] = _fast_constructor(RetryData)
+"""``new_retry_data(retry_delay_ms, attempt_number, max_attempts, original_error, resume_at)``."""
+new_suspend: Callable[..., Suspend] = _fast_constructor(Suspend)
+"""``new_suspend(kind, data, execution)``: the executor's outcome, its kind already checked."""
+new_completed: Callable[..., Completed] = _fast_constructor(Completed)
+"""``new_completed(execution, output)``."""
 
 
 """``new_attempt_record(number, started_at, ended_at, outcome, error, due_at, retry_delay_ms)``."""
