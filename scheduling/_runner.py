@@ -384,31 +384,24 @@ class Runner:
                     "the runner resumes by itself; deliver() is for webhooks and custom kinds"
                 )
             workflow = self._definition(execution.workflow_id, execution.workflow_version)
-            expires_at = execution.due_at
-            if suspension.kind == "webhook" and expires_at is not None:
-                if expires_at <= self.clock():
-                    # Past its deadline the wait has expired, whether or not its alarm fired.
-                    expired = _execution_of(self._expire_webhook(execution, workflow))
-                    expired_version = self.store.save(expired, version)
-                    late = True
-                else:
-                    late = False
+            expires_at = execution.due_at if suspension.kind == "webhook" else None
+            # Past its deadline a webhook wait has expired, whether or not its alarm fired.
+            expired = expires_at is not None and expires_at <= self.clock()
+            if expired:
+                outcome = self._expire_webhook(execution, workflow)
             else:
-                late = False
-            if not late:
                 outcome = self._resume(execution, resume_data, workflow)
-                new = _execution_of(outcome)
-                new_version = self.store.save(new, version)
-        if late:
-            self.scheduler.cancel(execution_id)
-            self._settle(expired, expired_version)
-            raise ResumeError(
-                f"execution {execution_id!r}: the webhook wait expired at "
-                f"{expires_at.isoformat()}; its node failed with WebhookTimeout"  # type: ignore[union-attr]
-            )
+            new = _execution_of(outcome)
+            new_version = self.store.save(new, version)
         if new.due_at is None:
             self.scheduler.cancel(execution_id)
         self._settle(new, new_version)
+        if expired:
+            assert expires_at is not None
+            raise ResumeError(
+                f"execution {execution_id!r}: the webhook wait expired at "
+                f"{expires_at.isoformat()}; its node failed with WebhookTimeout"
+            )
         return outcome
 
     def cancel(self, execution_id: str, reason: str | None = None) -> WorkflowExecution:
