@@ -397,7 +397,7 @@ class RetryPolicy:
             except OverflowError:
                 raw = math.inf
         else:
-            previous, current = 0, 1  # F(0), F(1)
+            previous, current = 0.0, 1.0  # F(0), F(1); floats reach inf instead of raising
             for _ in range(retry - 1):
                 previous, current = current, previous + current
                 if initial * current > cap:

@@ -1003,3 +1003,21 @@ def test_retry_on_result_template() -> None:
     done = AttemptView(attempt=1, error=None, output={"status": "done"})
     assert rejects_result([poll], pending)
     assert not rejects_result([poll], done)
+
+
+@pytest.mark.parametrize("backoff", ["constant", "linear", "exponential", "fibonacci"])
+def test_huge_retry_numbers_are_capped_not_overflowing(backoff: str) -> None:
+    """A very late retry of any curve is capped at max_delay; no overflow escapes."""
+    policy = RetryPolicy(
+        max_attempts=None,
+        retry_timeout=10**9,
+        backoff=backoff,  # type: ignore[arg-type]
+        initial_delay=1e-300,
+        multiplier=2,
+        max_delay=1e300,
+    )
+    for retry in (1, 100, 5000):
+        delay = policy.delay_for(retry)
+        assert 0 <= delay <= 1e300
+    if backoff in ("exponential", "fibonacci"):
+        assert policy.delay_for(5000) == 1e300
