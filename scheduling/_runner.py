@@ -3,11 +3,16 @@
 Theory of operation. Every transition of an execution is one step: load it (with its
 version) from the store, compute the next state with the pure core, save it with a
 compare-and-set on that version, and only then arm the alarm for its next due time
-(persist, then arm). The scheduler is only an alarm clock that carries an execution id;
-everything else is read back from the store when it fires, so any runner over the same
-store can finish any execution, and a runner that restarts re-arms every alarm from the
-store. Alarms fire at least once: a fire that finds the execution no longer suspended, or
-loses the compare-and-set, does nothing, so each transition happens exactly once.
+(persist, then arm). With a store that runs a hook inside its save transaction
+(``PostgresStore.on_save``) and a scheduler that arms inside a caller's transaction
+(``ProcrastinateScheduler.schedule_in``/``cancel_in``) on the same database, the runner
+arms in the save itself: the state and its alarm commit together or not at all.
+
+The scheduler is only an alarm clock that carries an execution id; everything else is
+read back from the store when it fires, so any runner over the same store can finish any
+execution, and a runner that restarts re-arms every alarm from the store. Alarms fire at
+least once: a fire that finds the execution no longer suspended, or loses the
+compare-and-set, does nothing, so each transition happens exactly once.
 
 Follow-ups of a step (running a sub-workflow, resuming a parent when its child ends) run
 after the step's save, outside its lock, from a per-thread queue: no lock is ever held
@@ -169,6 +174,14 @@ class Runner:
 
     Entering ``with runner:`` starts the scheduler and re-arms every alarm from the store;
     leaving stops the scheduler, and neither cancels nor waits for suspended executions.
+
+    Transactional alarms: when the store has an ``on_save`` hook slot (``PostgresStore``)
+    that is free, and the scheduler has ``schedule_in``/``cancel_in`` and says
+    ``same_database(store.dsn)`` (``ProcrastinateScheduler``), ``open`` installs a hook
+    that arms each saved execution's ``due_at`` (or cancels its alarm when it has none)
+    inside the save's transaction, and ``close`` removes it. Every save and its alarm
+    change then commit together; the runner arms after the save only alarms no save
+    implies (an async child's start, a sub-workflow's deadline, an early fire re-armed).
     Async actions run on a private event loop per step (as ``execute_workflow`` does);
     with an asyncio scheduler a fired resume runs in a worker thread, never blocking the
     loop, and ``astart``/``adeliver``/``acancel``/``await_execution`` are the async facade.
@@ -241,6 +254,7 @@ class Runner:
         self._waiters = 0
         self._local = threading.local()
         self._open = False
+        self._arms_on_save = False
         for workflow in workflows:
             self.register_workflow(workflow)
 
@@ -272,6 +286,7 @@ class Runner:
             return
         self.scheduler.start(self._fire)
         self._open = True
+        self._install_alarm_hook()
         for execution_id, due_at in self.store.alarms():
             self.scheduler.schedule(execution_id, due_at)
         self._reconcile_parents()
@@ -281,7 +296,38 @@ class Runner:
         if not self._open:
             return
         self._open = False
+        if self._arms_on_save:
+            self._arms_on_save = False
+            self.store.on_save = None  # type: ignore[attr-defined]
         self.scheduler.shutdown()
+
+    def _install_alarm_hook(self) -> None:
+        """Arm alarms inside the store's save transactions, if store and scheduler can."""
+        store, scheduler = self.store, self.scheduler
+        schedule_in = getattr(scheduler, "schedule_in", None)
+        cancel_in = getattr(scheduler, "cancel_in", None)
+        same_database = getattr(scheduler, "same_database", None)
+        dsn = getattr(store, "dsn", None)
+        if (
+            not callable(schedule_in)
+            or not callable(cancel_in)
+            or not callable(same_database)
+            or not isinstance(dsn, str)
+            or not hasattr(store, "on_save")
+            or getattr(store, "on_save", None) is not None
+            or not same_database(dsn)
+        ):
+            return
+
+        def arm_in(conn: Any, execution: WorkflowExecution) -> None:
+            due_at = execution.due_at
+            if due_at is None:
+                cancel_in(conn, execution.id)
+            else:
+                schedule_in(conn, execution.id, due_at)
+
+        store.on_save = arm_in
+        self._arms_on_save = True
 
     # -- definitions -------------------------------------------------------------------
 
@@ -393,7 +439,7 @@ class Runner:
                 outcome = self._resume(execution, resume_data, workflow)
             new = _execution_of(outcome)
             new_version = self.store.save(new, version)
-        if new.due_at is None:
+        if new.due_at is None and not self._arms_on_save:
             self.scheduler.cancel(execution_id)
         self._settle(new, new_version)
         if expired:
@@ -424,7 +470,8 @@ class Runner:
                 except StaleVersionError:
                     continue  # another process moved it on: cancel the newer record
             break
-        self.scheduler.cancel(execution_id)
+        if not self._arms_on_save:
+            self.scheduler.cancel(execution_id)
         child_id = child_execution_id(execution)
         data = execution.suspension.data if execution.suspension is not None else None
         if (
@@ -728,7 +775,7 @@ class Runner:
         if status is ExecutionStatus.SUSPENDED:
             if suspension is not None and suspension.kind != "sub_workflow":
                 due_at = execution.due_at
-                if due_at is not None:
+                if due_at is not None and not self._arms_on_save:
                     self.scheduler.schedule(execution.id, due_at)
                 return
         elif execution.parent is None or status not in FINAL_STATUSES:
@@ -763,7 +810,7 @@ class Runner:
                     self._run_child(execution)
                 return
             due_at = execution.due_at
-            if due_at is not None:
+            if due_at is not None and not self._arms_on_save:
                 self.scheduler.schedule(execution.id, due_at)
         elif (
             status in FINAL_STATUSES

@@ -21,7 +21,9 @@ never when a scheduled one comes due.
 
 Transactions: ``schedule_in(conn, ...)`` defers on the caller's psycopg connection, inside
 the caller's transaction, so a store can arm the alarm in the same transaction as the state
-write (procrastinate's ``connection=`` argument of ``defer``). See ``schedule_in``.
+write (procrastinate's ``connection=`` argument of ``defer``). A ``Runner`` over a
+``PostgresStore`` on the same database (``same_database``) does exactly that through the
+store's ``on_save`` hook: each save and its alarm change commit together.
 """
 
 from __future__ import annotations
@@ -154,6 +156,11 @@ class ProcrastinateScheduler:
     ``poll_interval`` is how often (seconds) a worker looks for jobs that came due;
     ``concurrency`` how many alarms one worker fires at once (each in a thread);
     ``worker_options`` are passed on to ``App.run_worker_async`` (they win over ours).
+
+    With a ``PostgresStore`` on the same database, a ``Runner`` arms through
+    ``schedule_in``/``cancel_in`` inside each save's transaction (the store's ``on_save``
+    hook): an execution's state and its queued job commit together or not at all, so a
+    crash between the two can no longer leave a saved retry without its alarm.
     """
 
     def __init__(
@@ -372,15 +379,33 @@ class ProcrastinateScheduler:
         ``conn`` must reach the database procrastinate's tables are in (the ``schema`` is
         put first on its ``search_path`` for the savepoint, and restored).
 
-        How a runner would use it: the PostgreSQL store's ``save`` would take an optional
-        callback run inside its transaction (``save(execution, version, then=...)``), and
-        the runner would pass ``lambda conn: scheduler.schedule_in(conn, id, due_at)``
-        instead of calling ``schedule`` after the save. Until then the runner arms after
-        the save, and a crash between the two is covered by every worker re-arming all
-        alarms from the store when it starts (and by ``Runner.rearm_due``).
+        The ``Runner`` uses it through ``PostgresStore.on_save`` when ``same_database``
+        says the store is on this database; otherwise it arms after the save, and a crash
+        between the two is covered by every worker re-arming all alarms from the store when
+        it starts (and by ``Runner.rearm_due``).
         """
         require_aware(due_at, f"ProcrastinateScheduler.schedule_in({execution_id!r})")
         self._replace(conn, execution_id, due_at, own=False)
+
+    def same_database(self, dsn: str) -> bool:
+        """Whether ``dsn`` names this scheduler's database (same host, port and dbname).
+
+        Conservative: two spellings of one server (``localhost``, ``127.0.0.1``) read as
+        different, and the runner then arms after the save as with any other store.
+        """
+        try:
+            theirs, ours = conninfo_to_dict(dsn), conninfo_to_dict(self.conninfo)
+        except psycopg.Error:
+            return False
+
+        def where(params: Mapping[str, Any]) -> tuple[str, str, str]:
+            return (
+                str(params.get("host") or ""),
+                str(params.get("port") or "5432"),
+                str(params.get("dbname") or params.get("user") or ""),
+            )
+
+        return where(theirs) == where(ours)
 
     def _replace(
         self, conn: psycopg.Connection[Any], execution_id: str, due_at: datetime, *, own: bool

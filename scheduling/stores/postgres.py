@@ -11,6 +11,11 @@ same time where one shared connection would queue them behind a lock.
 
 Claims (``claim_due``) spread due executions over workers without a job queue: a claim
 is a lease, not a lock. See ``claim_due`` for the exact rules.
+
+``on_save`` is a hook run inside the save's transaction, after the row is written and
+before the commit: a job queue in the same database (``ProcrastinateScheduler``) arms the
+execution's alarm there, so the state and its alarm commit together or not at all. The
+``Runner`` installs it by itself when its scheduler can do that.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
 from psycopg import sql
@@ -53,7 +59,10 @@ from scheduling.stores._sql import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["PostgresStore"]
+__all__ = ["OnSave", "PostgresStore"]
+
+OnSave: TypeAlias = Callable[[psycopg.Connection[Any], WorkflowExecution], None]
+"""A hook run inside a save's transaction with its connection and the execution saved."""
 
 # ``data`` is text, not jsonb: the store never looks inside it, and text skips the
 # server's parse on every write and its re-render on every read.
@@ -134,6 +143,13 @@ class PostgresStore:
     remembered with the JSON text they were saved as, so loading one whose stored text is
     unchanged skips parsing it (``0`` parses every time); records are frozen values and
     must not be mutated, here as everywhere in prana.
+
+    ``on_save`` (also an attribute, settable later) is called as ``on_save(conn,
+    execution)`` inside every successful ``save``'s transaction, after the row write and
+    before the commit. The invariant: the row change and whatever the hook writes on
+    ``conn`` commit together; if the hook raises, the transaction rolls back, ``save``
+    raises that error, and neither is stored. ``None`` (the default) keeps each save a
+    single autocommitted statement.
     """
 
     def __init__(
@@ -144,7 +160,13 @@ class PostgresStore:
         max_connections: int = 4,
         connect_timeout_seconds: float | None = None,
         cache_size: int = 1024,
+        on_save: OnSave | None = None,
     ) -> None:
+        if on_save is not None and not callable(on_save):
+            raise InvalidSettingsError(
+                f"PostgresStore(on_save={on_save!r}): pass a callable taking (connection, "
+                "execution), or None"
+            )
         if not isinstance(dsn, str):
             raise InvalidSettingsError(
                 f"PostgresStore(dsn={type(dsn).__name__}): use a connection string such as "
@@ -176,6 +198,7 @@ class PostgresStore:
         self._workflows_saved: dict[tuple[str, int], str] = {}
         self._parsed = ParsedCache(cache_size)
         self._q = _queries(schema)
+        self.on_save: OnSave | None = on_save
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self.schema!r})"
@@ -278,48 +301,63 @@ class PostgresStore:
     def save(self, execution: WorkflowExecution, expected_version: int | None) -> int:
         """Store ``execution`` if ``expected_version`` is the stored one; return the new version.
 
-        A successful save also ends any claim on the execution (its state moved on).
+        A successful save also ends any claim on the execution (its state moved on). With
+        an ``on_save`` hook the write and the hook run in one transaction (see the class).
         """
         check_save(execution, expected_version)
         data = dumps(execution)
-        execution_id = execution.id
         pool = self._connections()
+        hook = self.on_save
         with pool.connection() as conn:
-            if expected_version is None:
-                cur = conn.execute(
-                    self._q["insert"],
-                    (
-                        execution_id,
-                        execution.workflow_id,
-                        execution.workflow_version,
-                        execution.status.value,
-                        execution.due_at,
-                        execution.updated_at,
-                        data,
-                    ),
-                )
-                if cur.rowcount != 1:
-                    raise stale(execution_id, None, self._stored_version(conn, execution_id))
-                self._parsed.put(execution_id, data, execution)
-                return 1
+            if hook is None:
+                version = self._write(conn, execution, expected_version, data)
+            else:
+                with conn.transaction():
+                    version = self._write(conn, execution, expected_version, data)
+                    hook(conn, execution)
+        self._parsed.put(execution.id, data, execution)
+        return version
+
+    def _write(
+        self,
+        conn: psycopg.Connection[Any],
+        execution: WorkflowExecution,
+        expected_version: int | None,
+        data: str,
+    ) -> int:
+        """Insert or compare-and-set update the row; return the new version, or raise stale."""
+        execution_id = execution.id
+        if expected_version is None:
             cur = conn.execute(
-                self._q["update"],
+                self._q["insert"],
                 (
+                    execution_id,
                     execution.workflow_id,
                     execution.workflow_version,
                     execution.status.value,
                     execution.due_at,
                     execution.updated_at,
                     data,
-                    execution_id,
-                    expected_version,
                 ),
             )
             if cur.rowcount != 1:
-                raise stale(
-                    execution_id, expected_version, self._stored_version(conn, execution_id)
-                )
-        self._parsed.put(execution_id, data, execution)
+                raise stale(execution_id, None, self._stored_version(conn, execution_id))
+            return 1
+        cur = conn.execute(
+            self._q["update"],
+            (
+                execution.workflow_id,
+                execution.workflow_version,
+                execution.status.value,
+                execution.due_at,
+                execution.updated_at,
+                data,
+                execution_id,
+                expected_version,
+            ),
+        )
+        if cur.rowcount != 1:
+            raise stale(execution_id, expected_version, self._stored_version(conn, execution_id))
         return expected_version + 1
 
     def _stored_version(self, conn: psycopg.Connection[Any], execution_id: str) -> int | None:
