@@ -1262,15 +1262,29 @@ def _checked_call(
     return registry, clock, env, checked
 
 
-def _checked_now(clock: Clock) -> datetime:
-    """Read the clock once and make sure it gives what every record needs: an aware datetime."""
+def _checked_clock(clock: Clock) -> Clock:
+    """Read the clock once and make sure it gives what every record needs: an aware datetime.
+
+    A clock returning a datetime *subclass* (pendulum's, say) is wrapped to return plain
+    datetimes, which is what records hold and JSON writes.
+    """
     now = clock()
     if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
         raise InvalidSettingsError(
             f"clock= returned {now!r}; a clock must return an aware datetime, e.g. "
             "datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
         )
-    return now
+    if type(now) is datetime:
+        return clock
+
+    def plain_clock() -> datetime:
+        value = clock()
+        return datetime(
+            value.year, value.month, value.day, value.hour, value.minute, value.second,
+            value.microsecond, tzinfo=value.tzinfo, fold=value.fold,
+        )  # fmt: skip
+
+    return plain_clock
 
 
 def _new_run(
@@ -1298,7 +1312,7 @@ def _new_run(
     problem = json_problem(input_data)
     if problem is not None:
         raise InvalidWorkflowError([f"workflow input must be JSON-native: {problem}"])
-    _checked_now(checked_clock)
+    checked_clock = _checked_clock(checked_clock)
     return _Run(
         graph,
         # 32 random hex digits, like uuid4().hex at a fraction of the cost
@@ -1325,7 +1339,7 @@ def _loaded_run(
         registry, clock, env, observers
     )
     graph = _prepare_resume(execution, workflow, checked_registry, resume_data)
-    _checked_now(checked_clock)
+    checked_clock = _checked_clock(checked_clock)
     return _Run.from_execution(
         graph, execution, clock=checked_clock, env=checked_env, observers=checked_observers
     )
@@ -1455,10 +1469,11 @@ def cancel_execution(
     raises ``ResumeError``.
     """
     _check_execution(execution, "cancel_execution")
+    _, checked_clock, _, checked_observers = _checked_call(None, clock, None, observers)
     if execution.status is ExecutionStatus.CANCELLED:
         return execution
     check_transition(execution.status, ExecutionStatus.CANCELLED)
-    now = (clock or _utcnow)()
+    now = _checked_clock(checked_clock)()
     runs = dict(execution.node_executions)
     key = execution.suspended_node
     if key is not None and runs.get(key):
@@ -1483,9 +1498,9 @@ def cancel_execution(
         updated_at=now,
         completed_at=now,
     )
-    if observers:
+    if checked_observers:
         emit(
-            tuple(observers),
+            checked_observers,
             Event(
                 type=EventType.EXECUTION_CANCELLED,
                 execution_id=execution.id,

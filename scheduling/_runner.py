@@ -241,6 +241,12 @@ class Runner:
             from scheduling.adapters.apscheduler import APSchedulerAdapter
 
             scheduler = APSchedulerAdapter()
+        now = clock()
+        if not isinstance(now, datetime) or now.utcoffset() is None:
+            raise InvalidSettingsError(
+                f"Runner(clock=...) returned {now!r}; a clock must return an aware datetime, "
+                "e.g. datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
+            )
         self.scheduler: Scheduler = scheduler
         self.clock: Clock = clock
         self.env: Mapping[str, Any] | None = env
@@ -284,22 +290,33 @@ class Runner:
         """
         if self._open:
             return
-        self.scheduler.start(self._fire)
-        self._open = True
+        # The hook goes in before the scheduler starts, so an alarm that fires at once saves
+        # through it; if anything below fails, the runner closes again (hook removed).
         self._install_alarm_hook()
-        for execution_id, due_at in self.store.alarms():
-            self.scheduler.schedule(execution_id, due_at)
-        self._reconcile_parents()
+        try:
+            self.scheduler.start(self._fire)
+            self._open = True
+            for execution_id, due_at in self.store.alarms():
+                self.scheduler.schedule(execution_id, due_at)
+            self._reconcile_parents()
+        except BaseException:
+            self._open = True
+            self.close()
+            raise
 
     def close(self) -> None:
         """Stop the scheduler; suspended executions stay in the store for the next runner."""
         if not self._open:
+            self._remove_alarm_hook()
             return
         self._open = False
+        self._remove_alarm_hook()
+        self.scheduler.shutdown()
+
+    def _remove_alarm_hook(self) -> None:
         if self._arms_on_save:
             self._arms_on_save = False
             self.store.on_save = None  # type: ignore[attr-defined]
-        self.scheduler.shutdown()
 
     def _install_alarm_hook(self) -> None:
         """Arm alarms inside the store's save transactions, if store and scheduler can."""
@@ -318,6 +335,10 @@ class Runner:
             or not same_database(dsn)
         ):
             return
+
+        setup = getattr(scheduler, "setup", None)
+        if callable(setup):
+            setup()  # the job tables must exist before the first save arms in them
 
         def arm_in(conn: Any, execution: WorkflowExecution) -> None:
             due_at = execution.due_at
