@@ -246,7 +246,8 @@ class ErrorInfo:
     ``code`` says what kind of failure it is (``action_error``, ``timeout``,
     ``template_error``, ``params_invalid``, ``output_not_json``, ``non_retryable``,
     ``resume_error``, ``webhook_timeout``, ``iteration_limit``, ``sub_workflow_failed``,
-    ``result_rejected``); ``type`` and ``module`` name the exception class.
+    ``result_rejected``, ``invalid_port``, ``invalid_suspend``, ``cancelled``); ``type`` and
+    ``module`` name the exception class.
     """
 
     code: str

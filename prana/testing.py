@@ -18,6 +18,7 @@ class ManualClock:
 
     Pass it as ``clock=`` to the executor, the runner and ``ManualScheduler`` so that all
     three share one notion of now and tests never sleep.
+    ``start`` defaults to 2030-01-01 00:00 UTC and must be aware.
     """
 
     def __init__(self, start: datetime | None = None) -> None:

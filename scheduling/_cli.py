@@ -1,9 +1,10 @@
 """The ``prana`` command: run workflow files, run a worker, inspect and steer executions.
 
-Every command works on one SQLite database (``--db``, default ``./prana.db``, or the
-``PRANA_DB`` environment variable). Mistakes (a missing file, bad JSON or YAML, an
-unknown execution id, a corrupt record) print one line to stderr and exit with 2; a run
-whose execution fails exits with 1.
+Every command works on one store: a SQLite database (``--db``, default ``./prana.db``, or
+``$PRANA_DB``) or PostgreSQL (``--postgres DSN`` or ``$PRANA_POSTGRES_DSN``). Mistakes (a
+missing file, bad JSON or YAML, an unknown execution id, a corrupt record) print one line
+to stderr and exit with 2; a run whose execution fails or is cancelled exits with 1, and
+Ctrl-C with 130.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -209,7 +211,7 @@ def _finish(runner: Runner, execution_id: str, view: ConsoleView) -> int:
         waiting_on = execution.suspension.kind
         print(
             f"execution {execution.id} waits on {waiting_on} at {execution.suspended_node}; "
-            f"resume it with: prana deliver {execution.id} --data JSON"
+            f"resume it with: prana deliver {execution.id} --data JSON --actions MODULE"
         )
     print(view.summary())
     print(f"execution {execution.id}: {execution.status.value}")
@@ -285,10 +287,29 @@ def _procrastinate_worker(
     scheduler = ProcrastinateScheduler(
         dsn, schema=args.schema or os.environ.get("PRANA_POSTGRES_SCHEMA"), run_in_thread=False
     )
-    with _runner(registry, store, view, scheduler), view.live():
+    stop = threading.Event()
+    with _runner(registry, store, view, scheduler) as runner, view.live():
+        # Work another process left due without an alarm (a `prana run` killed in backoff)
+        # is re-armed every --poll seconds, as the APScheduler worker does.
+        rearm = threading.Thread(
+            target=_rearm_until, args=(runner, stop, args.poll), name="prana-rearm", daemon=True
+        )
+        rearm.start()
         print("worker on PostgreSQL (procrastinate): resuming due executions (Ctrl-C to stop)")
-        scheduler.run_worker()
+        try:
+            scheduler.run_worker()
+        finally:
+            stop.set()
+            rearm.join(timeout=5)
     return EXIT_OK
+
+
+def _rearm_until(runner: Runner, stop: threading.Event, every: float) -> None:
+    while not stop.wait(every):
+        try:
+            runner.rearm_due()
+        except Exception:
+            logging.getLogger("prana").exception("re-arming due executions failed")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -363,7 +384,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     registry = Registry()
     _demo.register(registry)
-    store: Any = _open_store(args, must_exist=False) if args.db else MemoryStore()
+    keep = args.db or os.environ.get("PRANA_DB") or _postgres_dsn(args)
+    store: Any = _open_store(args, must_exist=False) if keep else MemoryStore()
     view = ConsoleView()
     print("prana demo: three calls to a flaky API, retried with exponential backoff")
     try:
@@ -413,7 +435,7 @@ def _parser() -> argparse.ArgumentParser:
         "--poll",
         type=float,
         default=WORKER_POLL_SECONDS,
-        help="seconds between checks for work left due by other processes",
+        help="seconds between checks for work left due by other processes (default 1)",
     )
     worker.add_argument(
         "--scheduler",
@@ -424,7 +446,11 @@ def _parser() -> argparse.ArgumentParser:
     worker.set_defaults(handler=_cmd_worker)
 
     listing = add("list", "list executions, newest first")
-    listing.add_argument("--status", help="only executions with this status")
+    listing.add_argument(
+        "--status",
+        help="only executions with this status: pending, running, suspended, completed, "
+        "failed or cancelled",
+    )
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     listing.set_defaults(handler=_cmd_list)
 
@@ -459,6 +485,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; suspended executions stay in the store for the next worker")
         return EXIT_INTERRUPTED
+    except ImportError as exc:
+        print(
+            f"prana: error: {_one_line(exc)}; install the extra it needs, e.g. "
+            "pip install 'prana[postgres]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     except (PranaError, sqlite3.Error) as exc:
         print(f"prana: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE

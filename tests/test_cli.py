@@ -350,3 +350,57 @@ def test_unreachable_postgres_is_one_line(
     assert code == 2
     assert err.startswith("prana: error: --postgres: cannot use the database:")
     assert "\n" not in err.strip()
+
+
+def test_procrastinate_worker_rearm_loop_rearms_until_stopped() -> None:
+    """The worker's re-arm loop calls rearm_due every round until its stop event is set."""
+    import threading
+
+    from scheduling._cli import _rearm_until
+
+    stop = threading.Event()
+    calls: list[int] = []
+
+    class Rearming:
+        def rearm_due(self) -> int:
+            calls.append(1)
+            if len(calls) == 3:
+                stop.set()
+            if len(calls) == 2:
+                raise RuntimeError("a failing round is logged, and the loop goes on")
+            return 0
+
+    _rearm_until(Rearming(), stop, 0.001)  # type: ignore[arg-type]
+    assert len(calls) == 3
+
+
+def test_demo_keeps_its_executions_in_the_given_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana demo --db FILE`` stores its executions there, for ``list`` to show."""
+    db = str(tmp_path / "demo.db")
+    code, _, _ = run(["demo", "--db", db], capsys)
+    assert code == 0
+    code, out, _ = run(["list", "--db", db], capsys)
+    assert code == 0
+    assert out.count("demo.flaky_api") == 3
+
+
+def test_a_missing_optional_driver_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command whose optional driver is not installed says which extra to install."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_psycopg(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("scheduling.stores.postgres"):
+            raise ImportError("No module named 'psycopg_pool'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_psycopg)
+    code, _, err = run(["list", "--postgres", "postgresql://x@127.0.0.1:1/none"], capsys)
+    assert code == 2
+    assert "pip install 'prana[postgres]'" in err
+    assert err.count("\n") == 1
