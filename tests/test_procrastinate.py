@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from doubles import Flaky
 from procrastinate import App, JobContext, PsycopgConnector
 from procrastinate.jobs import Job
 from procrastinate.testing import InMemoryConnector
@@ -439,22 +440,6 @@ def test_two_workers_fire_each_alarm_exactly_once(env: Env) -> None:
 
 
 # -- end to end with the runner ----------------------------------------------------------
-
-
-class Flaky:
-    """An action that fails its first ``fails`` calls, then returns its input."""
-
-    def __init__(self, fails: int) -> None:
-        self.fails = fails
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, params: Any, ctx: Any) -> Any:
-        with self._lock:
-            self.calls += 1
-            if self.calls <= self.fails:
-                raise ConnectionError(f"flaky failure {self.calls}")
-        return {"ok": True, "attempt": ctx.attempt}
 
 
 def test_runner_over_postgres_completes_a_retried_execution(env: Env) -> None:

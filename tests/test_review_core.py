@@ -1,8 +1,7 @@
 """Review of the pure core against DESIGN.md sections 2-5.
 
-Tests marked ``xfail(strict=True)`` pin a place where the code does not yet keep a promise
-of the design (or its own docstrings); the reason names what is wrong. Drop the marker
-once the fix lands. The other tests pin promises that had no test of their own.
+Some tests pin the bugs that review found (each fixed since; the test keeps it fixed), the
+others pin promises that had no test of their own.
 """
 
 from __future__ import annotations

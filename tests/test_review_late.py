@@ -1,10 +1,9 @@
 """Late review: transactional alarms, executor entry checks, activation sources.
 
-Tests marked ``xfail(strict=True)`` pin a real bug; the reason names what is wrong and
-where. Drop the marker once the fix lands. The other tests pin verified behaviour that had
-no test of its own. The transactional-alarm tests use duck-typed doubles of
-``PostgresStore``/``ProcrastinateScheduler`` (the ``Runner`` detects the pair by their
-attributes), so they need no database.
+Some tests pin the bugs that review found (each fixed since; the test keeps it fixed), the
+others pin verified behaviour that had no test of its own. The transactional-alarm tests
+use duck-typed doubles of ``PostgresStore``/``ProcrastinateScheduler`` (the ``Runner``
+detects the pair by their attributes), so they need no database.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from doubles import Flaky
 
 from prana import (
     Completed,
@@ -55,20 +55,6 @@ def webhook_workflow(timeout: str | None = "1h") -> Workflow:
         ],
         connections=[Connection(from_node="start", to_node="w")],
     )
-
-
-class Flaky:
-    """Fails its first ``fails`` calls with ``ConnectionError``, then returns the attempt."""
-
-    def __init__(self, fails: int) -> None:
-        self.fails = fails
-        self.calls = 0
-
-    def __call__(self, params: Any, ctx: Any) -> Any:
-        self.calls += 1
-        if self.calls <= self.fails:
-            raise ConnectionError(f"flaky failure {self.calls}")
-        return {"attempt": ctx.attempt}
 
 
 def retry_workflow() -> Workflow:

@@ -1,8 +1,7 @@
 """A review of the shell (``scheduling/``) against DESIGN.md section 6 and docs/extending.md.
 
-Tests marked ``xfail(strict=True)`` pin down a place where the shell does not (yet) do what
-the design or its docstrings promise; each ``reason`` says what is wrong. The other tests
-check promises that had no test of their own. Time is driven by ``ManualClock`` and
+Some tests pin the bugs that review found (each fixed since; the test keeps it fixed), the
+others check promises that had no test of their own. Time is driven by ``ManualClock`` and
 ``ManualScheduler``; nothing sleeps.
 """
 

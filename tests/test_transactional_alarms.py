@@ -7,13 +7,13 @@ on conditions with timeouts and never sleep.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from doubles import Flaky
 from psycopg import sql
 
 from prana import (
@@ -39,22 +39,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.postgres
 
 TIMEOUT = 10.0  # seconds to wait for something that must happen; only reached on failure
-
-
-class Flaky:
-    """An action that fails its first ``fails`` calls, then returns which attempt it was."""
-
-    def __init__(self, fails: int) -> None:
-        self.fails = fails
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, params: Any, ctx: Any) -> Any:
-        with self._lock:
-            self.calls += 1
-            if self.calls <= self.fails:
-                raise ConnectionError(f"flaky failure {self.calls}")
-        return {"ok": True, "attempt": ctx.attempt}
 
 
 class CountingScheduler(ProcrastinateScheduler):
