@@ -356,7 +356,7 @@ def test_procrastinate_worker_rearm_loop_rearms_until_stopped() -> None:
     """The worker's re-arm loop calls rearm_due every round until its stop event is set."""
     import threading
 
-    from scheduling._cli import _rearm_until
+    from scheduling._cli.worker import rearm_until as _rearm_until
 
     stop = threading.Event()
     calls: list[int] = []

@@ -1,0 +1,83 @@
+"""The ``prana`` command: run workflow files, run a worker, inspect and steer executions.
+
+Every command works on one store: a SQLite database (``--db``, default ``./prana.db``, or
+``$PRANA_DB``) or PostgreSQL (``--postgres DSN`` or ``$PRANA_POSTGRES_DSN``). Mistakes (a
+missing file, bad JSON or YAML, an unknown execution id, a corrupt record) print one line
+to stderr and exit with 2; a run whose execution fails or is cancelled exits with 1, and
+Ctrl-C with 130.
+
+Each command lives in its own module of this package, exposing ``register(add)``; adding a
+command is one module and one line in ``_COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from typing import TYPE_CHECKING
+
+from prana import PranaError
+from scheduling._cli import demo, listing, run, steer, worker
+from scheduling._cli._common import (
+    DEFAULT_DB,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CLIError,
+    load_actions,
+    load_workflow_file,
+    one_line,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["CLIError", "load_actions", "load_workflow_file", "main"]
+
+# The command modules, in the order `prana --help` lists them.
+_COMMANDS = (run, worker, listing, steer, demo)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prana", description="Run workflows with retries that survive restarts."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--db", help=f"SQLite database (default ./{DEFAULT_DB} or $PRANA_DB)")
+        sub.add_argument(
+            "--postgres",
+            metavar="DSN",
+            help="keep executions in PostgreSQL instead (or $PRANA_POSTGRES_DSN)",
+        )
+        sub.add_argument(
+            "--schema", help="PostgreSQL schema for prana's tables (or $PRANA_POSTGRES_SCHEMA)"
+        )
+        return sub
+
+    for command in _COMMANDS:
+        command.register(add)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``prana`` command; returns the exit code (0 ok, 1 run failed, 2 mistake)."""
+    args = _parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except KeyboardInterrupt:
+        print("interrupted; suspended executions stay in the store for the next worker")
+        return EXIT_INTERRUPTED
+    except ImportError as exc:
+        print(
+            f"prana: error: {one_line(exc)}; install the extra it needs, e.g. "
+            "pip install 'prana[postgres]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except (PranaError, sqlite3.Error) as exc:
+        print(f"prana: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    return code

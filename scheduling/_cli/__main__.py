@@ -1,0 +1,7 @@
+"""``python -m scheduling._cli``: the ``prana`` command."""
+
+import sys
+
+from scheduling._cli import main
+
+sys.exit(main())

@@ -1,0 +1,236 @@
+"""What every ``prana`` command shares: errors, exit codes, loading files and opening stores."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from prana import ExecutionStatus, PranaError, Registry, Workflow
+
+if TYPE_CHECKING:
+    from scheduling._console import ConsoleView
+    from scheduling._runner import Runner
+    from scheduling.abc import ExecutionStore
+
+DEFAULT_DB = "prana.db"
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+WORKER_POLL_SECONDS = 1.0
+PROCRASTINATE_NEEDS_POSTGRES = (
+    "--scheduler procrastinate needs --postgres DSN (or $PRANA_POSTGRES_DSN)"
+)
+
+
+class CLIError(PranaError, ValueError):
+    """A mistake on the command line; printed as one line, exit code 2."""
+
+
+class AddCommand(Protocol):
+    """Adds a subcommand with the store options every command takes; returns its parser."""
+
+    def __call__(self, name: str, help_text: str) -> argparse.ArgumentParser: ...
+
+
+def one_line(exc: BaseException) -> str:
+    """An error message on one line: a multi-line problem list is joined with ``; ``."""
+    lines = [line.strip().removeprefix("- ") for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    head, rest = lines[0], lines[1:]
+    if rest:
+        head = head.rstrip(":") + ": " + "; ".join(rest)
+    return head
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+def load_workflow_file(path: str | os.PathLike[str]) -> Workflow:
+    """Read a workflow from a ``.json``, ``.yaml`` or ``.yml`` file."""
+    from prana import loads_workflow
+
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CLIError(f"{file}: no such file") from None
+    except UnicodeDecodeError:
+        raise CLIError(f"{file}: not UTF-8 text; save the workflow as UTF-8 JSON or YAML") from None
+    except OSError as exc:
+        raise CLIError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    try:
+        if file.suffix.lower() in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:  # pragma: no cover - pyyaml ships with the cli extra
+                raise CLIError(
+                    f"{file}: reading YAML needs PyYAML: pip install 'prana[yaml]'"
+                ) from None
+            try:
+                doc = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise CLIError(f"{file}: not valid YAML: {one_line(exc)}") from None
+            if not isinstance(doc, dict):
+                raise CLIError(f"{file}: a workflow is a YAML mapping, got {type(doc).__name__}")
+            return loads_workflow(doc)
+        return loads_workflow(text)
+    except PranaError as exc:
+        if isinstance(exc, CLIError):
+            raise
+        raise CLIError(f"{file}: {one_line(exc)}") from None
+
+
+def load_actions(module_name: str | None) -> Registry:
+    """The registry for a run: built-ins, plus what ``module_name`` registers.
+
+    The module exposes ``registry`` (a ``prana.Registry``) or ``register(registry)``. A
+    path to a ``.py`` file works too; the current directory is importable.
+    """
+    registry = Registry()
+    if module_name is None:
+        return registry
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        if module_name.endswith(".py"):
+            file = Path(module_name)
+            if not file.is_file():
+                raise CLIError(f"--actions {module_name}: no such file")
+            spec = importlib.util.spec_from_file_location(file.stem, file)
+            if spec is None or spec.loader is None:
+                raise CLIError(f"--actions {module_name}: cannot import this file")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[file.stem] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except CLIError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure importing user code is reported
+        raise CLIError(
+            f"--actions {module_name}: cannot import: {type(exc).__name__}: {one_line(exc)}"
+        ) from None
+    given = getattr(module, "registry", None)
+    if isinstance(given, Registry):
+        return given
+    register = getattr(module, "register", None)
+    if callable(register):
+        try:
+            register(registry)
+        except Exception as exc:  # noqa: BLE001 - any failure in user code is reported
+            raise CLIError(
+                f"--actions {module_name}: register(registry) failed: {one_line(exc)}"
+            ) from None
+        return registry
+    raise CLIError(
+        f"--actions {module_name}: the module has neither a `registry` (a prana.Registry) "
+        "nor a `register(registry)` function"
+    )
+
+
+def parse_json(text: str, option: str) -> Any:
+    """``text`` parsed as JSON, or a one-line error naming ``option``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{option}: not valid JSON: {exc}") from None
+
+
+# -- stores and runners -------------------------------------------------------------------
+
+
+def db_path(args: argparse.Namespace) -> str:
+    """The SQLite file: ``--db``, else ``$PRANA_DB``, else ``./prana.db``."""
+    db: str = args.db or os.environ.get("PRANA_DB") or DEFAULT_DB
+    return db
+
+
+def postgres_dsn(args: argparse.Namespace) -> str | None:
+    """The PostgreSQL DSN from ``--postgres`` or ``$PRANA_POSTGRES_DSN``, if any."""
+    dsn: str | None = args.postgres or os.environ.get("PRANA_POSTGRES_DSN")
+    return dsn
+
+
+def postgres_schema(args: argparse.Namespace) -> str | None:
+    """The PostgreSQL schema from ``--schema`` or ``$PRANA_POSTGRES_SCHEMA``, if any."""
+    schema: str | None = args.schema or os.environ.get("PRANA_POSTGRES_SCHEMA")
+    return schema
+
+
+def where(args: argparse.Namespace) -> str:
+    """Where the store lives, for a worker's banner."""
+    return "PostgreSQL" if postgres_dsn(args) is not None else db_path(args)
+
+
+def open_store(args: argparse.Namespace, *, must_exist: bool) -> ExecutionStore:
+    """The store the command works on: PostgreSQL with ``--postgres``, else the SQLite file."""
+    dsn = postgres_dsn(args)
+    if dsn is not None:
+        from scheduling.stores.postgres import PostgresStore
+
+        store = PostgresStore(dsn, schema=postgres_schema(args))
+        try:
+            store.setup()
+        except Exception as exc:  # noqa: BLE001 - any driver error becomes one clear line
+            store.close()
+            raise CLIError(f"--postgres: cannot use the database: {one_line(exc)}") from None
+        return store
+    from scheduling.stores.sqlite import SQLiteStore
+
+    path = db_path(args)
+    if must_exist and path != ":memory:" and not Path(path).exists():
+        raise CLIError(f"no database at {path}: run a workflow first, or pass --db PATH")
+    try:
+        return SQLiteStore(path)
+    except sqlite3.Error as exc:
+        raise CLIError(f"{path}: cannot open the database: {exc}") from None
+
+
+def make_runner(
+    registry: Registry,
+    store: ExecutionStore,
+    view: ConsoleView | None,
+    scheduler: Any = None,
+) -> Runner:
+    """A runner over ``store`` that reports to ``view`` (if any)."""
+    from scheduling._runner import Runner
+
+    observers = [view] if view is not None else []
+    return Runner(registry, store, scheduler, observers=observers)
+
+
+def finish(runner: Runner, execution_id: str, view: ConsoleView) -> int:
+    """Wait until the execution ends or waits for the outside; print where it stands."""
+    from scheduling._runner import is_settled
+
+    execution = runner.wait(execution_id)
+    if execution.status is ExecutionStatus.SUSPENDED and execution.suspension is not None:
+        waiting_on = execution.suspension.kind
+        print(
+            f"execution {execution.id} waits on {waiting_on} at {execution.suspended_node}; "
+            f"resume it with: prana deliver {execution.id} --data JSON --actions MODULE"
+        )
+    print(view.summary())
+    print(f"execution {execution.id}: {execution.status.value}")
+    if execution.status is ExecutionStatus.COMPLETED:
+        print(json.dumps(execution.output, indent=2, default=str))
+    assert is_settled(execution)
+    return (
+        EXIT_FAILED
+        if execution.status
+        in (
+            ExecutionStatus.FAILED,
+            ExecutionStatus.CANCELLED,
+        )
+        else EXIT_OK
+    )

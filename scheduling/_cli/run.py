@@ -1,0 +1,44 @@
+"""``prana run``: run a workflow file until it ends or waits on the outside."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduling._cli._common import (
+    finish,
+    load_actions,
+    load_workflow_file,
+    make_runner,
+    open_store,
+    parse_json,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scheduling._cli._common import AddCommand
+
+
+def register(add: AddCommand) -> None:
+    """Add ``run`` to the parser."""
+    run = add("run", "run a workflow file (JSON or YAML) until it ends or waits on a webhook")
+    run.add_argument("file", help="the workflow definition, .json, .yaml or .yml")
+    run.add_argument("--input", help="the workflow input, as JSON")
+    run.add_argument("--actions", help="module (or .py file) registering your actions")
+    run.set_defaults(handler=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from scheduling._console import ConsoleView
+
+    workflow = load_workflow_file(args.file)
+    data = parse_json(args.input, "--input") if args.input is not None else None
+    registry = load_actions(args.actions)
+    store = open_store(args, must_exist=False)
+    view = ConsoleView()
+    try:
+        with make_runner(registry, store, view) as runner, view.live():
+            execution_id = runner.start(workflow, data)
+            return finish(runner, execution_id, view)
+    finally:
+        store.close()

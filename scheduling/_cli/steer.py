@@ -1,0 +1,63 @@
+"""``prana deliver`` and ``prana cancel``: move one waiting execution on."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduling._cli._common import (
+    EXIT_OK,
+    finish,
+    load_actions,
+    make_runner,
+    open_store,
+    parse_json,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scheduling._cli._common import AddCommand
+
+
+def register(add: AddCommand) -> None:
+    """Add ``deliver`` and ``cancel`` to the parser."""
+    deliver = add("deliver", "deliver resume data to an execution waiting on a webhook")
+    deliver.add_argument("id", help="the execution id")
+    deliver.add_argument("--data", required=True, help="the resume data, as JSON")
+    deliver.add_argument("--actions", help="module (or .py file) registering your actions")
+    deliver.set_defaults(handler=_cmd_deliver)
+
+    cancel = add("cancel", "cancel a suspended execution")
+    cancel.add_argument("id", help="the execution id")
+    cancel.add_argument("--reason", help="why (kept in the record)")
+    cancel.add_argument(
+        "--actions", help="module registering your actions (to resume a cancelled child's parent)"
+    )
+    cancel.set_defaults(handler=_cmd_cancel)
+
+
+def _cmd_deliver(args: argparse.Namespace) -> int:
+    from scheduling._console import ConsoleView
+
+    data = parse_json(args.data, "--data")
+    registry = load_actions(args.actions)
+    store = open_store(args, must_exist=True)
+    view = ConsoleView()
+    try:
+        with make_runner(registry, store, view) as runner, view.live():
+            runner.deliver(args.id, data)
+            return finish(runner, args.id, view)
+    finally:
+        store.close()
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    store = open_store(args, must_exist=True)
+    try:
+        # The scheduler is never started: a worker's pending alarm finds it cancelled.
+        registry = load_actions(args.actions)
+        execution = make_runner(registry, store, None).cancel(args.id, args.reason)
+    finally:
+        store.close()
+    print(f"execution {execution.id}: {execution.status.value}")
+    return EXIT_OK
