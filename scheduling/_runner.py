@@ -174,6 +174,9 @@ class Runner:
 
     Entering ``with runner:`` starts the scheduler and re-arms every alarm from the store;
     leaving stops the scheduler, and neither cancels nor waits for suspended executions.
+    ``recover=False`` skips the re-arming (and the reconciling of parents) on open: the
+    runner then arms only what it saves itself, for a one-off command that must not run
+    work it was not asked about (``prana run``, ``prana deliver``); a worker recovers.
 
     Transactional alarms: when the store has an ``on_save`` hook slot (``PostgresStore``)
     that is free, and the scheduler has ``schedule_in``/``cancel_in`` and says
@@ -197,6 +200,7 @@ class Runner:
         env: Mapping[str, Any] | None = None,
         observers: Iterable[Callable[[Event], object]] = (),
         workflows: Iterable[Workflow] = (),
+        recover: bool = True,
     ) -> None:
         if registry is not None and not isinstance(registry, Registry):
             raise InvalidSettingsError(
@@ -224,6 +228,11 @@ class Runner:
                 "(or None); templates read it as $env"
             )
         checked_observers = _check_observers(observers)
+        if not isinstance(recover, bool):
+            raise InvalidSettingsError(
+                f"Runner(recover={recover!r}): use True (a worker: re-arm what the store holds "
+                "on open) or False (a one-off command: only this runner's own work)"
+            )
         self.store: ExecutionStore = store
         scheduler_clock = getattr(scheduler, "clock", None)
         if clock is None:
@@ -251,6 +260,7 @@ class Runner:
         self.clock: Clock = clock
         self.env: Mapping[str, Any] | None = env
         self.observers: tuple[Callable[[Event], object], ...] = checked_observers
+        self.recover = recover
         self._definitions: dict[tuple[str, int], Workflow] = {}
         self._latest: dict[str, int] = {}
         self._meta_lock = threading.Lock()
@@ -286,7 +296,8 @@ class Runner:
         """Start the scheduler and re-arm every alarm the store knows, overdue ones included.
 
         Parents waiting on a sub-workflow are reconciled too: a child that ended while no
-        runner was up resumes its parent, and a child never started is started.
+        runner was up resumes its parent, and a child never started is started. With
+        ``recover=False`` only the scheduler starts.
         """
         if self._open:
             return
@@ -296,9 +307,10 @@ class Runner:
         try:
             self.scheduler.start(self._fire)
             self._open = True
-            for execution_id, due_at in self.store.alarms():
-                self.scheduler.schedule(execution_id, due_at)
-            self._reconcile_parents()
+            if self.recover:
+                for execution_id, due_at in self.store.alarms():
+                    self.scheduler.schedule(execution_id, due_at)
+                self._reconcile_parents()
         except BaseException:
             self._open = True
             self.close()

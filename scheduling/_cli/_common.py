@@ -201,12 +201,18 @@ def make_runner(
     store: ExecutionStore,
     view: ConsoleView | None,
     scheduler: Any = None,
+    *,
+    recover: bool = False,
 ) -> Runner:
-    """A runner over ``store`` that reports to ``view`` (if any)."""
+    """A runner over ``store`` that reports to ``view`` (if any).
+
+    Only a worker passes ``recover=True``: a one-off command works on its own execution
+    and never resumes others the store holds.
+    """
     from scheduling._runner import Runner
 
     observers = [view] if view is not None else []
-    return Runner(registry, store, scheduler, observers=observers)
+    return Runner(registry, store, scheduler, observers=observers, recover=recover)
 
 
 def finish(runner: Runner, execution_id: str, view: ConsoleView) -> int:

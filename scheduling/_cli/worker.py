@@ -58,7 +58,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     store = open_store(args, must_exist=False)
     view = ConsoleView()
     try:
-        runner = make_runner(registry, store, view)
+        runner = make_runner(registry, store, view, recover=True)
         if args.once:
             handled = runner.run_due()
             print(f"resumed {len(handled)} due execution(s)")
@@ -86,7 +86,7 @@ def _procrastinate_worker(
 
     scheduler = ProcrastinateScheduler(dsn, schema=postgres_schema(args), run_in_thread=False)
     stop = threading.Event()
-    with make_runner(registry, store, view, scheduler) as runner, view.live():
+    with make_runner(registry, store, view, scheduler, recover=True) as runner, view.live():
         # Work another process left due without an alarm (a `prana run` killed in backoff)
         # is re-armed every --poll seconds, as the APScheduler worker does.
         rearm = threading.Thread(
