@@ -19,7 +19,8 @@ import attrs
 import yaml
 
 from prana import Node, NodeSettings, RetryPolicy, Workflow
-from prana._policy import AttemptView, coerce_policies, resolve
+from prana._decision import AttemptView
+from prana._policy import coerce_policies, resolve
 
 
 class NetworkError(ConnectionError):

@@ -1,13 +1,16 @@
 """The retry policy: when a failed attempt retries, and how long it waits first.
 
-The executor talks to this module through a handful of functions only (the seam):
+The executor talks to the policy through a handful of functions only (the seam):
 
 - ``resolve(node, workflow, spec_retry)`` picks the policies of a node (precedence, §5);
 - ``coerce_policies(value, field=...)`` turns what users write (a policy, a list, bracket
   text, NoETL shorthands) into a tuple of policies;
-- ``decide_retry(policies, view, seed=...)`` answers "retry, after how long?" or ``None``;
-- ``rejects_result(policies, view)`` says whether a successful output counts as a failure;
-- ``attempt_timeout(policies)`` and ``simple_policy(...)`` (Prana's simple form).
+- ``attempt_timeout(policies)`` and ``simple_policy(...)`` (Prana's simple form);
+- in ``prana._decision``: ``decide_retry(policies, view, seed=...)`` answers "retry,
+  after how long?" or ``None``, and ``rejects_result(policies, view)`` says whether a
+  successful output counts as a failure.
+
+Rappel's bracket text (``RetryPolicy.parse``) is read by ``prana._bracket``.
 
 Everything here is pure: no clock, no sleeping, and jitter comes from ``random.Random``
 seeded with text (never ``hash()``), so the same execution always sees the same delays.
@@ -20,15 +23,13 @@ import random
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from prana._durations import format_seconds, optional_seconds, to_seconds
-from prana._errors import DurationError, InvalidSettingsError, NonRetryable, RetryAfter
+from prana._errors import InvalidSettingsError, RetryAfter
 from prana._model import ErrorInfo
-from prana.testing import _testing_state
 
 if TYPE_CHECKING:
     from prana._model import Node, Workflow
@@ -70,7 +71,7 @@ NEVER_RETRY_CODES: frozenset[str] = frozenset(
 
 _SCHEDULE_LIMIT = 1000
 _DECORRELATED_WINDOW = 16
-_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 Condition = Callable[..., Any] | str | None
 ErrorFilter = tuple[str | type[BaseException], ...] | None
@@ -155,7 +156,7 @@ def _type_names(value: Any, field: str) -> ErrorFilter:
         )
     out: list[str | type[BaseException]] = []
     for item in value:
-        if isinstance(item, str) and _REFERENCE.match(item.strip()):
+        if isinstance(item, str) and REFERENCE.match(item.strip()):
             out.append(_exception_class(item.strip(), field))
         elif isinstance(item, str) and item.strip():
             out.append(item.strip())
@@ -187,7 +188,7 @@ def _condition(value: Any, field: str) -> Condition:
         return value
     if isinstance(value, str) and "{{" in value and "}}" in value:
         return value
-    if isinstance(value, str) and _REFERENCE.match(value):
+    if isinstance(value, str) and REFERENCE.match(value):
         # resolved now, so the policy holds what serialization writes and reads back
         try:
             return resolve_reference(value)
@@ -342,7 +343,9 @@ class RetryPolicy:
         per-attempt timeout of every policy of the text. Brackets without a filter use the
         smart defaults. Malformed text raises ``InvalidSettingsError`` naming the column.
         """
-        return _Parser(text).parse()
+        from prana._bracket import parse_brackets
+
+        return parse_brackets(text)
 
     # --- delays ----------------------------------------------------------------------
 
@@ -514,7 +517,7 @@ class RetryPolicy:
         """
         cls: type[BaseException] | None = type(error) if error is not None else None
         if cls is None and info is not None:
-            cls = _error_class(info)
+            cls = error_class(info)
         return self._matches(cls, info)
 
     def _matches(self, cls: type[BaseException] | None, info: ErrorInfo | None) -> bool:
@@ -536,7 +539,7 @@ def _filter_name(item: str | type[BaseException]) -> str:
     return item if isinstance(item, str) else item.__name__
 
 
-def _error_class(info: ErrorInfo) -> type[BaseException] | None:
+def error_class(info: ErrorInfo) -> type[BaseException] | None:
     """The class an ``ErrorInfo`` names, if its module is already loaded (never imports)."""
     module = sys.modules.get(info.module or "builtins")
     target: Any = module
@@ -646,56 +649,17 @@ class Schedule(list[ScheduleRow]):
         return "\n".join([title, rendered[0], rule, *rendered[1:]])
 
 
-# --- the executor's view of an attempt ----------------------------------------------------
+def resolve_reference(text: str) -> Callable[..., Any]:
+    """The callable a ``"module:qualname"`` reference names (the module must be importable)."""
+    import importlib
 
-
-@attrs.frozen(kw_only=True)
-class AttemptView:
-    """What retry conditions see of one attempt.
-
-    ``attempt`` is the attempt that just ended (1-based); ``elapsed_seconds`` the time from
-    the start of the node run's first attempt until now; ``exception`` the live exception
-    when there is one (``None`` after a reload or for a rejected result);
-    ``retry_after_seconds`` carries a ``RetryAfter`` hint when the exception is not live.
-    """
-
-    attempt: int
-    error: ErrorInfo | None
-    exception: BaseException | None = attrs.field(default=None, eq=False)
-    output: Any = None
-    elapsed_seconds: float = 0.0
-    retry_after_seconds: float | None = None
-
-    def scope(self) -> dict[str, Any]:
-        """The names templates see: ``$error``, ``$output``, ``$attempt``, ``$elapsed``."""
-        error = None
-        if self.error is not None:
-            error = {
-                "type": self.error.type,
-                "module": self.error.module,
-                "message": self.error.message,
-                "details": self.error.details,
-                "code": self.error.code,
-            }
-        return {
-            "error": error,
-            "output": self.output,
-            "attempt": self.attempt,
-            "elapsed": self.elapsed_seconds,
-        }
-
-
-@attrs.frozen(kw_only=True)
-class RetryDecision:
-    """Retry after ``delay_seconds``; ``max_attempts`` is the matched policy's (testing caps it).
-
-    ``policy_index`` is the position of the matched policy in the node's list.
-    """
-
-    delay_seconds: float
-    max_attempts: int | None
-    policy: RetryPolicy
-    policy_index: int = 0
+    module_name, _, qualname = text.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise InvalidSettingsError(f"{text!r} does not name a callable")
+    return target  # type: ignore[no-any-return]
 
 
 # --- the seam -----------------------------------------------------------------------------
@@ -824,372 +788,3 @@ def _resolve_level(
 def attempt_timeout(policies: Sequence[RetryPolicy]) -> float | None:
     """The per-attempt timeout of a node run: the first policy's that sets one."""
     return next((p.timeout for p in policies if p.timeout is not None), None)
-
-
-def decide_retry(
-    policies: Sequence[RetryPolicy], view: AttemptView, *, seed: str
-) -> RetryDecision | None:
-    """Whether the failed attempt ``view`` retries, and after how long; ``None``: no retry.
-
-    ``seed`` is ``"{execution_id}:{node_key}:{run_index}"``; jitter adds the attempt.
-    """
-    return explain_retry(policies, view, seed=seed)[0]
-
-
-def explain_retry(
-    policies: Sequence[RetryPolicy], view: AttemptView, *, seed: str
-) -> tuple[RetryDecision | None, str]:
-    """``decide_retry`` plus a short reason, for timelines, logs and tests."""
-    info = view.error
-    exc = view.exception
-    if exc is None and info is None:
-        return None, "nothing failed"
-    if isinstance(exc, NonRetryable) or (
-        info is not None and (info.code == "non_retryable" or info.type == "NonRetryable")
-    ):
-        return None, "NonRetryable"
-    if info is not None and info.code in NEVER_RETRY_CODES:
-        return None, f"{info.code} never retries"
-    selected = _select(policies, view)
-    if selected is None:
-        return None, "no policy matches the error"
-    index, policy = selected
-    if not policy.enabled:
-        return None, "retry disabled"
-    testing, testing_attempts = _testing_state()
-    limit = policy.max_attempts
-    if testing and testing_attempts is not None:
-        limit = testing_attempts if limit is None else min(limit, testing_attempts)
-    if limit is not None and view.attempt >= limit:
-        return None, f"attempts exhausted ({view.attempt} of {limit})"
-
-    chosen: float | None = None
-    if policy.stop_when is not None:
-        try:
-            verdict = _verdict(_evaluate(policy.stop_when, view, view.scope()))
-        except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
-            return None, f"stop_when failed: {exc_}"
-        if verdict is not False:
-            return None, "stop_when"
-    if policy.retry_when is not None:
-        try:
-            verdict = _verdict(_evaluate(policy.retry_when, view, view.scope()))
-        except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
-            return None, f"retry_when failed: {exc_}"
-        if verdict is False:
-            return None, "retry_when is false"
-        if verdict is not True:
-            chosen = min(verdict, policy.max_delay, HINT_CEILING_SECONDS)
-
-    hint = exc.delay_seconds if isinstance(exc, RetryAfter) else view.retry_after_seconds
-    if chosen is not None:
-        delay = chosen
-    elif hint is not None:
-        delay = hint if policy.hint_exceeds_max_delay else min(hint, policy.max_delay)
-        delay = min(delay, HINT_CEILING_SECONDS)
-    else:
-        delay = policy.delay_for(view.attempt, seed=seed)
-    if testing:
-        delay = 0.0
-    if policy.retry_timeout is not None and view.elapsed_seconds + delay > policy.retry_timeout:
-        return None, (
-            f"retry_timeout: {view.elapsed_seconds:g}s elapsed + {delay:g}s delay > "
-            f"{policy.retry_timeout:g}s"
-        )
-    decision = RetryDecision(
-        delay_seconds=delay, max_attempts=limit, policy=policy, policy_index=index
-    )
-    return decision, "retry"
-
-
-def _is_rejected(view: AttemptView) -> bool:
-    return (
-        view.exception is None
-        and view.error is not None
-        and (view.error.code == "result_rejected" or view.error.type == RESULT_REJECTED)
-    )
-
-
-def _select(policies: Sequence[RetryPolicy], view: AttemptView) -> tuple[int, RetryPolicy] | None:
-    if _is_rejected(view):
-        for i, policy in enumerate(policies):
-            if policy.retry_on_result is not None:
-                return i, policy
-    info = view.error
-    cls: type[BaseException] | None
-    if view.exception is not None:
-        cls = type(view.exception)
-    else:
-        cls = _error_class(info) if info is not None else None
-    for i, policy in enumerate(policies):
-        if policy._matches(cls, info):
-            return i, policy
-    return None
-
-
-def rejects_result(policies: Sequence[RetryPolicy], view: AttemptView) -> bool:
-    """Whether a successful output counts as a failed attempt (``retry_on_result``).
-
-    The first enabled policy with a ``retry_on_result`` decides; a callable gets the
-    output, a template sees ``$output``. A predicate that raises accepts the output.
-    """
-    policy = next((p for p in policies if p.enabled and p.retry_on_result is not None), None)
-    if policy is None or policy.retry_on_result is None:
-        return False
-    predicate = policy.retry_on_result
-    try:
-        value = _evaluate(predicate, view.output, view.scope())
-        return _truthy(value)
-    except Exception:  # noqa: BLE001 - a broken predicate must not crash a run
-        return False
-
-
-def _evaluate(condition: Callable[..., Any] | str, arg: Any, scope: Mapping[str, Any]) -> Any:
-    if callable(condition) and not isinstance(condition, str):
-        return condition(arg)
-    if _REFERENCE.match(condition):
-        return resolve_reference(condition)(arg)
-    from prana._templates import evaluate
-
-    return evaluate(condition, scope)
-
-
-def resolve_reference(text: str) -> Callable[..., Any]:
-    """The callable a ``"module:qualname"`` reference names (the module must be importable)."""
-    import importlib
-
-    module_name, _, qualname = text.partition(":")
-    target: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise InvalidSettingsError(f"{text!r} does not name a callable")
-    return target  # type: ignore[no-any-return]
-
-
-def _verdict(value: Any) -> bool | float:
-    """Read a condition's answer: a bool, or a delay (seconds, timedelta or ``"30s"``)."""
-    if value is None:
-        return False
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float | timedelta):
-        return to_seconds(value, field="condition result")
-    if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in ("true", "yes"):
-            return True
-        if lowered in ("false", "no", "", "none", "null"):
-            return False
-        try:
-            return to_seconds(value, field="condition result")
-        except DurationError:
-            raise InvalidSettingsError(
-                f"condition result {value!r}: return a bool, or a delay such as 30 or '30s'"
-            ) from None
-    return bool(value)
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() not in ("false", "no", "", "none", "null", "0")
-    return bool(value)
-
-
-# --- Rappel bracket text ------------------------------------------------------------------
-
-_KEYS = ("retry", "backoff", "timeout")
-_NAME = re.compile(r"[A-Za-z_][\w.]*")
-_VALUE = re.compile(r"[^\s,\]\[]+")
-
-
-class _Parser:
-    """A hand-written scanner for bracket text, so errors can name the exact column."""
-
-    def __init__(self, text: Any) -> None:
-        if not isinstance(text, str):
-            raise InvalidSettingsError(
-                f"RetryPolicy.parse: expected text such as '[retry: 3, backoff: 30s]', "
-                f"got {type(text).__name__}"
-            )
-        self.text = text
-        self.pos = 0
-
-    def fail(self, message: str, pos: int | None = None) -> NoReturn:
-        at = self.pos if pos is None else pos
-        line_start = self.text.rfind("\n", 0, at) + 1
-        line_end = self.text.find("\n", at)
-        line = self.text[line_start : None if line_end < 0 else line_end]
-        column = at - line_start + 1
-        where = f"column {column}"
-        if "\n" in self.text:
-            where = f"line {self.text.count(chr(10), 0, at) + 1}, {where}"
-        raise InvalidSettingsError(
-            f"RetryPolicy.parse: at {where}: {message}\n  {line}\n  {' ' * (column - 1)}^"
-        )
-
-    def skip_ws(self) -> None:
-        while self.pos < len(self.text) and self.text[self.pos].isspace():
-            self.pos += 1
-
-    def peek(self, n: int = 1) -> str:
-        return self.text[self.pos : self.pos + n]
-
-    def describe_here(self) -> str:
-        return f"{self.peek()!r}" if self.pos < len(self.text) else "the end of the text"
-
-    def parse(self) -> list[RetryPolicy]:
-        self.skip_ws()
-        if self.pos >= len(self.text):
-            self.fail("expected '[' to start a policy such as '[retry: 3, backoff: 30s]'")
-        brackets: list[tuple[int, tuple[str, ...] | None, dict[str, tuple[int, Any]]]] = []
-        while self.pos < len(self.text):
-            if self.peek() != "[":
-                self.fail(f"expected '[', got {self.describe_here()}")
-            brackets.append(self.bracket())
-            self.skip_ws()
-        return self.build(brackets)
-
-    def bracket(self) -> tuple[int, tuple[str, ...] | None, dict[str, tuple[int, Any]]]:
-        start = self.pos
-        self.pos += 1
-        self.skip_ws()
-        filters: tuple[str, ...] | None = None
-        if self.peek() == "(":
-            filters = self.group()
-            self.skip_ws()
-            self.arrow()
-        else:
-            name_at = self.pos
-            name = self.name("a setting such as 'retry: 3' or an error type")
-            self.skip_ws()
-            if self.peek(2) == "->":
-                filters = (name,)
-                self.arrow()
-            elif name not in _KEYS and self.peek() != ":":
-                self.fail(
-                    f"expected '->' after the error type {name!r}, got {self.describe_here()}"
-                )
-            else:
-                self.pos = name_at
-        settings: dict[str, tuple[int, Any]] = {}
-        while True:
-            self.skip_ws()
-            key_at = self.pos
-            key = self.name("a setting: retry, backoff or timeout")
-            if key not in _KEYS:
-                self.fail(f"unknown setting {key!r}; use retry, backoff or timeout", key_at)
-            if key in settings:
-                self.fail(f"{key!r} given twice in one bracket", key_at)
-            self.skip_ws()
-            if self.peek() != ":":
-                self.fail(f"expected ':' after {key!r}")
-            self.pos += 1
-            self.skip_ws()
-            settings[key] = (self.pos, self.value(key))
-            self.skip_ws()
-            if self.peek() == ",":
-                self.pos += 1
-                continue
-            if self.peek() == "]":
-                self.pos += 1
-                return start, filters, settings
-            self.fail(f"expected ',' or ']' after the value of {key!r}, got {self.describe_here()}")
-
-    def group(self) -> tuple[str, ...]:
-        self.pos += 1
-        names: list[str] = []
-        while True:
-            self.skip_ws()
-            names.append(self.name("an error type name"))
-            self.skip_ws()
-            if self.peek() == ",":
-                self.pos += 1
-                continue
-            if self.peek() == ")":
-                self.pos += 1
-                return tuple(names)
-            self.fail(f"expected ',' or ')' in the error type list, got {self.describe_here()}")
-
-    def arrow(self) -> None:
-        if self.peek(2) != "->":
-            self.fail(f"expected '->' after the error types, got {self.describe_here()}")
-        self.pos += 2
-
-    def name(self, what: str) -> str:
-        match = _NAME.match(self.text, self.pos)
-        if match is None:
-            self.fail(f"expected {what}, got {self.describe_here()}")
-        self.pos = match.end()
-        return match.group()
-
-    def value(self, key: str) -> Any:
-        at = self.pos
-        match = _VALUE.match(self.text, self.pos)
-        if match is None:
-            self.fail(f"expected a value after '{key}:', got {self.describe_here()}")
-        token = match.group()
-        self.pos = match.end()
-        if key == "retry":
-            if not token.isdigit() or int(token) > 1000:
-                self.fail(
-                    f"expected a whole number of retries (0 to 1000) after 'retry:', got {token!r}",
-                    at,
-                )
-            return int(token)
-        try:
-            seconds = to_seconds(token, field=key)
-        except DurationError:
-            self.fail(
-                f"cannot read {token!r} as a duration; use seconds (30) or text such as "
-                "500ms, 30s, 2m, 1h",
-                at,
-            )
-        if key == "timeout" and seconds <= 0:
-            self.fail("a timeout must be positive", at)
-        return seconds
-
-    def build(
-        self, brackets: list[tuple[int, tuple[str, ...] | None, dict[str, tuple[int, Any]]]]
-    ) -> list[RetryPolicy]:
-        timeout: float | None = None
-        shapes: list[tuple[tuple[str, ...] | None, int, float]] = []
-        for start, filters, settings in brackets:
-            if "timeout" in settings:
-                at, seconds = settings["timeout"]
-                if timeout is not None:
-                    self.fail("the per-attempt timeout is given twice", at)
-                timeout = seconds
-            if "retry" not in settings and "backoff" not in settings:
-                if filters is not None:
-                    self.fail(
-                        "a bracket with error types needs 'retry: N'; write the timeout in "
-                        "its own bracket such as [timeout: 2m]",
-                        start,
-                    )
-                continue
-            if "retry" not in settings:
-                self.fail("a bracket with 'backoff' needs 'retry: N' too", start)
-            retries = settings["retry"][1]
-            backoff = settings["backoff"][1] if "backoff" in settings else 1.0
-            shapes.append((filters, retries, backoff))
-        if not shapes:
-            return [RetryPolicy(max_attempts=1, timeout=timeout)]
-        policies = []
-        for filters, retries, backoff in shapes:
-            try:
-                largest = backoff * 2.0 ** max(retries - 1, 0)
-            except OverflowError:  # pragma: no cover - retries is at most 1000
-                largest = sys.float_info.max
-            policies.append(
-                RetryPolicy(
-                    max_attempts=retries + 1,
-                    backoff="exponential",
-                    initial_delay=backoff,
-                    multiplier=2.0,
-                    max_delay=max(largest, backoff),
-                    retry_on=filters,
-                    timeout=timeout,
-                )
-            )
-        return policies

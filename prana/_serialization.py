@@ -24,7 +24,6 @@ field in a ``RecordError``.
 
 from __future__ import annotations
 
-import enum
 import importlib
 import re
 import types
@@ -49,18 +48,22 @@ from cattrs.v import transform_error
 
 from prana import _model
 from prana._errors import InvalidSettingsError, PranaError, RecordError
+from prana._fast_hooks import (
+    DATETIMES,
+    FieldError,
+    register_hand_tuned,
+    register_rows,
+    union_args,
+)
 from prana._model import (
     BUILTIN_SUSPEND_DATA,
-    AttemptRecord,
     Completed,
     ErrorInfo,
     Failed,
-    NodeExecution,
     Outcome,
     Suspend,
     Workflow,
     WorkflowExecution,
-    slot_twin,
 )
 from prana._policy import RetryPolicy
 
@@ -78,7 +81,7 @@ __all__ = [
 SCHEMA_VERSION: Final = 2
 """The version of the JSON layout written by ``dumps``.
 
-Version 2 writes node runs and attempts as arrays (``_ROWS``); version 1 wrote them as
+Version 2 writes node runs and attempts as arrays (``ROWS``); version 1 wrote them as
 objects. Readers accept both, since a store may still hold version 1 records.
 """
 _READABLE_VERSIONS: Final = (1, 2)
@@ -99,26 +102,22 @@ _OUTCOME_TAGS: Final[dict[type[Any], str]] = {
 _MISSING: Final = object()
 
 
-class _FieldError(ValueError):
-    """A value that cannot be structured; its message is shown as is, after the path."""
-
-
 # -- references: classes and callables stored as "module:qualname" -------------------------
 
 
 def _resolve(ref: str) -> Any:
-    """Import the object ``ref`` (``"module:qualname"``) names, or raise ``_FieldError``."""
+    """Import the object ``ref`` (``"module:qualname"``) names, or raise ``FieldError``."""
     if not _REF.match(ref):
-        raise _FieldError(f"{ref!r} is not a reference; use 'package.module:QualifiedName'")
+        raise FieldError(f"{ref!r} is not a reference; use 'package.module:QualifiedName'")
     module_name, _, qualname = ref.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise _FieldError(f"{ref!r}: cannot import module {module_name!r} ({exc})") from None
+        raise FieldError(f"{ref!r}: cannot import module {module_name!r} ({exc})") from None
     for part in qualname.split("."):
         obj = getattr(obj, part, _MISSING)
         if obj is _MISSING:
-            raise _FieldError(f"{ref!r}: module {module_name!r} has no {qualname!r}")
+            raise FieldError(f"{ref!r}: module {module_name!r} has no {qualname!r}")
     return obj
 
 
@@ -139,7 +138,7 @@ def _ref_of(obj: Any) -> str:
     ref = f"{module}:{qualname}"
     try:
         back = _resolve(ref)
-    except _FieldError:
+    except FieldError:
         back = None
     if back is not obj:
         raise InvalidSettingsError(
@@ -152,20 +151,20 @@ def _ref_of(obj: Any) -> str:
 def _load_class(value: Any, base: type[Any]) -> type[Any]:
     """Import the class ``value`` names and check it subclasses ``base``."""
     if not isinstance(value, str):
-        raise _FieldError(f"expected a class reference 'module:QualName', got {value!r}")
+        raise FieldError(f"expected a class reference 'module:QualName', got {value!r}")
     cls = _resolve(value)
     if not isinstance(cls, type) or not issubclass(cls, base):
-        raise _FieldError(f"{value!r} is not a subclass of {base.__name__}")
+        raise FieldError(f"{value!r} is not a subclass of {base.__name__}")
     return cls
 
 
 def _load_callable(value: Any) -> Callable[..., Any]:
     """Import the callable ``value`` names."""
     if not isinstance(value, str):
-        raise _FieldError(f"expected a reference 'module:function', got {value!r}")
+        raise FieldError(f"expected a reference 'module:function', got {value!r}")
     fn = _resolve(value)
     if not callable(fn):
-        raise _FieldError(f"{value!r} is not callable")
+        raise FieldError(f"{value!r} is not callable")
     return fn  # type: ignore[no-any-return]
 
 
@@ -184,16 +183,9 @@ def _is_callable_slot(t: Any) -> bool:
     return t is Callable or typing.get_origin(t) is Callable
 
 
-def _union_args(t: Any) -> tuple[Any, ...] | None:
-    """The members of union ``t``, or ``None`` if it is not a union."""
-    if typing.get_origin(t) in (Union, types.UnionType):
-        return typing.get_args(t)
-    return None
-
-
 def _is_ref_union(t: Any) -> bool:
     """Whether ``t`` is a union with a class or callable member."""
-    args = _union_args(t)
+    args = union_args(t)
     return args is not None and any(
         _class_slot(a) is not None or _is_callable_slot(a) for a in args
     )
@@ -234,7 +226,7 @@ def _structure_ref_union(conv: OrjsonConverter, t: Any) -> Callable[[Any, Any], 
                 return value
         if other_hook is not None and not isinstance(value, str):
             return other_hook(value, Union[others])  # noqa: UP007
-        raise _FieldError(f"cannot read {value!r} as {t}")
+        raise FieldError(f"cannot read {value!r} as {t}")
 
     return structure
 
@@ -256,14 +248,14 @@ def _unstructure_ref_union(conv: OrjsonConverter) -> Callable[[Any], Any]:
 def _structure_str(value: Any, _: Any) -> str:
     """Text only: cattrs would turn ``3`` into ``"3"``."""
     if type(value) is not str:
-        raise _FieldError(f"expected text, got {value!r}")
+        raise FieldError(f"expected text, got {value!r}")
     return value
 
 
 def _structure_int(value: Any, _: Any) -> int:
     """Whole numbers only: cattrs would turn ``"3"`` into 3 and ``2.5`` into 2."""
     if type(value) is not int:
-        raise _FieldError(f"expected a whole number, got {value!r}")
+        raise FieldError(f"expected a whole number, got {value!r}")
     return value
 
 
@@ -271,7 +263,7 @@ def _structure_float(value: Any, _: Any) -> float:
     """Numbers only (an int is widened): cattrs would read ``"1.5"``."""
     if type(value) is not float:
         if type(value) is not int:
-            raise _FieldError(f"expected a number, got {value!r}")
+            raise FieldError(f"expected a number, got {value!r}")
         return float(value)
     return value
 
@@ -279,21 +271,21 @@ def _structure_float(value: Any, _: Any) -> float:
 def _structure_bool(value: Any, _: Any) -> bool:
     """``true``/``false`` only: cattrs would read ``1`` or ``"no"`` as a bool."""
     if type(value) is not bool:
-        raise _FieldError(f"expected true or false, got {value!r}")
+        raise FieldError(f"expected true or false, got {value!r}")
     return value
 
 
 def _structure_datetime(value: Any, _: Any) -> datetime:
     """ISO 8601 text with a UTC offset; ``Z`` is accepted on every Python version."""
     if not isinstance(value, str):
-        raise _FieldError(f"expected an ISO 8601 date-time text, got {value!r}")
+        raise FieldError(f"expected an ISO 8601 date-time text, got {value!r}")
     text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        raise _FieldError(f"{value!r} is not an ISO 8601 date-time") from None
+        raise FieldError(f"{value!r} is not an ISO 8601 date-time") from None
     if parsed.tzinfo is None:
-        raise _FieldError(
+        raise FieldError(
             f"{value!r} has no UTC offset; records hold aware datetimes only "
             "(write e.g. '2030-01-01T00:00:00+00:00')"
         )
@@ -330,7 +322,7 @@ def _attrs_structure_factory(
 
         def structure(obj: Any, t: Any) -> Any:
             if not isinstance(obj, Mapping):
-                raise _FieldError(f"expected an object for {cl.__name__}, got {obj!r}")
+                raise FieldError(f"expected an object for {cl.__name__}, got {obj!r}")
             try:
                 return inner(obj, t)
             except ClassValidationError as exc:
@@ -468,14 +460,14 @@ def _structure_suspend(conv: OrjsonConverter) -> Callable[[Any, Any], Suspend]:
 
     def structure(obj: Any, _: Any) -> Suspend:
         if not isinstance(obj, Mapping):
-            raise _FieldError(f"expected an object for Suspend, got {obj!r}")
+            raise FieldError(f"expected an object for Suspend, got {obj!r}")
         errors: list[Exception] = []
         extra = set(obj) - {"kind", "data"}
         if extra:
             errors.append(ForbiddenExtraKeysError("", Suspend, extra))
         kind = obj.get("kind")
         if not isinstance(kind, str) or not kind:
-            errors.append(_note(_FieldError(f"expected a non-empty kind, got {kind!r}"), "kind"))
+            errors.append(_note(FieldError(f"expected a non-empty kind, got {kind!r}"), "kind"))
         data = obj.get("data")
         cls = BUILTIN_SUSPEND_DATA.get(kind) if isinstance(kind, str) else None
         if cls is not None and data is not None:
@@ -554,344 +546,10 @@ def make_converter(
     conv.register_structure_hook_factory(attrs.has, _attrs_structure_factory(conv))
     conv.register_unstructure_hook(Suspend, _unstructure_suspend(conv))
     conv.register_structure_hook(Suspend, _structure_suspend(conv))
-    _register_rows(conv)
+    register_rows(conv)
     if hand_tuned:
-        _register_hand_tuned(conv)
+        register_hand_tuned(conv)
     return conv
-
-
-# -- hand-tuned hooks for the hot records -------------------------------------------------------
-
-_HOT: Final = (ErrorInfo, AttemptRecord, NodeExecution, WorkflowExecution)
-"""Records an execution holds by the hundred (and the one that holds them): generated fast hooks.
-
-``bench/bench_serialization.py`` measures them against cattrs' generic hooks (both write
-rows): for 100 node runs they make ``loads`` about 3.5x and ``dumps`` about 4x faster.
-What remains is mostly orjson (a quarter of it formatting datetimes) and building the
-frozen instances (see ``prana._model.slot_twin``).
-"""
-
-
-class _Mismatch(Exception):  # noqa: N818 - internal signal, never escapes this module
-    """The fast path met a shape it does not handle; the detailed converter takes over."""
-
-
-def _is_plain(cl: type[Any]) -> bool:
-    """Whether instances can be built without ``__init__``: slots, no validators or converters."""
-    return (
-        "__slots__" in vars(cl)
-        and not hasattr(cl, "__attrs_post_init__")
-        and not hasattr(cl, "__attrs_pre_init__")
-        and all(a.init and a.validator is None and a.converter is None for a in attrs.fields(cl))
-    )
-
-
-def _optional_of(t: Any) -> Any:
-    """``X`` if ``t`` is ``X | None``, else ``None``."""
-    args = _union_args(t)
-    if args is not None and len(args) == 2 and type(None) in args:
-        return next(a for a in args if a is not type(None))
-    return None
-
-
-def _tuple_of(t: Any) -> Any:
-    """``X`` if ``t`` is ``tuple[X, ...]``, else ``None``."""
-    args = typing.get_args(t)
-    if typing.get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return args[0]
-    return None
-
-
-def _runs_of(t: Any) -> Any:
-    """``X`` if ``t`` is ``Mapping[str, tuple[X, ...]]`` with ``X`` an attrs class."""
-    args = typing.get_args(t)
-    if typing.get_origin(t) is Mapping and args[:1] == (str,):
-        item = _tuple_of(args[1])
-        if item is not None and attrs.has(item):
-            return item
-    return None
-
-
-def _gen_fast_hooks(
-    conv: OrjsonConverter, cl: type[Any]
-) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]:
-    """Generate an unstructure and a structure function for a plain attrs class.
-
-    They write the same dicts as cattrs' generic hooks, but read strictly (every key
-    present, exact JSON types, no extra keys) and build the instance through its slots
-    without calling ``__init__``, which would cost more than everything else here. Any
-    other shape raises, and the caller falls back to the detailed converter.
-    """
-    names: dict[str, Any] = {
-        "_new": object.__new__,
-        "_cl": cl,
-        "_Mismatch": _Mismatch,
-    }
-    fields = attrs.fields(cl)
-    load = [f"def structure_{cl.__name__}(d, _):", f"  if len(d) != {len(fields)}: raise _Mismatch"]
-    load.append("  o = _new(_cl)")
-    dump = [f"def unstructure_{cl.__name__}(o):", "  return {"]
-    for a in fields:
-        n = a.name
-        names[f"_set_{n}"] = vars(cl)[n].__set__
-        lines, written = _field_code(conv, n, a.type, names)
-        load += [f"  v = d[{n!r}]", *(f"  {line}" for line in lines), f"  _set_{n}(o, v)"]
-        dump.append(f"    {n!r}: {written},")
-    load.append("  return o")
-    dump.append("  }")
-    source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
-    exec(source, names)  # noqa: S102 - generated from attrs.fields, like cattrs' own hooks
-    return names[f"unstructure_{cl.__name__}"], names[f"structure_{cl.__name__}"]
-
-
-def _field_code(
-    conv: OrjsonConverter, n: str, t: Any, names: dict[str, Any], v: str = "v"
-) -> tuple[list[str], str]:
-    """Code for field ``n`` of type ``t``: lines turning local ``v`` (its JSON value) into
-    the field value, and the expression that writes the field of instance ``o``."""
-    inner = _optional_of(t)
-    base = t if inner is None else inner
-    lines: list[str]
-    written = f"o.{n}"
-    if base in (str, int, bool):
-        lines = [f"if {v}.__class__ is not {base.__name__}: raise _Mismatch"]
-    elif base is float:
-        lines = [
-            f"if {v}.__class__ is int: {v} = float({v})",
-            f"elif {v}.__class__ is not float: raise _Mismatch",
-        ]
-    elif base is datetime:
-        # One document repeats each timestamp (a run ends when the next starts): parse once.
-        names["_datetimes"] = _DATETIMES
-        names["_read_datetime"] = _read_datetime
-        lines = [f"w = _datetimes.get({v})", f"{v} = _read_datetime({v}) if w is None else w"]
-    elif base is Any:
-        lines = []
-    elif isinstance(base, type) and issubclass(base, enum.Enum):
-        names[f"_enum_{n}"] = {m.value: m for m in base}
-        lines = [f"{v} = _enum_{n}[{v}]"]
-        # ``_value_`` is a plain attribute; ``.value`` (which orjson reads) is a slow property.
-        written = (
-            f"o.{n}._value_" if inner is None else f"None if (x := o.{n}) is None else x._value_"
-        )
-    elif attrs.has(base):
-        names[f"_h_{n}"] = conv.get_structure_hook(base)
-        names[f"_u_{n}"] = conv.get_unstructure_hook(base)
-        lines = [f"{v} = _h_{n}({v}, None)"]
-        written = f"None if (x := o.{n}) is None else _u_{n}(x)"
-    elif inner is None and typing.get_origin(t) is Mapping and typing.get_args(t) == (str, Any):
-        lines = [f"if {v}.__class__ is not dict: raise _Mismatch"]
-        written = f"x if (x := o.{n}).__class__ is dict else dict(x)"
-    elif inner is None and (item := _tuple_of(t)) is not None and attrs.has(item):
-        names[f"_h_{n}"] = conv.get_structure_hook(item)
-        names[f"_u_{n}"] = conv.get_unstructure_hook(item)
-        # Most runs have one attempt: skip the comprehension (a call of its own in 3.11).
-        lines = [
-            f"if {v}.__class__ is not list: raise _Mismatch",
-            (
-                f"{v} = (_h_{n}({v}[0], None),) if len({v}) == 1"
-                f" else tuple([_h_{n}(x, None) for x in {v}])"
-            ),
-        ]
-        written = f"[_u_{n}(x[0])] if len(x := o.{n}) == 1 else [_u_{n}(y) for y in x]"
-    elif inner is None and (item := _runs_of(t)) is not None:
-        names[f"_h_{n}"] = conv.get_structure_hook(item)
-        names[f"_u_{n}"] = conv.get_unstructure_hook(item)
-        lines = [
-            f"if {v}.__class__ is not dict: raise _Mismatch",
-            (
-                f"{v} = {{k: (_h_{n}(r[0], None),) if r.__class__ is list and len(r) == 1"
-                f" else tuple([_h_{n}(x, None) for x in r]) for k, r in {v}.items()}}"
-            ),
-        ]
-        written = (
-            f"{{k: [_u_{n}(r[0])] if len(r) == 1 else [_u_{n}(x) for x in r]"
-            f" for k, r in o.{n}.items()}}"
-        )
-    else:  # anything else: cattrs' own hooks for the whole type
-        names[f"_t_{n}"] = t
-        names[f"_h_{n}"] = conv.get_structure_hook(t)
-        names[f"_u_{n}"] = conv.get_unstructure_hook(t)
-        return [f"{v} = _h_{n}({v}, _t_{n})"], f"_u_{n}(o.{n})"
-    if inner is not None and lines:
-        lines = [f"if {v} is not None:", *(f"  {line}" for line in lines)]
-    return lines, written
-
-
-def _register_hand_tuned(conv: OrjsonConverter) -> None:
-    """Register the generated fast hooks for the hot records (inner records first)."""
-    for cl in _HOT:
-        if not _is_plain(cl):
-            continue
-        unstructure, structure = _gen_fast_hooks(conv, cl)
-        if cl in _ROWS:
-            unstructure, structure = _gen_row_hooks(conv, cl, structure)
-        conv.register_unstructure_hook(cl, unstructure)
-        conv.register_structure_hook(cl, structure)
-
-
-_DATETIMES: Final[dict[str, datetime]] = {}
-"""Timestamps already parsed, by their text; ``loads`` empties it before each document."""
-
-
-def _read_datetime(text: str) -> datetime:
-    """Parse an aware ISO 8601 timestamp and remember it (the fast path's ``fromisoformat``)."""
-    value = datetime.fromisoformat(text)
-    if value.tzinfo is None:
-        raise _Mismatch
-    if len(_DATETIMES) >= 4096:  # a converter used directly, not through ``loads``
-        _DATETIMES.clear()
-    _DATETIMES[text] = value
-    return value
-
-
-# -- rows: the hot records as positional arrays -------------------------------------------------
-
-_ROWS: Final = (AttemptRecord, NodeExecution)
-"""Records written as JSON arrays of their field values in ``attrs.fields`` order.
-
-An execution holds one ``NodeExecution`` and at least one ``AttemptRecord`` per node run,
-so their shape decides what ``dumps``/``loads`` cost: as arrays, a 100-node document is
-half the size and reads about twice as fast (``bench/bench_serialization.py``). Trailing
-fields equal to their default are left out (an attempt is usually
-``[1, started_at, ended_at, "completed"]``). Readers also accept the object form that
-schema version 1 wrote, and that a person may write by hand.
-"""
-
-
-def _row_layout(cl: type[Any]) -> tuple[tuple[str, ...], int, tuple[Any, ...]]:
-    """``cl``'s field names, how many lead without a default, and each default as JSON."""
-    fields = attrs.fields(cl)
-    required = sum(1 for a in fields if a.default is attrs.NOTHING)
-    if any(a.default is attrs.NOTHING for a in fields[required:]):
-        raise TypeError(f"{cl.__name__}: fields without a default must come first in a row")
-    defaults = tuple(
-        None if a.default is attrs.NOTHING else _json_default(a.default) for a in fields
-    )
-    return tuple(a.name for a in fields), required, defaults
-
-
-def _json_default(default: Any) -> Any:
-    """A field default as the JSON value it is written as."""
-    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        default = default.factory()
-    if isinstance(default, enum.Enum):
-        return default.value
-    if isinstance(default, tuple):
-        return list(default)
-    return default
-
-
-def _trim(row: list[Any], required: int, defaults: tuple[Any, ...]) -> list[Any]:
-    """Drop the trailing items of ``row`` that equal their field's default."""
-    end = len(row)
-    while end > required:
-        item = row[end - 1]
-        if (item.value if isinstance(item, enum.Enum) else item) != defaults[end - 1]:
-            break
-        end -= 1
-    del row[end:]
-    return row
-
-
-def _register_rows(conv: OrjsonConverter) -> None:
-    """Write ``_ROWS`` records as arrays through cattrs' own hooks; read arrays or objects.
-
-    An array item is matched to its field by position and becomes the object cattrs reads,
-    so a bad item is reported by its field name; an array longer than the record is refused.
-    """
-    for cl in _ROWS:
-        names, required, defaults = _row_layout(cl)
-        to_dict = conv.get_unstructure_hook(cl)
-        from_dict = conv.get_structure_hook(cl)
-
-        def unstructure(
-            obj: Any,
-            to_dict: Callable[[Any], Any] = to_dict,
-            names: tuple[str, ...] = names,
-            required: int = required,
-            defaults: tuple[Any, ...] = defaults,
-        ) -> list[Any]:
-            data = to_dict(obj)
-            return _trim([data[n] for n in names], required, defaults)
-
-        def structure(
-            value: Any,
-            t: Any,
-            cl: type[Any] = cl,
-            names: tuple[str, ...] = names,
-            from_dict: Callable[[Any, Any], Any] = from_dict,
-        ) -> Any:
-            if isinstance(value, list):
-                if len(value) > len(names):
-                    raise _FieldError(
-                        f"expected at most {len(names)} items for {cl.__name__} "
-                        f"({', '.join(names)}), got {len(value)}"
-                    )
-                value = dict(zip(names, value, strict=False))
-            return from_dict(value, t)
-
-        conv.register_unstructure_hook(cl, unstructure)
-        conv.register_structure_hook(cl, structure)
-
-
-def _gen_row_hooks(
-    conv: OrjsonConverter, cl: type[Any], from_dict: Callable[[Any, Any], Any]
-) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]:
-    """Generate the fast row hooks for ``cl``: the same arrays ``_register_rows`` writes.
-
-    Reading is strict like ``_gen_fast_hooks`` (an object goes to ``from_dict``, its object
-    hook). The instance is built as a plain slotted twin and then given its real class when
-    the layouts allow it (``prana._model.slot_twin``): assigning a slot of the frozen class costs a
-    descriptor call per field, assigning the twin's is a plain store.
-    """
-    names, required, defaults = _row_layout(cl)
-    width = len(names)
-    twin = slot_twin(cl)
-    ns: dict[str, Any] = {
-        "_new": object.__new__,
-        "_cl": cl,
-        "_twin": twin,
-        "_Mismatch": _Mismatch,
-        "_from_dict": from_dict,
-        "_pad": defaults,
-    }
-    items = ", ".join(f"v{i}" for i in range(width))
-    load = [
-        f"def structure_row_{cl.__name__}(d, _):",
-        "  if d.__class__ is not list: return _from_dict(d, _)",
-        "  n = len(d)",
-        f"  if n != {width}:",
-        f"    if n < {required}: raise _Mismatch",
-        "    d = [*d, *_pad[n:]]",
-        f"  {items}, = d",
-    ]
-    written = []
-    for i, a in enumerate(attrs.fields(cl)):
-        lines, expr = _field_code(conv, a.name, a.type, ns, f"v{i}")
-        load += [f"  {line}" for line in lines]
-        written.append(expr)
-    if twin is not None:
-        load.append("  o = _twin()")
-        load += [f"  o.{n} = v{i}" for i, n in enumerate(names)]
-        load.append("  o.__class__ = _cl")
-    else:
-        for n in names:
-            ns[f"_set_{n}"] = vars(cl)[n].__set__
-        load.append("  o = _new(_cl)")
-        load += [f"  _set_{n}(o, v{i})" for i, n in enumerate(names)]
-    load.append("  return o")
-    dump = [f"def unstructure_row_{cl.__name__}(o):"]
-    dump += [f"  w{i} = {expr}" for i, expr in enumerate(written)]
-    for end in range(width, required, -1):
-        default = defaults[end - 1]
-        ns[f"_d{end - 1}"] = default
-        differs = f"w{end - 1} is not None" if default is None else f"w{end - 1} != _d{end - 1}"
-        dump.append(f"  if {differs}: return [{', '.join(f'w{i}' for i in range(end))}]")
-    dump.append(f"  return [{', '.join(f'w{i}' for i in range(required))}]")
-    source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
-    exec(source, ns)  # noqa: S102 - generated from attrs.fields, like cattrs' own hooks
-    return ns[f"unstructure_row_{cl.__name__}"], ns[f"structure_row_{cl.__name__}"]
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -899,7 +557,7 @@ def _gen_row_hooks(
 
 def _format_exception(exc: BaseException, t: Any) -> str:
     """One problem's message: our own errors as they are, cattrs' with their detail."""
-    if isinstance(exc, _FieldError | PranaError):
+    if isinstance(exc, FieldError | PranaError):
         return str(exc)
     if isinstance(exc, KeyError):
         return "required field missing"
@@ -1035,7 +693,7 @@ def loads(text: str | bytes | bytearray | memoryview) -> WorkflowExecution:
     ``RecordError``, whose ``problems`` name each bad field (``$.execution.status: ...``).
     """
     body = _open_envelope(_parse(text, "execution"), "execution", "execution")
-    _DATETIMES.clear()
+    DATETIMES.clear()
     return _structure(body, WorkflowExecution, "$.execution", "execution")
 
 
@@ -1115,7 +773,7 @@ def loads_outcome(text: str | bytes | bytearray | memoryview) -> Outcome:
     problems += [f"$.outcome.{k}: required field missing" for k in sorted(expected - set(body))]
     if problems:
         raise RecordError("cannot read the outcome", problems)
-    _DATETIMES.clear()
+    DATETIMES.clear()
     execution = _structure(body["execution"], WorkflowExecution, "$.outcome.execution", "outcome")
     if tag == "completed":
         return Completed(execution=execution, output=body["output"])

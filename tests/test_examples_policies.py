@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from prana import ErrorInfo, RetryPolicy
-from prana._policy import AttemptView, attempt_timeout, decide_retry, rejects_result
+from prana._decision import AttemptView, decide_retry, rejects_result
+from prana._policy import attempt_timeout
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "policies.py"
 SEED = "exec-1:node:0"

@@ -20,14 +20,11 @@ from prana import (
     ScheduleRow,
     Workflow,
 )
+from prana._decision import AttemptView, decide_retry, explain_retry, rejects_result
 from prana._policy import (
     HINT_CEILING_SECONDS,
-    AttemptView,
     attempt_timeout,
     coerce_policies,
-    decide_retry,
-    explain_retry,
-    rejects_result,
     resolve,
     simple_policy,
 )

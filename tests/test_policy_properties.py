@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prana import ErrorInfo, NonRetryable, RetryAfter, RetryPolicy
-from prana._policy import AttemptView, Backoff, decide_retry
+from prana._decision import AttemptView, decide_retry
+from prana._policy import Backoff
 from prana.testing import set_testing
 
 BACKOFFS: tuple[Backoff, ...] = ("constant", "linear", "exponential", "fibonacci")

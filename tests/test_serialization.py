@@ -45,8 +45,9 @@ from prana import (
     loads_workflow,
     make_converter,
 )
+from prana._fast_hooks import gen_row_hooks
 from prana._model import slot_twin
-from prana._serialization import _gen_row_hooks, dumps_outcome, loads_outcome
+from prana._serialization import dumps_outcome, loads_outcome
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -1032,7 +1033,7 @@ def test_records_built_through_a_slot_twin_are_genuine() -> None:
     """A row read through the slot twin is a frozen instance of the record class itself."""
     conv = make_converter()
     attrs.resolve_types(_Plain)
-    _, structure = _gen_row_hooks(conv, _Plain, lambda d, _: _Plain(**d))
+    _, structure = gen_row_hooks(conv, _Plain, lambda d, _: _Plain(**d))
     assert slot_twin(_Plain) is not None
     built = structure([1, "y"], None)
     assert type(built) is _Plain

@@ -1,0 +1,237 @@
+"""The retry decision: whether a failed attempt retries, and after how long.
+
+The engine asks through ``explain_retry`` (or ``decide_retry``) after every failed attempt
+and through ``rejects_result`` after every successful one. Everything here is pure: no
+clock (the attempt's elapsed time comes in the ``AttemptView``), no sleeping, and jitter is
+seeded with text (see ``RetryPolicy.delay_for``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import attrs
+
+from prana._durations import to_seconds
+from prana._errors import DurationError, InvalidSettingsError, NonRetryable, RetryAfter
+from prana._model import ErrorInfo
+from prana._policy import (
+    HINT_CEILING_SECONDS,
+    NEVER_RETRY_CODES,
+    REFERENCE,
+    RESULT_REJECTED,
+    RetryPolicy,
+    error_class,
+    resolve_reference,
+)
+from prana.testing import _testing_state
+
+# --- the executor's view of an attempt ----------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class AttemptView:
+    """What retry conditions see of one attempt.
+
+    ``attempt`` is the attempt that just ended (1-based); ``elapsed_seconds`` the time from
+    the start of the node run's first attempt until now; ``exception`` the live exception
+    when there is one (``None`` after a reload or for a rejected result);
+    ``retry_after_seconds`` carries a ``RetryAfter`` hint when the exception is not live.
+    """
+
+    attempt: int
+    error: ErrorInfo | None
+    exception: BaseException | None = attrs.field(default=None, eq=False)
+    output: Any = None
+    elapsed_seconds: float = 0.0
+    retry_after_seconds: float | None = None
+
+    def scope(self) -> dict[str, Any]:
+        """The names templates see: ``$error``, ``$output``, ``$attempt``, ``$elapsed``."""
+        error = None
+        if self.error is not None:
+            error = {
+                "type": self.error.type,
+                "module": self.error.module,
+                "message": self.error.message,
+                "details": self.error.details,
+                "code": self.error.code,
+            }
+        return {
+            "error": error,
+            "output": self.output,
+            "attempt": self.attempt,
+            "elapsed": self.elapsed_seconds,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class RetryDecision:
+    """Retry after ``delay_seconds``; ``max_attempts`` is the matched policy's (testing caps it).
+
+    ``policy_index`` is the position of the matched policy in the node's list.
+    """
+
+    delay_seconds: float
+    max_attempts: int | None
+    policy: RetryPolicy
+    policy_index: int = 0
+
+
+def decide_retry(
+    policies: Sequence[RetryPolicy], view: AttemptView, *, seed: str
+) -> RetryDecision | None:
+    """Whether the failed attempt ``view`` retries, and after how long; ``None``: no retry.
+
+    ``seed`` is ``"{execution_id}:{node_key}:{run_index}"``; jitter adds the attempt.
+    """
+    return explain_retry(policies, view, seed=seed)[0]
+
+
+def explain_retry(
+    policies: Sequence[RetryPolicy], view: AttemptView, *, seed: str
+) -> tuple[RetryDecision | None, str]:
+    """``decide_retry`` plus a short reason, for timelines, logs and tests."""
+    info = view.error
+    exc = view.exception
+    if exc is None and info is None:
+        return None, "nothing failed"
+    if isinstance(exc, NonRetryable) or (
+        info is not None and (info.code == "non_retryable" or info.type == "NonRetryable")
+    ):
+        return None, "NonRetryable"
+    if info is not None and info.code in NEVER_RETRY_CODES:
+        return None, f"{info.code} never retries"
+    selected = _select(policies, view)
+    if selected is None:
+        return None, "no policy matches the error"
+    index, policy = selected
+    if not policy.enabled:
+        return None, "retry disabled"
+    testing, testing_attempts = _testing_state()
+    limit = policy.max_attempts
+    if testing and testing_attempts is not None:
+        limit = testing_attempts if limit is None else min(limit, testing_attempts)
+    if limit is not None and view.attempt >= limit:
+        return None, f"attempts exhausted ({view.attempt} of {limit})"
+
+    chosen: float | None = None
+    if policy.stop_when is not None:
+        try:
+            verdict = _verdict(_evaluate(policy.stop_when, view, view.scope()))
+        except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
+            return None, f"stop_when failed: {exc_}"
+        if verdict is not False:
+            return None, "stop_when"
+    if policy.retry_when is not None:
+        try:
+            verdict = _verdict(_evaluate(policy.retry_when, view, view.scope()))
+        except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
+            return None, f"retry_when failed: {exc_}"
+        if verdict is False:
+            return None, "retry_when is false"
+        if verdict is not True:
+            chosen = min(verdict, policy.max_delay, HINT_CEILING_SECONDS)
+
+    hint = exc.delay_seconds if isinstance(exc, RetryAfter) else view.retry_after_seconds
+    if chosen is not None:
+        delay = chosen
+    elif hint is not None:
+        delay = hint if policy.hint_exceeds_max_delay else min(hint, policy.max_delay)
+        delay = min(delay, HINT_CEILING_SECONDS)
+    else:
+        delay = policy.delay_for(view.attempt, seed=seed)
+    if testing:
+        delay = 0.0
+    if policy.retry_timeout is not None and view.elapsed_seconds + delay > policy.retry_timeout:
+        return None, (
+            f"retry_timeout: {view.elapsed_seconds:g}s elapsed + {delay:g}s delay > "
+            f"{policy.retry_timeout:g}s"
+        )
+    decision = RetryDecision(
+        delay_seconds=delay, max_attempts=limit, policy=policy, policy_index=index
+    )
+    return decision, "retry"
+
+
+def _is_rejected(view: AttemptView) -> bool:
+    return (
+        view.exception is None
+        and view.error is not None
+        and (view.error.code == "result_rejected" or view.error.type == RESULT_REJECTED)
+    )
+
+
+def _select(policies: Sequence[RetryPolicy], view: AttemptView) -> tuple[int, RetryPolicy] | None:
+    if _is_rejected(view):
+        for i, policy in enumerate(policies):
+            if policy.retry_on_result is not None:
+                return i, policy
+    info = view.error
+    cls: type[BaseException] | None
+    if view.exception is not None:
+        cls = type(view.exception)
+    else:
+        cls = error_class(info) if info is not None else None
+    for i, policy in enumerate(policies):
+        if policy._matches(cls, info):
+            return i, policy
+    return None
+
+
+def rejects_result(policies: Sequence[RetryPolicy], view: AttemptView) -> bool:
+    """Whether a successful output counts as a failed attempt (``retry_on_result``).
+
+    The first enabled policy with a ``retry_on_result`` decides; a callable gets the
+    output, a template sees ``$output``. A predicate that raises accepts the output.
+    """
+    policy = next((p for p in policies if p.enabled and p.retry_on_result is not None), None)
+    if policy is None or policy.retry_on_result is None:
+        return False
+    predicate = policy.retry_on_result
+    try:
+        value = _evaluate(predicate, view.output, view.scope())
+        return _truthy(value)
+    except Exception:  # noqa: BLE001 - a broken predicate must not crash a run
+        return False
+
+
+def _evaluate(condition: Callable[..., Any] | str, arg: Any, scope: Mapping[str, Any]) -> Any:
+    if callable(condition) and not isinstance(condition, str):
+        return condition(arg)
+    if REFERENCE.match(condition):
+        return resolve_reference(condition)(arg)
+    from prana._templates import evaluate
+
+    return evaluate(condition, scope)
+
+
+def _verdict(value: Any) -> bool | float:
+    """Read a condition's answer: a bool, or a delay (seconds, timedelta or ``"30s"``)."""
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float | timedelta):
+        return to_seconds(value, field="condition result")
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "yes"):
+            return True
+        if lowered in ("false", "no", "", "none", "null"):
+            return False
+        try:
+            return to_seconds(value, field="condition result")
+        except DurationError:
+            raise InvalidSettingsError(
+                f"condition result {value!r}: return a bool, or a delay such as 30 or '30s'"
+            ) from None
+    return bool(value)
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "no", "", "none", "null", "0")
+    return bool(value)

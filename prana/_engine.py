@@ -1,0 +1,833 @@
+"""The engine: a generator that runs a workflow's nodes and their attempts.
+
+Theory of operation. ``Run.drive`` decides everything and *yields* each action call it
+needs (a ``Call``); a driver (``prana._drivers``) performs the call and sends the result
+back. The sync driver calls directly, the async driver awaits, so the same engine serves
+``execute_workflow`` and ``aexecute_workflow`` (APScheduler 4's "write it once").
+
+The engine works on a private mutable copy of the execution and freezes it into a new
+``WorkflowExecution`` when it returns; the caller's execution is never changed.
+
+Scheduling is depth-first: the most recently activated ready node runs next, ties by key.
+A node with several input ports waits until every port has data or can no longer get any.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Generator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from prana._builtins import SubWorkflowFailed
+from prana._decision import AttemptView, explain_retry, rejects_result
+from prana._errors import AttemptTimeout, NonRetryable, WebhookTimeout
+from prana._events import Event, EventType, Observer, emit
+from prana._frontier import Frontier, Pending
+from prana._graph import CompiledGraph, CompiledNode
+from prana._jsoncheck import iso_datetimes, json_problem, jsonable
+from prana._model import (
+    AttemptOutcome,
+    Completed,
+    ErrorInfo,
+    ExecutionStatus,
+    Failed,
+    NodeExecution,
+    NodeStatus,
+    Outcome,
+    Output,
+    ParentRef,
+    RetryData,
+    SubWorkflowData,
+    Suspend,
+    TimerData,
+    WebhookData,
+    Workflow,
+    WorkflowExecution,
+    new_activation,
+    new_attempt_record,
+    new_completed,
+    new_error_info,
+    new_node_execution,
+    new_retry_data,
+    new_suspend,
+    new_workflow_execution,
+)
+from prana._noderun import NodeRun
+from prana._registry import ActionContext
+from prana._schema import structure_params
+from prana._state import FINAL, check_transition
+
+_FINAL_VALUES = frozenset(s.value for s in FINAL)
+
+Clock = Callable[[], datetime]
+
+Call = tuple[Callable[..., Any], tuple[Any, ...], "float | None"]
+"""One action call the engine needs made: ``(fn, args, timeout)``."""
+
+
+Step = Any
+"""``Call | Outcome | None``: what the engine's last move produced (see ``Run.drive``)."""
+Result = tuple[bool, Any]
+"""``(True, value)`` when the call returned, ``(False, exception)`` when it raised."""
+
+
+def error_info(exc: BaseException, node_key: str | None, code: str | None = None) -> ErrorInfo:
+    """Turn a live exception into plain data; ``NonRetryable(exc)`` records ``exc``."""
+    cause: BaseException = exc
+    if code is None:
+        if isinstance(exc, NonRetryable):
+            code = "non_retryable"
+        elif isinstance(exc, AttemptTimeout):
+            code = "timeout"
+        else:
+            code = "action_error"
+    if isinstance(exc, NonRetryable) and isinstance(exc.error, BaseException):
+        cause = exc.error
+    details = getattr(cause, "details", None)
+    if details is not None and json_problem(details) is not None:
+        details = repr(details)
+    cls = type(cause)
+    return new_error_info(code, cls.__name__, cls.__module__, str(cause), details, node_key)
+
+
+def _prana_error(code: str, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
+    return new_error_info(code, type_name, "prana", message, None, node_key)
+
+
+class _NodesView(Mapping[str, Any]):
+    """``$nodes`` for templates: each node's latest run, computed only when looked at."""
+
+    __slots__ = ("_runs",)
+
+    def __init__(self, runs: dict[str, Sequence[NodeExecution]]) -> None:
+        self._runs = runs
+
+    def __getitem__(self, key: str) -> Any:
+        runs = self._runs.get(key)
+        if not runs:
+            raise KeyError(key)
+        last = runs[-1]
+        return {
+            "output": last.output,
+            "port": last.output_port,
+            "status": last.status.value,
+            "run_index": last.run_index,
+        }
+
+    def __iter__(self) -> Any:
+        return (k for k, v in self._runs.items() if v)
+
+    def __len__(self) -> int:
+        return sum(1 for v in self._runs.values() if v)
+
+
+class Run(Frontier):
+    """One executor call's private, mutable working copy of an execution.
+
+    Which node runs next (``pending``, ``backlog``, ``heap``) is ``Frontier``'s part.
+    """
+
+    __slots__ = (
+        "clock",
+        "current",
+        "env",
+        "graph",
+        "id",
+        "input",
+        "last_output",
+        "next_index",
+        "now_hint",
+        "observers",
+        "parent",
+        "runs",
+        "started_at",
+        "state",
+        "status",
+        "variables",
+        "workflow",
+        "workflow_id",
+    )
+
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        *,
+        execution_id: str,
+        input_data: Any,
+        clock: Clock,
+        env: Mapping[str, Any],
+        observers: Sequence[Observer],
+        parent: ParentRef | None,
+    ) -> None:
+        self.graph = graph
+        self.workflow: Workflow = graph.workflow
+        self.id = execution_id
+        self.input = input_data
+        self.clock = clock
+        self.env = env
+        self.observers = observers
+        self.parent = parent
+        self.runs: dict[str, Sequence[NodeExecution]] = {}
+        """Records per node: tuples as loaded, lists once this run writes to them."""
+        self.state: dict[str, Any] = {}
+        self.pending = {}
+        self.backlog = {}
+        self.heap = []
+        self.next_index = 0
+        self.started_at: datetime | None = None
+        self.last_output: Any = None
+        self.status = ExecutionStatus.PENDING
+        self.current: tuple[CompiledNode, NodeRun, ActionContext, bool]
+        self.now_hint: datetime | None = None
+        self.variables = graph.workflow.variables
+        self.workflow_id = graph.workflow.id
+
+    # -- loading and freezing ------------------------------------------------------------
+
+    @classmethod
+    def from_execution(
+        cls,
+        graph: CompiledGraph,
+        execution: WorkflowExecution,
+        *,
+        clock: Clock,
+        env: Mapping[str, Any],
+        observers: Sequence[Observer],
+    ) -> Run:
+        run = cls(
+            graph,
+            execution_id=execution.id,
+            input_data=execution.input,
+            clock=clock,
+            env=env,
+            observers=observers,
+            parent=execution.parent,
+        )
+        run.runs = dict(execution.node_executions)
+        run.state = dict(execution.state)
+        for a in execution.pending:
+            activation = Pending(a.seq, dict(a.sources))
+            if a.node_key in run.pending:
+                run.backlog.setdefault(a.node_key, []).append(activation)
+            else:
+                run.pending[a.node_key] = activation
+        run.heap = [(-p.seq, k) for k, p in run.pending.items()]
+        heapq.heapify(run.heap)
+        run.next_index = execution.next_index
+        run.started_at = execution.started_at
+        run.last_output = execution.output
+        run.status = execution.status
+        return run
+
+    def freeze(
+        self,
+        status: ExecutionStatus,
+        *,
+        suspended_node: str | None = None,
+        suspension: Suspend | None = None,
+        output: Any = None,
+        error: ErrorInfo | None = None,
+    ) -> WorkflowExecution:
+        check_transition(self.status, status)
+        self.status = status
+        now = self.clock()
+        backlog = self.backlog
+        return new_workflow_execution(
+            self.id,
+            self.workflow_id,
+            self.workflow.version,
+            status,
+            self.input,
+            {k: v if type(v) is tuple else tuple(v) for k, v in self.runs.items()},
+            self.state,
+            tuple(
+                new_activation(k, p.seq, p.sources)
+                for k, head in self.pending.items()
+                for p in ((head, *backlog[k]) if k in backlog else (head,))
+            )
+            if self.pending
+            else (),
+            self.next_index,
+            suspended_node,
+            suspension,
+            output,
+            error,
+            self.parent,
+            self.started_at,
+            now,
+            now if status.value in _FINAL_VALUES else None,
+        )
+
+    def writable_runs(self, key: str) -> list[NodeExecution]:
+        """The node's records as a list this run may change (copied on first write)."""
+        runs = self.runs.get(key)
+        if type(runs) is list:
+            return runs
+        fresh = list(runs) if runs is not None else []
+        self.runs[key] = fresh
+        return fresh
+
+    def event(self, type_: EventType, **fields: Any) -> None:
+        if self.observers:
+            emit(
+                self.observers,
+                Event(
+                    type=type_,
+                    execution_id=self.id,
+                    workflow_id=self.workflow.id,
+                    at=self.clock(),
+                    **fields,
+                ),
+            )
+
+    # -- the engine ----------------------------------------------------------------------
+
+    def start(self) -> Generator[Call, Result, Outcome]:
+        check_transition(self.status, ExecutionStatus.RUNNING)
+        self.status = ExecutionStatus.RUNNING
+        self.started_at = self.clock()
+        if self.observers:
+            self.event(EventType.EXECUTION_STARTED)
+        self.pending[self.graph.trigger] = Pending(-1, {})
+        self.activate(self.graph.trigger, -1)
+        return self.drive()
+
+    def drive(self, step: Step = None) -> Generator[Call, Result, Outcome]:
+        """Run ready nodes one at a time; yield each action call, return the outcome.
+
+        A step is what the last move produced: a ``Call`` to make (its result is settled
+        by ``finish_call``), ``None`` (the node is done: pick the next), or an outcome.
+        """
+        pending = self.pending
+        while True:
+            if step is None:
+                if len(pending) == 1:  # pick_ready's fast path, inlined: the common chain case
+                    self.heap.clear()
+                    key: str | None = next(iter(pending))
+                else:
+                    key = self.pick_ready()
+                    if key is None:
+                        return self.complete()
+                step = self.run_node(key)  # type: ignore[arg-type]
+                continue
+            if type(step) is tuple:
+                ok, value = yield step
+                cn, node_run, ctx, from_resume = self.current
+                if ok and not from_resume:
+                    step = self.settle_value(cn, node_run, ctx, value, from_resume=False)
+                else:
+                    step = self.finish_call(ok, value)
+                continue
+            outcome: Outcome = step
+            return outcome
+
+    def complete(self) -> Completed:
+        output = self.last_output
+        execution = self.freeze(ExecutionStatus.COMPLETED, output=output)
+        if self.observers:
+            self.event(EventType.EXECUTION_COMPLETED, output=output)
+        return new_completed(execution, output)
+
+    def run_node(self, key: str) -> Step:
+        cn = self.graph.nodes[key]
+        runs = self.writable_runs(key)
+        run_index = len(runs)
+        if run_index >= self.workflow.max_iterations:
+            message = (
+                f"node {key!r} would run a {run_index + 1}th time, past the workflow's "
+                f"max_iterations={self.workflow.max_iterations}; a loop does not end "
+                "(or raise Workflow.max_iterations)"
+            )
+            error = _prana_error("iteration_limit", message, key, "IterationLimitExceeded")
+            return self.fail_execution(error)
+        # The previous step's end is this node's start: nothing but pure work lies between.
+        started = self.now_hint or self.clock()
+        self.now_hint = None
+        node_run = NodeRun(key, self.next_index, run_index, started, [])
+        node_run.runs = runs
+        self.next_index += 1
+        return self.attempt(cn, node_run, 1, None)
+
+    def attempt(
+        self, cn: CompiledNode, node_run: NodeRun, number: int, due_at: datetime | None
+    ) -> Step:
+        """Begin attempt ``number`` of ``node_run``: the call to make, or a settled failure."""
+        key = cn.key
+        started = node_run.started_at if number == 1 else self.clock()
+        node_run.attempt_number = number
+        node_run.attempt_started = started
+        node_run.attempt_due = due_at
+        if self.observers:
+            self.event(
+                EventType.NODE_STARTED, node_key=key, run_index=node_run.run_index, attempt=number
+            )
+        pending = self.pending.get(key)
+        input_data: dict[str, Any] | None = None
+        if pending is not None and len(pending.sources) == 1:
+            # build_input's common case, inlined: one source, whose latest run delivered
+            for port, source in pending.sources.items():
+                record = self.runs[source[0]][-1]
+                if (
+                    record.execution_index == source[-1]
+                    and record.status is NodeStatus.COMPLETED
+                    and record.output_port == source[1]
+                ):
+                    input_data = {port: record.output}
+        if input_data is None:
+            input_data = self.build_input(key, pending)
+        ctx = ActionContext(
+            input_data,
+            self.id,
+            key,
+            number,
+            node_run.run_index,
+            self.state,
+            started,
+            self.env,
+            self.variables,
+            self.workflow_id,
+        )
+        if cn.plain_params:
+            params = node_run.params = cn.node.params
+        else:
+            params, problem = self.prepare_params(cn, node_run, ctx)
+            if problem is not None:
+                return self.settle_failure(cn, node_run, problem, retryable=False)
+        self.current = (cn, node_run, ctx, False)
+        return (cn.spec.fn, (params, ctx), cn.timeout)
+
+    def finish_call(self, ok: bool, value: Any) -> Step:
+        """Settle the result of the call the last step asked for."""
+        cn, node_run, ctx, from_resume = self.current
+        if ok:
+            return self.settle_value(cn, node_run, ctx, value, from_resume=from_resume)
+        if from_resume:
+            code = "sub_workflow_failed" if isinstance(value, SubWorkflowFailed) else "resume_error"
+            return self.settle_failure(
+                cn, node_run, error_info(value, cn.key, code), retryable=False
+            )
+        return self.settle_failure(cn, node_run, error_info(value, cn.key), exception=value)
+
+    def prepare_params(
+        self, cn: CompiledNode, node_run: NodeRun, ctx: ActionContext
+    ) -> tuple[Any, ErrorInfo | None]:
+        """Render the params' templates and structure them into the action's schema."""
+        params: Any = cn.node.params
+        if cn.params_template is not None:
+            from prana._templates import TemplateError
+
+            try:
+                params = iso_datetimes(cn.params_template.render(self.template_scope(ctx)))
+            except TemplateError as exc:
+                message = f"params.{exc.path}: {exc.message}"
+                return None, _prana_error("template_error", message, cn.key, "TemplateError")
+            node_run.params = jsonable(params)
+        else:
+            node_run.params = params
+        schema = cn.spec.params
+        if schema is not None:
+            try:
+                params = structure_params(params, schema)
+            except ValueError as exc:
+                return None, _prana_error("params_invalid", str(exc), cn.key, "ParamsInvalid")
+        return params, None
+
+    def template_scope(self, ctx: ActionContext) -> dict[str, Any]:
+        workflow = self.workflow
+        return {
+            "input": ctx.input,
+            "nodes": _NodesView(self.runs),
+            "vars": workflow.variables,
+            "env": self.env,
+            "execution": {
+                "id": self.id,
+                "state": self.state,
+                "run_index": ctx.run_index,
+                "attempt": ctx.attempt,
+                "workflow_id": workflow.id,
+            },
+            "workflow": {"id": workflow.id, "name": workflow.name, "version": workflow.version},
+            "now": ctx.now,
+        }
+
+    def settle_value(
+        self,
+        cn: CompiledNode,
+        node_run: NodeRun,
+        ctx: ActionContext,
+        value: Any,
+        *,
+        from_resume: bool,
+    ) -> Outcome | None:
+        """The action returned: a pause, or an output on a port (which may still be refused)."""
+        key = cn.key
+        retryable = not from_resume
+        if type(value) is Suspend:
+            return self.settle_suspend(cn, node_run, value)
+        if type(value) is Output:
+            port, output = value.port, value.value
+            ports = cn.spec.output_ports
+            if ports is not None and port not in ports and port != "error":
+                message = (
+                    f"completed on port {port!r}, which {cn.spec.type!r} does not declare "
+                    f"({', '.join(ports)})"
+                )
+                return self.settle_failure(
+                    cn,
+                    node_run,
+                    _prana_error("invalid_port", message, key, "InvalidPort"),
+                    retryable=False,
+                )
+        else:
+            port, output = "main", value
+        tp = type(output)
+        problem = (
+            None if tp is str or tp is int or tp is bool or output is None else json_problem(output)
+        )
+        if problem is not None:
+            message = f"node {key!r} output is not JSON-native at {problem}"
+            return self.settle_failure(
+                cn,
+                node_run,
+                _prana_error("output_not_json", message, key, "OutputNotJSON"),
+                retryable=False,
+            )
+        updates = ctx._state_updates
+        if updates:
+            problem = json_problem(updates)
+            if problem is not None:
+                message = f"node {key!r} state update is not JSON-native at {problem}"
+                return self.settle_failure(
+                    cn,
+                    node_run,
+                    _prana_error("output_not_json", message, key, "StateNotJSON"),
+                    retryable=False,
+                )
+        if retryable and cn.checks_results:
+            view = AttemptView(
+                attempt=node_run.attempt_number,
+                error=None,
+                output=output,
+                elapsed_seconds=self.elapsed(node_run),
+            )
+            if rejects_result(cn.policies, view):
+                error = _prana_error(
+                    "result_rejected",
+                    f"node {key!r} output matched retry_on_result",
+                    key,
+                    "ResultRejected",
+                )
+                return self.settle_failure(cn, node_run, error, output=output)
+        if updates:
+            self.state.update(updates)
+        self.complete_node(cn, node_run, output, port)
+        return None
+
+    def record(self, node_run: NodeRun, execution: NodeExecution) -> None:
+        """Put ``execution`` as the node run's record: replace it if it has one, else add it."""
+        runs = self.writable_runs(node_run.key)
+        if node_run.recorded:
+            runs[-1] = execution
+        else:
+            runs.append(execution)
+            node_run.recorded = True
+
+    def complete_node(
+        self,
+        cn: CompiledNode,
+        node_run: NodeRun,
+        output: Any,
+        port: str,
+        *,
+        error: ErrorInfo | None = None,
+    ) -> None:
+        self.now_hint = now = self.clock()
+        # The hot path: close_attempt + freeze + record, inlined.
+        attempts = node_run.attempts
+        attempts.append(
+            new_attempt_record(
+                node_run.attempt_number,
+                node_run.attempt_started,
+                now,
+                AttemptOutcome.COMPLETED if error is None else AttemptOutcome.FAILED,
+                error,
+                node_run.attempt_due,
+                None,
+            )
+        )
+        execution = new_node_execution(
+            cn.key,
+            NodeStatus.COMPLETED,
+            node_run.execution_index,
+            node_run.run_index,
+            node_run.started_at,
+            now,
+            node_run.params,
+            output,
+            port,
+            error,
+            tuple(attempts),
+        )
+        runs = node_run.runs
+        if runs is None:
+            runs = self.writable_runs(cn.key)
+        if node_run.recorded:
+            runs[-1] = execution
+        else:
+            runs.append(execution)
+        key = cn.key
+        if key in self.backlog:
+            self.consume_activation(key)
+        else:
+            self.pending.pop(key, None)
+        self.last_output = output
+        if self.observers:
+            self.event(
+                EventType.NODE_COMPLETED,
+                node_key=cn.key,
+                run_index=node_run.run_index,
+                attempt=node_run.attempt_number,
+                output=output,
+            )
+        self.deliver(cn.key, port, node_run.execution_index)
+
+    def elapsed(self, node_run: NodeRun) -> float:
+        return (self.clock() - node_run.started_at).total_seconds()
+
+    def settle_suspend(self, cn: CompiledNode, node_run: NodeRun, value: Suspend) -> Outcome | None:
+        """The action asked to pause: record it and hand the suspension to the caller."""
+        key = cn.key
+        kind, data = value.kind, value.data
+        problem: str | None = None
+        if kind == "retry":
+            problem = (
+                "actions may not return Suspend(kind='retry'); "
+                "raise an error (or RetryAfter) instead"
+            )
+        elif kind in _SUSPEND_TYPES:
+            if not isinstance(data, _SUSPEND_TYPES[kind]):
+                expected = _SUSPEND_TYPES[kind].__name__
+                problem = f"Suspend({kind!r}) needs {expected} data, got {type(data).__name__}"
+        else:
+            json_issue = json_problem(data)
+            if json_issue is not None:
+                problem = f"Suspend({kind!r}) data is not JSON-native at {json_issue}"
+        if problem is not None:
+            error = _prana_error(
+                "invalid_suspend", f"node {key!r}: {problem}", key, "InvalidSuspend"
+            )
+            return self.settle_failure(cn, node_run, error, retryable=False)
+        now = self.clock()
+        node_run.close_attempt(AttemptOutcome.SUSPENDED, now)
+        self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED))
+        suspension = Suspend(kind, data)
+        if self.observers:
+            self.event(
+                EventType.NODE_SUSPENDED,
+                node_key=key,
+                run_index=node_run.run_index,
+                attempt=node_run.attempt_number,
+                kind=kind,
+            )
+        return self.suspend_execution(key, suspension)
+
+    def suspend_execution(self, key: str, suspension: Suspend) -> Suspend:
+        execution = self.freeze(
+            ExecutionStatus.SUSPENDED, suspended_node=key, suspension=suspension
+        )
+        if self.observers:
+            self.event(EventType.EXECUTION_SUSPENDED, node_key=key, kind=suspension.kind)
+        return new_suspend(suspension.kind, suspension.data, execution)
+
+    def settle_failure(
+        self,
+        cn: CompiledNode,
+        node_run: NodeRun,
+        error: ErrorInfo,
+        *,
+        exception: BaseException | None = None,
+        retryable: bool = True,
+        output: Any = None,
+    ) -> Outcome | None:
+        """An attempt failed: retry it (a suspension), or let ``on_error`` decide."""
+        key = cn.key
+        number = node_run.attempt_number
+        exhausted = False
+        if retryable and cn.policies:
+            now = self.clock()  # one reading: the budget check and resume_at must agree
+            view = AttemptView(
+                attempt=number,
+                error=error,
+                exception=exception,
+                output=output,
+                elapsed_seconds=(now - node_run.started_at).total_seconds(),
+            )
+            decision, reason = explain_retry(
+                cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"
+            )
+            exhausted = reason.startswith(("attempts exhausted", "retry_timeout"))
+            if decision is not None:
+                # floor, so rounding never puts resume_at past a retry_timeout budget
+                delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
+                node_run.close_attempt(AttemptOutcome.FAILED, now, error, delay_ms)
+                self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED, error=error))
+                data = new_retry_data(
+                    delay_ms,
+                    number + 1,
+                    decision.max_attempts,
+                    error,
+                    now + timedelta(milliseconds=delay_ms),
+                )
+                if self.observers:
+                    self.event(
+                        EventType.NODE_RETRY_SCHEDULED,
+                        node_key=key,
+                        run_index=node_run.run_index,
+                        attempt=number + 1,
+                        max_attempts=decision.max_attempts,
+                        delay_ms=delay_ms,
+                        error=error,
+                    )
+                return self.suspend_execution(key, new_suspend("retry", data, None))
+        if exhausted and self.observers:
+            self.event(
+                EventType.NODE_RETRY_EXHAUSTED,
+                node_key=key,
+                run_index=node_run.run_index,
+                attempt=number,
+                error=error,
+            )
+        if self.observers:
+            self.event(
+                EventType.NODE_FAILED,
+                node_key=key,
+                run_index=node_run.run_index,
+                attempt=number,
+                error=error,
+            )
+        mode = cn.node.settings.on_error
+        if mode == "stop_workflow":
+            now = self.clock()
+            node_run.close_attempt(AttemptOutcome.FAILED, now, error)
+            self.record(node_run, node_run.freeze(NodeStatus.FAILED, error=error, completed_at=now))
+            self.consume_activation(key)
+            return self.fail_execution(error)
+        port = "main" if mode == "continue" else "error"
+        self.complete_node(cn, node_run, error.as_output(), port, error=error)
+        return None
+
+    def fail_execution(self, error: ErrorInfo) -> Failed:
+        execution = self.freeze(ExecutionStatus.FAILED, error=error)
+        if self.observers:
+            self.event(EventType.EXECUTION_FAILED, node_key=error.node_key, error=error)
+        return Failed(execution=execution, error=error)
+
+    def resume(
+        self, execution: WorkflowExecution, resume_data: Any
+    ) -> Generator[Call, Result, Outcome]:
+        """Continue the suspended node of ``execution``, then the rest of the workflow."""
+        suspension = execution.suspension
+        key = execution.suspended_node
+        assert suspension is not None
+        assert key is not None
+        cn = self.graph.nodes[key]
+        check_transition(self.status, ExecutionStatus.RUNNING)
+        self.status = ExecutionStatus.RUNNING
+        if self.observers:
+            self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
+        node_run = self.suspended_node_run(key)
+        if suspension.kind == "retry":
+            data: RetryData = suspension.data
+            step = self.attempt(cn, node_run, data.attempt_number, data.resume_at)
+        else:
+            step = self.resume_node(cn, node_run, suspension, resume_data)
+        return self.drive(step)
+
+    def suspended_node_run(self, key: str) -> NodeRun:
+        last = self.runs[key][-1]
+        return NodeRun(
+            key,
+            last.execution_index,
+            last.run_index,
+            last.started_at,
+            list(last.attempts),
+            last.params,
+            recorded=True,
+        )
+
+    def expire(self, execution: WorkflowExecution) -> Generator[Call, Result, Outcome]:
+        """Fail the paused webhook node with ``WebhookTimeout``; ``on_error`` decides the rest."""
+        key = execution.suspended_node
+        assert key is not None
+        assert execution.suspension is not None
+        check_transition(self.status, ExecutionStatus.RUNNING)
+        self.status = ExecutionStatus.RUNNING
+        if self.observers:
+            self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=execution.suspension.kind)
+        node_run = self.suspended_node_run(key)
+        node_run.reopen_paused_attempt()
+        data = execution.suspension.data
+        expires = (
+            data.expires_at.isoformat()
+            if isinstance(data, WebhookData) and data.expires_at
+            else "its deadline"
+        )
+        error = ErrorInfo(
+            code="webhook_timeout",
+            type=WebhookTimeout.__name__,
+            module=WebhookTimeout.__module__,
+            message=f"webhook wait of node {key!r} expired at {expires} before any delivery",
+            node_key=key,
+        )
+        return self.drive(
+            self.settle_failure(self.graph.nodes[key], node_run, error, retryable=False)
+        )
+
+    def resume_node(
+        self, cn: CompiledNode, node_run: NodeRun, suspension: Suspend, resume_data: Any
+    ) -> Step:
+        """Hand resume data to the paused attempt; a failure here never retries."""
+        key = cn.key
+        node_run.reopen_paused_attempt()
+        number = node_run.attempt_number
+        if self.observers:
+            self.event(
+                EventType.NODE_RESUMED,
+                node_key=key,
+                run_index=node_run.run_index,
+                attempt=number,
+                kind=suspension.kind,
+            )
+        input_data = self.build_input(key, self.pending.get(key))
+        now = self.clock()
+        ctx = ActionContext(
+            input=input_data,
+            execution_id=self.id,
+            node_key=key,
+            attempt=number,
+            run_index=node_run.run_index,
+            state=self.state,
+            now=now,
+            env=self.env,
+            variables=self.workflow.variables,
+            workflow_id=self.workflow.id,
+        )
+        resume_fn = cn.spec.resume
+        if resume_fn is None:
+            value: Any = input_data.get("main") if suspension.kind == "timer" else resume_data
+        else:
+            params, problem = self.prepare_params(cn, node_run, ctx)
+            if problem is not None:
+                return self.settle_failure(cn, node_run, problem, retryable=False)
+            self.current = (cn, node_run, ctx, True)
+            return (resume_fn, (params, ctx, resume_data), cn.timeout)
+        return self.settle_value(cn, node_run, ctx, value, from_resume=True)
+
+
+_SUSPEND_TYPES: dict[str, type[Any]] = {
+    "timer": TimerData,
+    "webhook": WebhookData,
+    "sub_workflow": SubWorkflowData,
+}

@@ -1,0 +1,275 @@
+"""The entry checks: every executor call checks its arguments before the engine starts.
+
+Caller mistakes raise a clear ``prana`` error here (DESIGN §3); nothing a node does ever
+raises. The checks take exact-type fast paths first, since they run on every call.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Generator, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from prana._engine import Call, Clock, Result, Run
+from prana._errors import InvalidSettingsError, InvalidWorkflowError, ResumeError
+from prana._events import Observer
+from prana._graph import CompiledGraph, compile_workflow
+from prana._jsoncheck import json_problem
+from prana._model import (
+    ExecutionStatus,
+    Outcome,
+    ParentRef,
+    RetryData,
+    Suspend,
+    Workflow,
+    WorkflowExecution,
+)
+from prana._registry import Registry
+
+_EMPTY_ENV: Mapping[str, Any] = {}
+
+
+_utcnow: Clock = functools.partial(datetime.now, timezone.utc)
+"""The default clock: aware UTC now (a partial, so reading it costs no Python frame)."""
+
+
+def _check_resume_data(suspension: Suspend, resume_data: Any) -> None:
+    kind = suspension.kind
+    if kind == "sub_workflow":
+        if not isinstance(resume_data, Mapping) or resume_data.get("status") not in (
+            "completed",
+            "failed",
+            "timeout",
+        ):
+            raise ResumeError(
+                "resume data for a sub_workflow suspension must be "
+                "{'status': 'completed', 'output': ...} or {'status': 'failed'|'timeout', "
+                f"'error': ...}}, got {resume_data!r}"
+            )
+        if resume_data["status"] == "completed" and "output" not in resume_data:
+            raise ResumeError("resume data {'status': 'completed'} needs an 'output' key")
+        if resume_data["status"] != "completed" and "error" not in resume_data:
+            raise ResumeError(
+                f"resume data {{'status': {resume_data['status']!r}}} needs an 'error' key"
+            )
+    if kind not in ("retry", "timer"):
+        problem = json_problem(resume_data)
+        if problem is not None:
+            raise ResumeError(f"resume data must be JSON-native: {problem}")
+
+
+def check_execution(execution: Any, action: str) -> None:
+    """Refuse what is not a well-formed WorkflowExecution before touching its fields."""
+    if not isinstance(execution, WorkflowExecution):
+        raise ResumeError(
+            f"{action}: expected a prana.WorkflowExecution, got {type(execution).__name__}"
+        )
+    if (
+        type(execution.node_executions) is dict
+        and type(execution.pending) is tuple
+        and (type(execution.status) is ExecutionStatus)
+    ):
+        return  # the shape every execution prana builds or loads has: nothing more to check
+    if not isinstance(execution.status, ExecutionStatus):
+        raise ResumeError(
+            f"execution {execution.id!r}: status={execution.status!r} is not an ExecutionStatus; "
+            "build executions with the enum (or load them with prana.loads)"
+        )
+    if not isinstance(execution.node_executions, Mapping):
+        raise ResumeError(
+            f"execution {execution.id!r}: node_executions must map node keys to tuples of "
+            f"NodeExecution, got {type(execution.node_executions).__name__}"
+        )
+    if not isinstance(execution.pending, tuple | list):
+        raise ResumeError(
+            f"execution {execution.id!r}: pending must be a tuple of Activation, got "
+            f"{type(execution.pending).__name__}"
+        )
+
+
+def _prepare_resume(
+    execution: WorkflowExecution, workflow: Workflow, registry: Registry | None, resume_data: Any
+) -> CompiledGraph:
+    check_execution(execution, "resume")
+    if execution.status is not ExecutionStatus.SUSPENDED:
+        raise ResumeError(
+            f"execution {execution.id!r} is {execution.status.value}, not suspended; "
+            "only a suspended execution can be resumed"
+        )
+    if execution.suspension is None:
+        raise ResumeError(
+            f"execution {execution.id!r} is suspended but has no suspension (the record is "
+            "inconsistent: was it edited by hand?); reload it from the store"
+        )
+    if not isinstance(workflow, Workflow):
+        raise ResumeError(f"workflow= must be a prana.Workflow, got {type(workflow).__name__}")
+    if (workflow.id, workflow.version) != (execution.workflow_id, execution.workflow_version):
+        raise ResumeError(
+            f"execution {execution.id!r} belongs to workflow {execution.workflow_id!r} version "
+            f"{execution.workflow_version}, but workflow {workflow.id!r} version "
+            f"{workflow.version} "
+            "was given; pass the definition it started with"
+        )
+    graph = compile_workflow(workflow, registry if registry is not None else default_registry())
+    key = execution.suspended_node
+    runs = execution.node_executions.get(key or "")
+    if key is None or key not in graph.nodes or not runs:
+        raise ResumeError(
+            f"execution {execution.id!r} names suspended node {key!r}, which the workflow "
+            "or the execution's records do not have"
+        )
+    if execution.suspension.kind == "retry" and not isinstance(
+        execution.suspension.data, RetryData
+    ):
+        raise ResumeError(f"execution {execution.id!r}: a retry suspension without RetryData")
+    _check_resume_data(execution.suspension, resume_data)
+    return graph
+
+
+_DEFAULT_REGISTRY: list[Registry] = []
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_registry() -> Registry:
+    with _DEFAULT_LOCK:
+        if not _DEFAULT_REGISTRY:
+            _DEFAULT_REGISTRY.append(Registry())
+        return _DEFAULT_REGISTRY[0]
+
+
+def checked_call(
+    registry: Any, clock: Any, env: Any, observers: Any
+) -> tuple[Registry, Clock, Mapping[str, Any], tuple[Observer, ...]]:
+    """Check the keyword arguments every executor call takes; defaults for the ``None`` ones."""
+    if registry is None:
+        registry = default_registry()
+    elif not isinstance(registry, Registry):
+        raise InvalidSettingsError(
+            f"registry= must be a prana.Registry, got {type(registry).__name__}; build one with "
+            "Registry() and register your actions on it"
+        )
+    if clock is None:
+        clock = _utcnow
+    elif not callable(clock):
+        raise InvalidSettingsError(
+            f"clock= must be a callable returning an aware datetime, got {type(clock).__name__}"
+        )
+    if env is None:
+        env = _EMPTY_ENV
+    elif type(env) is not dict and not isinstance(env, Mapping):
+        raise InvalidSettingsError(f"env= must be a mapping, got {type(env).__name__}")
+    if observers is None or (type(observers) in (list, tuple) and not observers):
+        checked: tuple[Observer, ...] = ()
+    elif callable(observers) or not isinstance(observers, Sequence | set | frozenset):
+        raise InvalidSettingsError(
+            f"observers= takes a list of callables, got {type(observers).__name__}; "
+            "pass observers=[fn] for one"
+        )
+    else:
+        checked = tuple(observers)
+        for index, observer in enumerate(checked):
+            if not callable(observer):
+                raise InvalidSettingsError(
+                    f"observers[{index}]={observer!r} is not callable; an observer is a "
+                    "function taking an Event"
+                )
+    return registry, clock, env, checked
+
+
+def check_clock(clock: Clock) -> Clock:
+    """Read the clock once and make sure it gives what every record needs: an aware datetime.
+
+    A clock returning a datetime *subclass* (pendulum's, say) is wrapped to return plain
+    datetimes, which is what records hold and JSON writes.
+    """
+    now = clock()
+    if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
+        raise InvalidSettingsError(
+            f"clock= returned {now!r}; a clock must return an aware datetime, e.g. "
+            "datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
+        )
+    if type(now) is datetime:
+        return clock
+
+    def plain_clock() -> datetime:
+        value = clock()
+        return datetime(
+            value.year, value.month, value.day, value.hour, value.minute, value.second,
+            value.microsecond, tzinfo=value.tzinfo, fold=value.fold,
+        )  # fmt: skip
+
+    return plain_clock
+
+
+def new_run(
+    workflow: Workflow,
+    input_data: Any,
+    registry: Registry | None,
+    clock: Clock | None,
+    env: Mapping[str, Any] | None,
+    observers: Sequence[Observer] | None,
+    execution_id: str | None,
+    parent: ParentRef | None,
+) -> Run:
+    checked_registry, checked_clock, checked_env, checked_observers = checked_call(
+        registry, clock, env, observers
+    )
+    if execution_id is not None and (not isinstance(execution_id, str) or not execution_id):
+        raise InvalidSettingsError(
+            f"execution_id={execution_id!r}: use a non-empty string (or leave it out)"
+        )
+    if parent is not None and not isinstance(parent, ParentRef):
+        raise InvalidSettingsError(
+            f"parent={parent!r}: use prana.ParentRef(execution_id=..., node_key=...) or None"
+        )
+    graph = compile_workflow(workflow, checked_registry)
+    problem = json_problem(input_data)
+    if problem is not None:
+        raise InvalidWorkflowError([f"workflow input must be JSON-native: {problem}"])
+    checked_clock = check_clock(checked_clock)
+    return Run(
+        graph,
+        # 32 random hex digits, like uuid4().hex at a fraction of the cost
+        execution_id=execution_id if execution_id is not None else os.urandom(16).hex(),
+        input_data=input_data,
+        clock=checked_clock,
+        env=checked_env,
+        observers=checked_observers,
+        parent=parent,
+    )
+
+
+def loaded_run(
+    execution: WorkflowExecution,
+    resume_data: Any,
+    workflow: Workflow,
+    registry: Registry | None,
+    clock: Clock | None,
+    env: Mapping[str, Any] | None,
+    observers: Sequence[Observer] | None,
+) -> Run:
+    """Check a resume-like call (arguments, execution, data) and load its working copy."""
+    checked_registry, checked_clock, checked_env, checked_observers = checked_call(
+        registry, clock, env, observers
+    )
+    graph = _prepare_resume(execution, workflow, checked_registry, resume_data)
+    checked_clock = check_clock(checked_clock)
+    return Run.from_execution(
+        graph, execution, clock=checked_clock, env=checked_env, observers=checked_observers
+    )
+
+
+def resumed_run(
+    execution: WorkflowExecution,
+    resume_data: Any,
+    workflow: Workflow,
+    registry: Registry | None,
+    clock: Clock | None,
+    env: Mapping[str, Any] | None,
+    observers: Sequence[Observer] | None,
+) -> Generator[Call, Result, Outcome]:
+    run = loaded_run(execution, resume_data, workflow, registry, clock, env, observers)
+    return run.resume(execution, resume_data)

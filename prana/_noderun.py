@@ -1,0 +1,118 @@
+"""The engine's mutable working record of a node run in progress.
+
+The engine changes it freely while the node runs and freezes it into a ``NodeExecution``
+when it hands an execution back.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from prana._model import (
+    AttemptOutcome,
+    AttemptRecord,
+    ErrorInfo,
+    NodeExecution,
+    NodeStatus,
+    new_attempt_record,
+    new_node_execution,
+)
+
+
+class NodeRun:
+    """The mutable form of a ``NodeExecution`` while its node is running.
+
+    ``attempts`` holds the closed attempts; the open one lives in the ``attempt_*`` fields
+    until ``close_attempt`` turns it into a record, so each attempt costs one object.
+    """
+
+    __slots__ = (
+        "attempt_due",
+        "attempt_number",
+        "attempt_started",
+        "attempts",
+        "execution_index",
+        "key",
+        "params",
+        "recorded",
+        "run_index",
+        "runs",
+        "started_at",
+    )
+
+    def __init__(
+        self,
+        key: str,
+        execution_index: int,
+        run_index: int,
+        started_at: datetime,
+        attempts: list[AttemptRecord],
+        params: Any = None,
+        *,
+        recorded: bool = False,
+    ) -> None:
+        self.key = key
+        self.execution_index = execution_index
+        self.run_index = run_index
+        self.started_at = started_at
+        self.attempts = attempts
+        self.params = params
+        self.recorded = recorded
+        self.attempt_number = 0
+        self.attempt_started = started_at
+        self.attempt_due: datetime | None = None
+        self.runs: list[NodeExecution] | None = None
+        """The node's record list in the run, once known (saves a lookup per record)."""
+
+    def open_attempt(self, number: int, started: datetime, due: datetime | None) -> None:
+        self.attempt_number = number
+        self.attempt_started = started
+        self.attempt_due = due
+
+    def close_attempt(
+        self,
+        outcome: AttemptOutcome,
+        now: datetime,
+        error: ErrorInfo | None = None,
+        retry_delay_ms: int | None = None,
+    ) -> None:
+        self.attempts.append(
+            new_attempt_record(
+                self.attempt_number,
+                self.attempt_started,
+                now,
+                outcome,
+                error,
+                self.attempt_due,
+                retry_delay_ms,
+            )
+        )
+
+    def reopen_paused_attempt(self) -> None:
+        """A paused attempt continues on resume: it is the same attempt, not a new one."""
+        last = self.attempts.pop()
+        self.open_attempt(last.number, last.started_at, last.due_at)
+
+    def freeze(
+        self,
+        status: NodeStatus,
+        *,
+        output: Any = None,
+        port: str | None = None,
+        error: ErrorInfo | None = None,
+        completed_at: datetime | None = None,
+    ) -> NodeExecution:
+        return new_node_execution(
+            self.key,
+            status,
+            self.execution_index,
+            self.run_index,
+            self.started_at,
+            completed_at,
+            self.params,
+            output,
+            port,
+            error,
+            tuple(self.attempts),
+        )
