@@ -473,3 +473,6 @@ def register_builtins(registry: Registry) -> None:
         _execute_workflow_resume,
         output_ports=("main",),
     )
+    from prana._http import register_http
+
+    register_http(registry)

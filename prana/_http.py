@@ -1,0 +1,248 @@
+"""``http.request``: the built-in HTTP action, on httpx (the ``http`` extra).
+
+It is registered in every ``Registry()`` when httpx is installed, and httpx is imported
+only when such a node runs, so the core does no I/O (and pays no import) until then.
+
+The action turns an HTTP exchange into prana's retry vocabulary, so a node needs no
+status-code handling of its own:
+
+- connection errors, timeouts, and the statuses 408, 425, 429 and 5xx fail the attempt
+  with a retryable ``HTTPStatusError`` (or the httpx error itself);
+- a ``Retry-After`` header (seconds or an HTTP-date) on such a response becomes a
+  ``RetryAfter`` hint, which the policy still caps (``max_delay``, the hard ceiling);
+- any other 4xx is ``NonRetryable``, recording the status and a short body excerpt;
+- every attempt sends ``Idempotency-Key: <ctx.idempotency_key>`` (stable across retries of
+  a node run) unless ``idempotency_key`` is ``false`` or a header of that name is given.
+
+Output: ``{"status": int, "headers": {...}, "json": ...}`` when the response is JSON,
+``{"status", "headers", "text"}`` otherwise.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import sys
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from prana._errors import NonRetryable, RetryAfter
+
+if TYPE_CHECKING:
+    import httpx
+
+    from prana._registry import ActionContext, Registry
+
+__all__ = [
+    "BODY_EXCERPT_CHARS",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "HTTPRequestAction",
+    "HTTPRetryAfter",
+    "HTTPStatusError",
+    "RETRYABLE_STATUSES",
+    "http_available",
+    "register_http",
+]
+
+RETRYABLE_STATUSES = frozenset({408, 425, 429})
+"""Client-error statuses that say "try again later"; every 5xx retries too."""
+DEFAULT_TIMEOUT_SECONDS = 30.0
+"""The per-attempt timeout when the params give none (connect, read, write and pool)."""
+BODY_EXCERPT_CHARS = 200
+"""How much of an error response's body an error records."""
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_PARAMS = frozenset({"url", "method", "headers", "json", "body", "timeout", "idempotency_key"})
+
+
+class HTTPStatusError(Exception):
+    """An HTTP response with an error status; ``details`` holds status, method, URL, body excerpt.
+
+    Raised for retryable statuses (408, 425, 429, 5xx); other 4xx are wrapped in
+    ``NonRetryable`` so the policy stops at once. The executor records ``details``.
+    """
+
+    def __init__(self, status: int, method: str, url: str, body: str) -> None:
+        self.status = status
+        self.details = {"status": status, "method": method, "url": url, "body": body}
+        excerpt = f": {body}" if body else ""
+        super().__init__(f"HTTP {status} from {method} {url}{excerpt}")
+
+
+class HTTPRetryAfter(RetryAfter):
+    """A retryable status that came with ``Retry-After``: the hint plus the response's details."""
+
+    def __init__(self, delay_seconds: float, error: HTTPStatusError) -> None:
+        self.status = error.status
+        self.details = error.details
+        super().__init__(delay_seconds, f"{error} (Retry-After {delay_seconds:g}s)")
+
+
+@functools.cache
+def http_available() -> bool:
+    """Whether httpx is installed (checked once, without importing it)."""
+    return importlib.util.find_spec("httpx") is not None
+
+
+def register_http(registry: Registry, *, transport: Any = None) -> None:
+    """Register ``http.request`` on ``registry`` if httpx is installed.
+
+    ``transport`` (an httpx transport, e.g. ``httpx.MockTransport(handler)`` in tests) is
+    handed to every client the action opens; ``None`` uses the network.
+    """
+    if http_available():
+        registry.register(
+            "http.request",
+            HTTPRequestAction(transport=transport),
+            output_ports=("main",),
+            side_effects=True,
+            uses_idempotency_key=True,
+        )
+
+
+# --- params ---------------------------------------------------------------------------------
+
+
+def _fail(param: str, fix: str) -> NonRetryable:
+    return NonRetryable(f"http.request: params.{param}: {fix}")
+
+
+def _build(params: Any, ctx: ActionContext) -> tuple[dict[str, Any], float]:
+    """The keyword arguments of ``httpx.Client.request`` and the timeout, from the params."""
+    if not isinstance(params, Mapping):
+        raise _fail("", "params must be a mapping with at least 'url'")
+    unknown = sorted(set(params) - _PARAMS)
+    if unknown:
+        raise _fail(unknown[0], f"unknown param; the params are {', '.join(sorted(_PARAMS))}")
+    url = params.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise _fail("url", f"{url!r} is not an http:// or https:// URL")
+    method = params.get("method", "GET")
+    if not isinstance(method, str) or method.upper() not in METHODS:
+        raise _fail("method", f"{method!r}; use one of {', '.join(sorted(METHODS))}")
+    headers = params.get("headers") or {}
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise _fail("headers", "use a mapping of header names to string values")
+    headers = dict(headers)
+    key = params.get("idempotency_key", True)
+    if not isinstance(key, bool | str):
+        raise _fail("idempotency_key", "use true (the default), false, or a string")
+    if key is not False and not any(k.lower() == "idempotency-key" for k in headers):
+        headers["Idempotency-Key"] = ctx.idempotency_key if key is True else key
+    timeout = params.get("timeout", DEFAULT_TIMEOUT_SECONDS)
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise _fail("timeout", f"{timeout!r}; use seconds as a number > 0")
+    request: dict[str, Any] = {"method": method.upper(), "url": url, "headers": headers}
+    if "json" in params and "body" in params:
+        raise _fail("body", "give either json or body, not both")
+    if "json" in params:
+        request["json"] = params["json"]
+    elif "body" in params:
+        body = params["body"]
+        if not isinstance(body, str):
+            raise _fail("body", "use a string (or json for structured data)")
+        request["content"] = body.encode()
+    return request, float(timeout)
+
+
+# --- the response ---------------------------------------------------------------------------
+
+
+def retry_after_seconds(value: str | None, now: datetime) -> float | None:
+    """A ``Retry-After`` header as seconds from ``now``: delta-seconds or an HTTP-date."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - now).total_seconds())
+
+
+def _excerpt(response: httpx.Response) -> str:
+    text = response.text
+    text = " ".join(text.split())
+    if len(text) > BODY_EXCERPT_CHARS:
+        text = text[: BODY_EXCERPT_CHARS - 1] + "…"
+    return text
+
+
+def _outcome(response: httpx.Response, ctx: ActionContext) -> dict[str, Any]:
+    """The node's output for a success; raises the right retry signal for an error status."""
+    status = response.status_code
+    method, url = response.request.method, str(response.request.url)
+    if status >= 400:
+        error = HTTPStatusError(status, method, url, _excerpt(response))
+        if status in RETRYABLE_STATUSES or status >= 500:
+            delay = retry_after_seconds(response.headers.get("retry-after"), ctx.now)
+            if delay is not None:
+                raise HTTPRetryAfter(delay, error)
+            raise error
+        raise NonRetryable(error)
+    output: dict[str, Any] = {"status": status, "headers": dict(response.headers)}
+    content_type = response.headers.get("content-type", "")
+    if response.content and ("json" in content_type.split(";")[0]):
+        try:
+            output["json"] = response.json()
+        except ValueError:
+            output["text"] = response.text
+    else:
+        output["text"] = response.text
+    return output
+
+
+# --- the action -----------------------------------------------------------------------------
+
+
+class HTTPRequestAction:
+    """The ``http.request`` action: one request per attempt, on a client opened for it.
+
+    Sync under ``execute_workflow`` (or in a worker thread); inside a running event loop
+    (``aexecute_workflow``) a call returns a coroutine that uses ``httpx.AsyncClient``.
+    Transport errors and timeouts propagate as httpx's own exceptions, which the default
+    classification retries.
+    """
+
+    __slots__ = ("transport",)
+
+    def __init__(self, *, transport: Any = None) -> None:
+        self.transport = transport
+
+    def __repr__(self) -> str:
+        return f"HTTPRequestAction(transport={self.transport!r})"
+
+    def __call__(self, params: Any, ctx: ActionContext) -> Any:
+        request, timeout = _build(params, ctx)
+        import httpx
+
+        options: dict[str, Any] = {"timeout": httpx.Timeout(timeout)}
+        if self.transport is not None:
+            options["transport"] = self.transport
+        aio = sys.modules.get("asyncio")  # no asyncio imported: no loop is running
+        if aio is not None and aio._get_running_loop() is not None:
+            return _arequest(httpx, options, request, ctx)
+        with httpx.Client(**options) as client:
+            return _outcome(client.request(**request), ctx)
+
+
+async def _arequest(
+    httpx_module: Any, options: dict[str, Any], request: dict[str, Any], ctx: ActionContext
+) -> dict[str, Any]:
+    async with httpx_module.AsyncClient(**options) as client:
+        response = await client.request(**request)
+    return _outcome(response, ctx)

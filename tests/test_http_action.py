@@ -1,0 +1,422 @@
+"""The ``http.request`` built-in action: classification, hints, idempotency, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from servers import serve
+
+from prana import (
+    Completed,
+    Connection,
+    Failed,
+    Node,
+    NodeSettings,
+    Registry,
+    RetryData,
+    RetryPolicy,
+    Suspend,
+    Workflow,
+    WorkflowExecution,
+    aexecute_workflow,
+    execute_workflow,
+    resume_workflow,
+)
+from prana.http import HTTPStatusError, register_http
+from prana.testing import ManualClock
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+POLICY = RetryPolicy(max_attempts=3, initial_delay=1, max_delay=60)
+
+
+def _workflow(params: dict[str, Any], retry: RetryPolicy | None = POLICY) -> Workflow:
+    return Workflow(
+        id="http",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="call", type="http.request", params=params, settings=NodeSettings(retry=retry)
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+
+
+def _execution(outcome: Suspend) -> WorkflowExecution:
+    assert outcome.execution is not None
+    return outcome.execution
+
+
+def _mock(handler: Callable[[httpx.Request], httpx.Response]) -> Registry:
+    registry = Registry()
+    register_http(registry, transport=httpx.MockTransport(handler))
+    return registry
+
+
+def test_every_registry_has_http_request() -> None:
+    """With httpx installed, a plain Registry() knows http.request."""
+    assert "http.request" in Registry()
+
+
+def test_importing_prana_does_not_import_httpx() -> None:
+    """httpx is imported only when an http.request node runs, not by Registry()."""
+    code = "import sys, prana; prana.Registry(); print('httpx' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"
+
+
+def test_success_outputs_status_headers_and_json() -> None:
+    """A 2xx JSON response completes with status, headers and the parsed JSON."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, json={"id": 7}, headers={"X-Thing": "yes"})
+
+    params = {"url": "https://api.test/items", "method": "post", "json": {"name": "a"}}
+    outcome = execute_workflow(_workflow(params), registry=_mock(handler))
+    assert isinstance(outcome, Completed)
+    assert outcome.output["status"] == 201
+    assert outcome.output["json"] == {"id": 7}
+    assert outcome.output["headers"]["x-thing"] == "yes"
+    assert "text" not in outcome.output
+    request = seen[0]
+    assert request.method == "POST"
+    assert json.loads(request.content) == {"name": "a"}
+    key = outcome.execution.id + ":call:0"
+    assert request.headers["idempotency-key"] == key
+
+
+def test_text_body_and_text_output() -> None:
+    """``body`` is sent as is; a non-JSON response becomes ``text``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="got " + request.content.decode())
+
+    params = {"url": "https://api.test/", "method": "PUT", "body": "plain"}
+    outcome = execute_workflow(_workflow(params), registry=_mock(handler))
+    assert isinstance(outcome, Completed)
+    assert outcome.output["text"] == "got plain"
+    assert "json" not in outcome.output
+
+
+def test_idempotency_key_can_be_switched_off_or_given() -> None:
+    """``idempotency_key: false`` sends none; an explicit header wins over the default."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    registry = _mock(handler)
+    execute_workflow(
+        _workflow({"url": "https://a.test/", "idempotency_key": False}), registry=registry
+    )
+    execute_workflow(
+        _workflow({"url": "https://a.test/", "headers": {"Idempotency-Key": "mine"}}),
+        registry=registry,
+    )
+    execute_workflow(
+        _workflow({"url": "https://a.test/", "idempotency_key": "k1"}), registry=registry
+    )
+    assert "idempotency-key" not in seen[0].headers
+    assert seen[1].headers["idempotency-key"] == "mine"
+    assert seen[2].headers["idempotency-key"] == "k1"
+
+
+@pytest.mark.parametrize("status", [408, 425, 429, 500, 502, 503, 504])
+def test_retryable_statuses_retry(status: int) -> None:
+    """408, 425, 429 and 5xx fail the attempt with a retryable HTTPStatusError."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, text="busy")
+
+    outcome = execute_workflow(_workflow({"url": "https://a.test/x"}), registry=_mock(handler))
+    assert isinstance(outcome, Suspend)
+    assert outcome.kind == "retry"
+    assert isinstance(outcome.data, RetryData)
+    error = outcome.data.original_error
+    assert error.type == "HTTPStatusError"
+    assert error.details["status"] == status
+    assert error.details["body"] == "busy"
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 422])
+def test_other_client_errors_do_not_retry(status: int) -> None:
+    """Any other 4xx is NonRetryable, recording the status and a body excerpt."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, text="no  such\nthing " + "x" * 500)
+
+    outcome = execute_workflow(_workflow({"url": "https://a.test/x"}), registry=_mock(handler))
+    assert isinstance(outcome, Failed)
+    error = outcome.error
+    assert error.code == "non_retryable"
+    assert error.type == "HTTPStatusError"
+    assert error.details["status"] == status
+    assert error.details["body"].startswith("no such thing x")
+    assert len(error.details["body"]) == 200
+    assert f"HTTP {status}" in error.message
+
+
+def test_retry_after_seconds_becomes_the_delay() -> None:
+    """``Retry-After: 7`` on a 429 makes the next delay 7 s."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": "7"})
+
+    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    assert isinstance(outcome, Suspend)
+    assert isinstance(outcome.data, RetryData)
+    assert outcome.data.retry_delay_ms == 7000
+    assert outcome.data.original_error.details["status"] == 429
+
+
+def test_retry_after_http_date_is_read_against_the_clock() -> None:
+    """``Retry-After`` as an HTTP-date is the time from the injected clock's now."""
+    clock = ManualClock(datetime(2031, 5, 1, 12, 0, tzinfo=timezone.utc))
+    when = format_datetime(clock() + timedelta(seconds=42), usegmt=True)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, headers={"Retry-After": when})
+
+    outcome = execute_workflow(
+        _workflow({"url": "https://a.test/"}), registry=_mock(handler), clock=clock
+    )
+    assert isinstance(outcome, Suspend)
+    assert isinstance(outcome.data, RetryData)
+    assert outcome.data.retry_delay_ms == 42_000
+
+
+def test_retry_after_is_capped_by_the_policy() -> None:
+    """A hint past ``max_delay`` is capped, as for any RetryAfter."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": "3600"})
+
+    policy = RetryPolicy(max_attempts=2, initial_delay=1, max_delay=10)
+    outcome = execute_workflow(
+        _workflow({"url": "https://a.test/"}, retry=policy), registry=_mock(handler)
+    )
+    assert isinstance(outcome, Suspend)
+    assert isinstance(outcome.data, RetryData)
+    assert outcome.data.retry_delay_ms == 10_000
+
+
+def test_connection_errors_and_timeouts_retry() -> None:
+    """A transport error or a timeout fails the attempt and retries."""
+    errors = iter([httpx.ConnectError("refused"), httpx.ReadTimeout("slow")])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        error = next(errors, None)
+        if error is not None:
+            raise error
+        return httpx.Response(200, json=True)
+
+    clock = ManualClock()
+    registry = _mock(handler)
+    workflow = _workflow({"url": "https://a.test/"})
+    outcome = execute_workflow(workflow, registry=registry, clock=clock)
+    types = []
+    while isinstance(outcome, Suspend):
+        assert isinstance(outcome.data, RetryData)
+        types.append(outcome.data.original_error.type)
+        clock.advance(outcome.data.retry_delay_ms / 1000)
+        outcome = resume_workflow(
+            _execution(outcome), workflow=workflow, registry=registry, clock=clock
+        )
+    assert types == ["ConnectError", "ReadTimeout"]
+    assert isinstance(outcome, Completed)
+    assert outcome.output["json"] is True
+    run = outcome.execution.node("call")
+    assert run is not None
+    attempts = run.attempts
+    assert [a.outcome.value for a in attempts] == ["failed", "failed", "completed"]
+
+
+def test_same_idempotency_key_on_every_attempt() -> None:
+    """Every retry of a node run sends the same Idempotency-Key."""
+    keys: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        keys.append(request.headers["idempotency-key"])
+        return httpx.Response(500) if len(keys) < 3 else httpx.Response(200)
+
+    clock = ManualClock()
+    registry = _mock(handler)
+    workflow = _workflow({"url": "https://a.test/"})
+    outcome = execute_workflow(workflow, registry=registry, clock=clock)
+    while isinstance(outcome, Suspend):
+        clock.advance(60)
+        outcome = resume_workflow(
+            _execution(outcome), workflow=workflow, registry=registry, clock=clock
+        )
+    assert isinstance(outcome, Completed)
+    assert len(keys) == 3
+    assert len(set(keys)) == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({}, "url"),
+        ({"url": "ftp://x"}, "url"),
+        ({"url": "https://x", "method": "BREW"}, "method"),
+        ({"url": "https://x", "headers": {"a": 1}}, "headers"),
+        ({"url": "https://x", "timeout": 0}, "timeout"),
+        ({"url": "https://x", "timeout": True}, "timeout"),
+        ({"url": "https://x", "json": {}, "body": "b"}, "body"),
+        ({"url": "https://x", "body": {"a": 1}}, "body"),
+        ({"url": "https://x", "idempotency_key": 3}, "idempotency_key"),
+        ({"url": "https://x", "verb": "GET"}, "verb"),
+    ],
+)
+def test_bad_params_fail_once_naming_the_param(params: dict[str, Any], field: str) -> None:
+    """Bad params are a non-retryable failure naming the param and the fix."""
+
+    def handler(request: httpx.Request) -> httpx.Response:  # pragma: no cover - never called
+        raise AssertionError("no request for bad params")
+
+    outcome = execute_workflow(_workflow(params), registry=_mock(handler))
+    assert isinstance(outcome, Failed)
+    assert outcome.error.code == "non_retryable"
+    assert f"params.{field}" in outcome.error.message
+
+
+def test_async_run_uses_the_async_client() -> None:
+    """Under aexecute_workflow the request goes through httpx.AsyncClient on the loop."""
+    loops: list[object] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        loops.append(asyncio.get_running_loop())
+        return httpx.Response(200, json={"async": True})
+
+    async def main() -> Any:
+        registry = Registry()
+        register_http(registry, transport=httpx.MockTransport(handler))
+        outcome = await aexecute_workflow(_workflow({"url": "https://a.test/"}), registry=registry)
+        return outcome, asyncio.get_running_loop()
+
+    outcome, loop = asyncio.run(main())
+    assert isinstance(outcome, Completed)
+    assert outcome.output["json"] == {"async": True}
+    assert loops == [loop]
+
+
+# --- against a real server on a loopback port ----------------------------------------------
+
+
+def _real_app() -> Any:
+    """A small Starlette app that answers by path: /ok, /flaky, /limited, /missing, /echo."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, PlainTextResponse, Response
+    from starlette.routing import Route
+
+    counts: dict[str, int] = {}
+
+    async def ok(request: Request) -> Response:
+        return JSONResponse({"hello": "world"})
+
+    async def flaky(request: Request) -> Response:
+        key = request.headers.get("idempotency-key", "")
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] < 3:
+            return PlainTextResponse("try later", status_code=503)
+        return JSONResponse({"calls": counts[key], "key": key})
+
+    async def limited(request: Request) -> Response:
+        return PlainTextResponse("slow down", status_code=429, headers={"Retry-After": "5"})
+
+    async def missing(request: Request) -> Response:
+        return PlainTextResponse("not here", status_code=404)
+
+    async def echo(request: Request) -> Response:
+        body = await request.json()
+        return JSONResponse({"method": request.method, "body": body})
+
+    return Starlette(
+        routes=[
+            Route("/ok", ok),
+            Route("/flaky", flaky),
+            Route("/limited", limited),
+            Route("/missing", missing),
+            Route("/echo", echo, methods=["POST"]),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def real_server() -> Iterator[str]:
+    """The app above, served by uvicorn on 127.0.0.1."""
+    with serve(_real_app()) as url:
+        yield url
+
+
+def test_real_server_success_sync_and_async(real_server: str) -> None:
+    """A real GET and POST over the loopback, sync and async."""
+    workflow = _workflow({"url": real_server + "/ok"})
+    outcome = execute_workflow(workflow)
+    assert isinstance(outcome, Completed)
+    assert outcome.output["json"] == {"hello": "world"}
+    posted = _workflow({"url": real_server + "/echo", "method": "POST", "json": {"n": 1}})
+    done = asyncio.run(aexecute_workflow(posted))
+    assert isinstance(done, Completed)
+    assert done.output["json"] == {"method": "POST", "body": {"n": 1}}
+
+
+def test_real_server_retries_until_success(real_server: str) -> None:
+    """Two 503s then a 200: two retries, one idempotency key seen three times by the server."""
+    clock = ManualClock()
+    workflow = _workflow({"url": real_server + "/flaky"})
+    outcome = execute_workflow(workflow, clock=clock)
+    while isinstance(outcome, Suspend):
+        clock.advance(60)
+        outcome = resume_workflow(_execution(outcome), workflow=workflow, clock=clock)
+    assert isinstance(outcome, Completed)
+    assert outcome.output["json"]["calls"] == 3
+    assert outcome.output["json"]["key"] == outcome.execution.id + ":call:0"
+
+
+def test_real_server_retry_after_and_not_found(real_server: str) -> None:
+    """A real 429 with Retry-After gives a 5 s hint; a real 404 fails without retry."""
+    limited = execute_workflow(_workflow({"url": real_server + "/limited"}))
+    assert isinstance(limited, Suspend)
+    assert isinstance(limited.data, RetryData)
+    assert limited.data.retry_delay_ms == 5000
+    missing = execute_workflow(_workflow({"url": real_server + "/missing"}))
+    assert isinstance(missing, Failed)
+    assert missing.error.details["status"] == 404
+    assert missing.error.details["body"] == "not here"
+
+
+def test_real_connection_refused_retries() -> None:
+    """Nothing listening on the port: a ConnectError, retried."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # bound then closed: nothing listens there now
+    outcome = execute_workflow(_workflow({"url": f"http://127.0.0.1:{port}/", "timeout": 5}))
+    assert isinstance(outcome, Suspend)
+    assert isinstance(outcome.data, RetryData)
+    assert outcome.data.original_error.type == "ConnectError"
+
+
+def test_http_status_error_message() -> None:
+    """The error reads as one line: status, method, URL and the excerpt."""
+    error = HTTPStatusError(503, "GET", "https://a.test/", "busy")
+    assert str(error) == "HTTP 503 from GET https://a.test/: busy"
