@@ -1,0 +1,542 @@
+"""Dead letters and redrive: a failed execution resumes from its failed node (or a named one).
+
+NoETL parks a job whose attempts ran out as ``dead`` ("All attempts exhausted, no more
+retries", noetl/noetl docs/QUEUE_RETRY_STATUS_FLOW.md); prana's dead letters are its failed
+executions (``prana list --status failed``), and a redrive takes one up again: the node
+re-runs with its input rebuilt fresh, the whole attempt ledger is kept and shows the redrive.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prana import (
+    ActionContext,
+    Completed,
+    Connection,
+    Event,
+    ExecutionStatus,
+    Failed,
+    Node,
+    NodeExecution,
+    NodeSettings,
+    NodeStatus,
+    Registry,
+    ResumeError,
+    RetryPolicy,
+    Suspend,
+    Workflow,
+    WorkflowExecution,
+    cancel_execution,
+    dumps,
+    execute_workflow,
+    loads,
+    resume_workflow,
+)
+from prana.testing import ManualClock
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scheduling.abc import ExecutionStore
+
+XFAIL = pytest.mark.xfail(strict=True, reason="redrive is not implemented yet")
+
+
+class Switch:
+    """An action that fails while ``broken`` is set and echoes its input otherwise.
+
+    Its output depends only on the node and its input, never on the attempt, so a redriven
+    run and one that never failed produce the same data.
+    """
+
+    def __init__(self, broken: bool = True) -> None:
+        self.broken = broken
+        self.calls: list[int] = []
+
+    def __call__(self, params: Any, ctx: ActionContext) -> Any:
+        self.calls.append(ctx.attempt)
+        if self.broken:
+            raise ConnectionError(f"{ctx.node_key} is down")
+        return {"node": ctx.node_key, "input": dict(ctx.input), "key": ctx.idempotency_key}
+
+
+def chain(policy: RetryPolicy | None = None) -> Workflow:
+    """start -> fetch -> store -> notify; ``store`` is the flaky one."""
+    settings = NodeSettings(retry=policy)
+    return Workflow(
+        id="dead-letters",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="fetch", type="test.echo"),
+            Node(key="store", type="test.flaky", settings=settings),
+            Node(key="notify", type="test.echo"),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="fetch"),
+            Connection(from_node="fetch", to_node="store"),
+            Connection(from_node="store", to_node="notify"),
+        ],
+    )
+
+
+def registry_with(flaky: Switch) -> Registry:
+    """Built-ins, ``test.flaky`` and an always-working ``test.echo``."""
+    registry = Registry()
+    registry.register("test.flaky", flaky)
+    registry.register("test.echo", Switch(broken=False))
+    return registry
+
+
+def record_attempts(record: NodeExecution) -> Any:
+    """The record's attempts, typed loosely while ``AttemptRecord.redrive`` is new."""
+    return record.attempts
+
+
+def drive(
+    outcome: Completed | Failed | Suspend,
+    workflow: Workflow,
+    registry: Registry,
+    clock: ManualClock,
+) -> Completed | Failed | Suspend:
+    """Resume every retry when due until the execution ends."""
+    while isinstance(outcome, Suspend) and outcome.kind == "retry":
+        assert outcome.execution is not None
+        clock.set(max(clock(), outcome.data.resume_at))
+        outcome = resume_workflow(
+            outcome.execution, None, workflow=workflow, registry=registry, clock=clock
+        )
+    return outcome
+
+
+def failed_run(workflow: Workflow, flaky: Switch, clock: ManualClock) -> tuple[Failed, Registry]:
+    """Run ``workflow`` with ``flaky`` broken until it fails."""
+    registry = registry_with(flaky)
+    outcome = drive(
+        execute_workflow(workflow, {"order": 7}, registry=registry, clock=clock),
+        workflow,
+        registry,
+        clock,
+    )
+    assert isinstance(outcome, Failed), outcome
+    return outcome, registry
+
+
+# -- the core ------------------------------------------------------------------------------
+
+
+@XFAIL
+def test_redrive_resumes_the_failed_node_and_keeps_the_ledger() -> None:
+    """A failed execution, redriven once its action works, completes; every attempt is kept."""
+    from prana import EventType, redrive_execution
+
+    clock = ManualClock()
+    flaky = Switch()
+    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    failed, registry = failed_run(workflow, flaky, clock)
+    assert flaky.calls == [1, 2]
+    flaky.broken = False
+    redrive_at = clock.advance(3600)
+    events: list[Event] = []
+    redriven = redrive_execution(
+        failed.execution, workflow=workflow, clock=clock, observers=[events.append]
+    )
+    assert redriven.status is ExecutionStatus.SUSPENDED
+    assert redriven.suspended_node == "store"
+    assert redriven.due_at == redrive_at
+    assert [e.type for e in events] == [EventType("execution_redriven")]
+    assert (events[0].node_key, events[0].attempt) == ("store", 3)
+    assert events[0].error == failed.execution.error
+    outcome = drive(
+        resume_workflow(redriven, None, workflow=workflow, registry=registry, clock=clock),
+        workflow,
+        registry,
+        clock,
+    )
+    assert isinstance(outcome, Completed)
+    record = outcome.execution.node("store")
+    assert record is not None
+    assert record.status is NodeStatus.COMPLETED
+    assert [a.number for a in record.attempts] == [1, 2, 3]
+    assert [a.redrive for a in record_attempts(record)] == [False, False, True]
+    assert record.attempts[2].due_at == redrive_at
+    fetched = outcome.execution.node("fetch")
+    assert fetched is not None
+    assert record.output["input"] == {"main": fetched.output}
+    assert outcome.execution.node("notify") is not None
+    assert failed.execution.status is ExecutionStatus.FAILED  # the input is never changed
+
+
+@XFAIL
+def test_without_reset_one_more_attempt_with_reset_the_policy_restarts() -> None:
+    """``reset_attempts=False`` gives one more attempt; ``True`` restarts the policy's count.
+
+    Attempt numbers go on after a plain redrive (3) and start over at 1 after a reset, the
+    redrive's attempt marked in the ledger either way.
+    """
+    from prana import redrive_execution
+
+    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    clock = ManualClock()
+    flaky = Switch()
+    failed, registry = failed_run(workflow, flaky, clock)
+
+    plain = redrive_execution(failed.execution, workflow=workflow, clock=clock)
+    again = drive(
+        resume_workflow(plain, None, workflow=workflow, registry=registry, clock=clock),
+        workflow,
+        registry,
+        clock,
+    )
+    assert isinstance(again, Failed)
+    record = again.execution.node("store")
+    assert record is not None
+    assert [(a.number, a.redrive) for a in record_attempts(record)] == [
+        (1, False),
+        (2, False),
+        (3, True),
+    ]
+
+    reset = redrive_execution(again.execution, workflow=workflow, clock=clock, reset_attempts=True)
+    assert reset.suspension is not None
+    assert reset.suspension.data.attempt_number == 1
+    third = drive(
+        resume_workflow(reset, None, workflow=workflow, registry=registry, clock=clock),
+        workflow,
+        registry,
+        clock,
+    )
+    assert isinstance(third, Failed)
+    record = third.execution.node("store")
+    assert record is not None
+    assert [(a.number, a.redrive) for a in record_attempts(record)] == [
+        (1, False),
+        (2, False),
+        (3, True),
+        (1, True),
+        (2, False),
+    ]
+    assert flaky.calls == [1, 2, 3, 1, 2]
+
+
+@XFAIL
+def test_redrive_from_a_named_upstream_node_reruns_it_and_what_follows() -> None:
+    """``node=`` re-runs an upstream node as a new run; the failed node then runs anew too."""
+    from prana import redrive_execution
+
+    workflow = chain()
+    clock = ManualClock()
+    flaky = Switch()
+    failed, registry = failed_run(workflow, flaky, clock)
+    flaky.broken = False
+    redriven = redrive_execution(failed.execution, workflow=workflow, node="fetch", clock=clock)
+    assert redriven.suspended_node == "fetch"
+    outcome = drive(
+        resume_workflow(redriven, None, workflow=workflow, registry=registry, clock=clock),
+        workflow,
+        registry,
+        clock,
+    )
+    assert isinstance(outcome, Completed)
+    runs = outcome.execution.node_executions
+    assert [r.status for r in runs["fetch"]] == [NodeStatus.COMPLETED, NodeStatus.COMPLETED]
+    assert [r.status for r in runs["store"]] == [NodeStatus.FAILED, NodeStatus.COMPLETED]
+    assert record_attempts(runs["fetch"][1])[0].redrive
+    assert runs["store"][1].output["key"].endswith(":store:1")
+
+
+@XFAIL
+@pytest.mark.parametrize(
+    ("node", "match"),
+    [
+        ("nope", "no node 'nope'"),
+        ("notify", "never ran"),
+    ],
+)
+def test_redrive_refuses_a_node_it_cannot_start_from(node: str, match: str) -> None:
+    """An unknown node, or one that never ran, is refused with the reason."""
+    from prana import redrive_execution
+
+    workflow = chain()
+    failed, _ = failed_run(workflow, Switch(), ManualClock())
+    with pytest.raises(ResumeError, match=match):
+        redrive_execution(failed.execution, workflow=workflow, node=node)
+
+
+@XFAIL
+def test_redrive_refuses_a_node_that_does_not_lead_to_the_failure() -> None:
+    """A named node the failed node does not follow would not re-run it: refused."""
+    from prana import redrive_execution
+
+    workflow = Workflow(
+        id="fork",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="side", type="test.echo"),
+            Node(key="store", type="test.flaky"),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="side"),
+            Connection(from_node="start", to_node="store"),
+        ],
+    )
+    failed, _ = failed_run(workflow, Switch(), ManualClock())
+    assert failed.execution.node("side") is not None
+    with pytest.raises(ResumeError, match="does not lead to the failed node 'store'"):
+        redrive_execution(failed.execution, workflow=workflow, node="side")
+
+
+@XFAIL
+def test_redrive_refuses_executions_that_did_not_fail() -> None:
+    """Completed, waiting and cancelled executions are refused, each with its reason."""
+    from prana import redrive_execution
+
+    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    clock = ManualClock()
+    registry = registry_with(Switch())
+    waiting = execute_workflow(workflow, {}, registry=registry, clock=clock)
+    assert isinstance(waiting, Suspend)
+    assert waiting.execution is not None
+    with pytest.raises(ResumeError, match=r"suspended.*resumes by itself"):
+        redrive_execution(waiting.execution, workflow=workflow)
+    cancelled = cancel_execution(waiting.execution, "stop", clock=clock)
+    with pytest.raises(ResumeError, match="cancelled on purpose"):
+        redrive_execution(cancelled, workflow=workflow)
+    done = execute_workflow(workflow, {}, registry=registry_with(Switch(broken=False)), clock=clock)
+    assert isinstance(done, Completed)
+    with pytest.raises(ResumeError, match=r"completed.*nothing to redrive"):
+        redrive_execution(done.execution, workflow=workflow)
+
+
+@XFAIL
+def test_redrive_through_dumps_and_loads_matches_the_in_memory_redrive() -> None:
+    """A failed execution reloaded from JSON redrives to the same end as the live one."""
+    from prana import redrive_execution
+
+    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    ends: list[WorkflowExecution] = []
+    for reload in (False, True):
+        clock = ManualClock()
+        flaky = Switch()
+        failed, registry = failed_run(workflow, flaky, clock)
+        flaky.broken = False
+        execution = loads(dumps(failed.execution)) if reload else failed.execution
+        redriven = redrive_execution(execution, workflow=workflow, clock=clock)
+        if reload:
+            redriven = loads(dumps(redriven))
+        outcome = drive(
+            resume_workflow(redriven, None, workflow=workflow, registry=registry, clock=clock),
+            workflow,
+            registry,
+            clock,
+        )
+        assert isinstance(outcome, Completed)
+        ends.append(outcome.execution)
+    assert ends[0] == ends[1]
+
+
+# -- the property --------------------------------------------------------------------------
+
+
+def _comparable(execution: WorkflowExecution) -> dict[str, Any]:
+    """Everything about an execution except its ledger (attempts and times)."""
+    return {
+        "status": execution.status,
+        "output": execution.output,
+        "error": execution.error,
+        "state": dict(execution.state),
+        "pending": execution.pending,
+        "next_index": execution.next_index,
+        "nodes": {
+            key: [
+                (r.status, r.execution_index, r.run_index, r.params, r.output, r.output_port)
+                for r in runs
+            ]
+            for key, runs in execution.node_executions.items()
+        },
+    }
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> tuple[Workflow, str]:
+    """A random DAG of echo steps (OR- and AND-joins), one of them the flaky node."""
+    size = draw(st.integers(min_value=1, max_value=6))
+    keys = [f"n{i}" for i in range(size)]
+    flaky = draw(st.sampled_from(keys))
+    nodes = [Node(key="start", type="manual.trigger")]
+    connections: list[Connection] = []
+    for i, key in enumerate(keys):
+        earlier = ["start", *keys[:i]]
+        sources = draw(st.lists(st.sampled_from(earlier), min_size=1, max_size=2, unique=True))
+        ports = draw(st.sampled_from(["same", "split"])) if len(sources) == 2 else "same"
+        for j, source in enumerate(sources):
+            port = f"p{j}" if ports == "split" else "main"
+            connections.append(Connection(from_node=source, to_node=key, to_port=port))
+        policy = draw(
+            st.one_of(
+                st.none(),
+                st.builds(
+                    RetryPolicy,
+                    max_attempts=st.integers(min_value=1, max_value=3),
+                    initial_delay=st.sampled_from([0, 1, 5]),
+                    max_delay=st.just(60),
+                ),
+            )
+        )
+        node_type = "test.flaky" if key == flaky else "test.echo"
+        nodes.append(Node(key=key, type=node_type, settings=NodeSettings(retry=policy)))
+    return Workflow(id="dag", nodes=nodes, connections=connections), flaky
+
+
+@XFAIL
+@settings(max_examples=60, deadline=None)
+@given(dags(), st.booleans(), st.booleans())
+def test_a_redriven_execution_ends_like_one_that_never_failed(
+    dag: tuple[Workflow, str], reset: bool, reload: bool
+) -> None:
+    """Redriven once its action works, an execution ends as if it never failed, ledger aside."""
+    from prana import redrive_execution
+
+    workflow, _ = dag
+    clock = ManualClock()
+    flaky = Switch()
+    failed, registry = failed_run(workflow, flaky, clock)
+    flaky.broken = False
+    execution = loads(dumps(failed.execution)) if reload else failed.execution
+    redriven = redrive_execution(execution, workflow=workflow, reset_attempts=reset, clock=clock)
+    if reload:
+        redriven = loads(dumps(redriven))
+    outcome = drive(
+        resume_workflow(redriven, None, workflow=workflow, registry=registry, clock=clock),
+        workflow,
+        registry,
+        clock,
+    )
+    clean = drive(
+        execute_workflow(
+            workflow, {"order": 7}, registry=registry, clock=clock, execution_id=execution.id
+        ),
+        workflow,
+        registry,
+        clock,
+    )
+    assert isinstance(outcome, Completed)
+    assert isinstance(clean, Completed)
+    assert _comparable(outcome.execution) == _comparable(clean.execution)
+
+
+# -- the runner, over every store ------------------------------------------------------------
+
+
+@XFAIL
+def test_runner_redrive_completes_a_failed_execution(store: ExecutionStore) -> None:
+    """``Runner.redrive`` takes a dead letter up again; the redrive is in the events."""
+    from prana import EventType
+    from scheduling import Runner
+    from scheduling.adapters.manual import ManualScheduler
+
+    clock = ManualClock()
+    flaky = Switch()
+    events: list[Event] = []
+    scheduler = ManualScheduler(clock)
+    runner: Any = Runner(
+        registry_with(flaky),
+        store,
+        scheduler,
+        clock=clock,
+        observers=[events.append],
+    )
+    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    with runner:
+        eid = runner.start(workflow, {"order": 7})
+        scheduler.advance(10)
+        assert runner.get(eid).status is ExecutionStatus.FAILED
+        assert eid in [row.id for row in store.list(ExecutionStatus.FAILED)]
+        flaky.broken = False
+        outcome = runner.redrive(eid)
+        assert isinstance(outcome, Completed)
+        assert runner.get(eid).status is ExecutionStatus.COMPLETED
+        assert eid not in [row.id for row in store.list(ExecutionStatus.FAILED)]
+        with pytest.raises(ResumeError, match="completed"):
+            runner.redrive(eid)
+    assert EventType("execution_redriven") in [e.type for e in events]
+    record = runner.get(eid).node("store")
+    assert record is not None
+    assert [a.redrive for a in record_attempts(record)] == [False, False, True]
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+ACTIONS = textwrap.dedent(
+    """
+    import pathlib
+
+    BROKEN = pathlib.Path(__file__).with_name("broken")
+
+    def store(params, ctx):
+        if BROKEN.exists():
+            raise ConnectionError("the database is down")
+        return {"stored": ctx.input["main"], "attempt": ctx.attempt}
+
+    def register(registry):
+        registry.register("cli.store", store)
+    """
+)
+
+
+@XFAIL
+def test_cli_redrive_completes_a_failed_execution(tmp_path: Path) -> None:
+    """``prana run`` fails, ``list --status failed`` shows it, ``prana redrive`` completes it."""
+    actions = tmp_path / "redrive_actions.py"
+    actions.write_text(ACTIONS)
+    (tmp_path / "broken").write_text("yes")
+    workflow = tmp_path / "wf.json"
+    workflow.write_text(
+        json.dumps(
+            {
+                "id": "cli-redrive",
+                "nodes": [
+                    {"key": "start", "type": "manual.trigger"},
+                    {"key": "store", "type": "cli.store"},
+                ],
+                "connections": [{"from_node": "start", "to_node": "store"}],
+            }
+        )
+    )
+    db = str(tmp_path / "prana.db")
+
+    def prana(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "scheduling._cli", *args, "--db", db],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            check=False,
+        )
+
+    ran = prana("run", str(workflow), "--actions", str(actions), "--input", '{"n": 1}')
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    listed = prana("list", "--status", "failed")
+    assert listed.returncode == 0
+    (line,) = [row for row in listed.stdout.splitlines() if "cli-redrive" in row]
+    eid = line.split()[0]
+    (tmp_path / "broken").unlink()
+    redrive = prana("redrive", eid, "--actions", str(actions))
+    assert redrive.returncode == 0, redrive.stdout + redrive.stderr
+    assert f"execution {eid}: completed" in redrive.stdout
+    shown = prana("show", eid)
+    assert "redrive" in shown.stdout
+    assert prana("list", "--status", "failed").stdout.strip() == "no executions"
+    refused = prana("redrive", eid, "--actions", str(actions))
+    assert refused.returncode == 2
+    assert "completed" in refused.stderr
