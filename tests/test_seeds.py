@@ -34,7 +34,8 @@ from prana import (
     loads_workflow,
     resume_workflow,
 )
-from prana._policy import AttemptView, coerce_policies, decide_retry, resolve
+from prana._decision import AttemptView, decide_retry
+from prana._policy import coerce_policies, resolve
 from prana.testing import ManualClock
 
 SEED = "exec-1:node:0"
