@@ -58,6 +58,8 @@ from prana._policy import RetryPolicy, Schedule, ScheduleRow
 from prana._registry import ActionContext, ActionSpec, Registry
 
 if TYPE_CHECKING:
+    __version__: str
+
     from prana._lint import LintWarning, lint
     from prana._serialization import (
         SCHEMA_VERSION,
@@ -81,7 +83,25 @@ _LAZY = {
 """Names imported on first use: cattrs and the linter cost import time most runs never need."""
 
 
+_DISTRIBUTION = "prana-workflows"
+"""The name prana is published under (``pip install prana-workflows``); imported as ``prana``."""
+
+
+def _version() -> str:
+    """The installed distribution's version; ``0+unknown`` when running from a bare checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(_DISTRIBUTION)
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # Read from the installed metadata on first use: importlib.metadata costs import time.
+        value = globals()[name] = _version()
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'prana' has no attribute {name!r}")

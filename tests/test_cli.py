@@ -402,5 +402,5 @@ def test_a_missing_optional_driver_is_one_line(
     monkeypatch.setattr(builtins, "__import__", no_psycopg)
     code, _, err = run(["list", "--postgres", "postgresql://x@127.0.0.1:1/none"], capsys)
     assert code == 2
-    assert "pip install 'prana[postgres]'" in err
+    assert "pip install 'prana-workflows[postgres]'" in err
     assert err.count("\n") == 1

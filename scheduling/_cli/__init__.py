@@ -18,6 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from prana import PranaError
+from scheduling import _ownership
 from scheduling._cli import demo, listing, run, steer, worker
 from scheduling._cli._common import (
     DEFAULT_DB,
@@ -39,8 +40,15 @@ _COMMANDS = (run, worker, listing, steer, demo)
 
 
 def _parser() -> argparse.ArgumentParser:
+    import prana
+
     parser = argparse.ArgumentParser(
         prog="prana", description="Run workflows with retries that survive restarts."
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"prana {prana.__version__} (distribution {_ownership.DISTRIBUTION})",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -64,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``prana`` command; returns the exit code (0 ok, 1 run failed, 2 mistake)."""
+    try:
+        _ownership.check()
+    except _ownership.ForeignSchedulingError as exc:
+        print(f"prana: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     args = _parser().parse_args(argv)
     try:
         code: int = args.handler(args)
@@ -73,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:
         print(
             f"prana: error: {one_line(exc)}; install the extra it needs, e.g. "
-            "pip install 'prana[postgres]'",
+            "pip install 'prana-workflows[postgres]'",
             file=sys.stderr,
         )
         return EXIT_USAGE

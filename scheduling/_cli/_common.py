@@ -73,7 +73,7 @@ def load_workflow_file(path: str | os.PathLike[str]) -> Workflow:
                 import yaml
             except ImportError:  # pragma: no cover - pyyaml ships with the cli extra
                 raise CLIError(
-                    f"{file}: reading YAML needs PyYAML: pip install 'prana[yaml]'"
+                    f"{file}: reading YAML needs PyYAML: pip install 'prana-workflows[yaml]'"
                 ) from None
             try:
                 doc = yaml.safe_load(text)

@@ -1,0 +1,134 @@
+"""The distribution: name, version, entry points, and the guard against a foreign scheduling."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import prana
+import scheduling
+
+ROOT = Path(__file__).parent.parent
+FOREIGN_INIT = textwrap.dedent(
+    """
+    # the unrelated 2016 `scheduling` package's __init__.py, as PyPI ships it
+    from scheduling.graph import CircularDependency
+    """
+)
+
+
+def _foreign_dist_info(site: Path) -> None:
+    """Write the metadata pip leaves for the unrelated ``scheduling`` 0.0.2 distribution."""
+    info = site / "scheduling-0.0.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scheduling\nVersion: 0.0.2\n")
+    (info / "top_level.txt").write_text("scheduling\n")
+    (info / "RECORD").write_text(
+        "scheduling/__init__.py,,\nscheduling/graph.py,,\nscheduling-0.0.2.dist-info/RECORD,,\n"
+    )
+
+
+def _site_with_our_scheduling(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    shutil.copytree(
+        ROOT / "scheduling", site / "scheduling", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return site
+
+
+def _python(site: Path, code: str) -> subprocess.CompletedProcess[str]:
+    env = {"PYTHONPATH": f"{site}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=site,
+        check=False,
+    )
+
+
+def test_distribution_name_version_and_license() -> None:
+    """Installed as prana-workflows, MIT, and ``prana.__version__`` is the installed version."""
+    meta = importlib.metadata.metadata("prana-workflows")
+    assert meta["Name"] == "prana-workflows"
+    assert prana.__version__ == importlib.metadata.version("prana-workflows")
+    assert meta["License-Expression"] == "MIT"
+    assert any(url.startswith("Documentation") for url in meta.get_all("Project-URL") or [])
+    assert "Typing :: Typed" in (meta.get_all("Classifier") or [])
+
+
+def test_procrastinate_extra_is_bounded_and_test_tools_are_not_user_facing() -> None:
+    """The procrastinate extra has an upper bound; pytest is only in the dev extra."""
+    requires = importlib.metadata.requires("prana-workflows") or []
+    procrastinate = [r for r in requires if r.startswith("procrastinate")]
+    assert procrastinate
+    assert all("<" in r for r in procrastinate)
+    test_tools = [r for r in requires if r.startswith(("pytest", "hypothesis", "mypy"))]
+    assert test_tools
+    assert all(r.replace("'", '"').endswith('extra == "dev"') for r in test_tools)
+
+
+def test_py_typed_markers_exist() -> None:
+    """Both packages carry py.typed, so type checkers read their annotations."""
+    assert (Path(prana.__file__).parent / "py.typed").is_file()
+    assert (Path(scheduling.__file__).parent / "py.typed").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv", [["-m", "prana", "--version"], ["-m", "scheduling._cli", "--version"]]
+)
+def test_python_dash_m_prana_and_version(argv: list[str]) -> None:
+    """``python -m prana --version`` prints the version and the distribution name."""
+    out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"prana {prana.__version__} (distribution prana-workflows)"
+
+
+def test_python_dash_m_prana_runs_the_cli() -> None:
+    """``python -m prana`` is the ``prana`` command (its help lists the commands)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "prana", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "run" in out.stdout
+    assert "worker" in out.stdout
+
+
+def test_foreign_scheduling_installed_over_ours_fails_in_one_line(tmp_path: Path) -> None:
+    """When the PyPI ``scheduling`` overwrote our __init__, the command names it in one line."""
+    site = _site_with_our_scheduling(tmp_path)
+    (site / "scheduling" / "__init__.py").write_text(FOREIGN_INIT)
+    (site / "scheduling" / "graph.py").write_text("class CircularDependency(Exception): ...\n")
+    _foreign_dist_info(site)
+    result = _python(site, "from scheduling._cli import main; raise SystemExit(main(['list']))")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "scheduling 0.0.2's, not prana's" in lines[0]
+    assert "pip uninstall scheduling" in lines[0]
+    assert "prana-workflows" in lines[0]
+
+
+def test_foreign_scheduling_installed_under_ours_fails_at_import(tmp_path: Path) -> None:
+    """When ours overwrote the PyPI ``scheduling``, ``import scheduling`` fails naming it."""
+    site = _site_with_our_scheduling(tmp_path)
+    _foreign_dist_info(site)
+    result = _python(site, "import scheduling")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("scheduling._ownership.ForeignSchedulingError: another distribution")
+    assert "scheduling-0.0.2.dist-info" in last
+    assert "pip install --force-reinstall prana-workflows" in last
+
+
+def test_our_scheduling_alone_imports(tmp_path: Path) -> None:
+    """Without a rival distribution, the same copied package imports cleanly."""
+    site = _site_with_our_scheduling(tmp_path)
+    result = _python(site, "import scheduling; print(scheduling.__prana_shell__)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
