@@ -9,6 +9,11 @@ Connections come from a ``psycopg_pool.ConnectionPool`` (opened on first use): a
 fires resumes from scheduler threads, and a pool lets them talk to the server at the
 same time where one shared connection would queue them behind a lock.
 
+Errors: every driver error leaves a method as a one-line ``StoreError`` (the driver's
+error is its ``__cause__``). A read whose connection the server ended (a restart, a
+``pg_terminate_backend``) is retried once on a fresh connection; a write never is, since
+it may have committed: it raises, and the caller reloads (the runner's next alarm does).
+
 Claims (``claim_due``) spread due executions over workers without a job queue: a claim
 is a lease, not a lock. See ``claim_due`` for the exact rules.
 
@@ -20,6 +25,7 @@ execution's alarm there, so the state and its alarm commit together or not at al
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -57,7 +63,7 @@ from scheduling.stores._sql import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 __all__ = ["OnSave", "PostgresStore"]
 
@@ -101,6 +107,12 @@ _PROBE_FIRST_PAUSE_SECONDS = 0.1
 def _one_line(exc: BaseException) -> str:
     """A driver message on one line (libpq's span several, with tabs)."""
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
+def _driver_error(exc: psycopg.Error, what: str) -> StoreError:
+    """A driver error as a one-line ``StoreError`` saying what failed (the server's words)."""
+    primary = exc.diag.message_primary if not isinstance(exc, PoolTimeout) else None
+    return StoreError(f"PostgreSQL: {what} failed: {primary or _one_line(exc)}")
 
 
 def _connect_timeout(seconds: Any, from_dsn: str | int | None) -> float:
@@ -221,6 +233,7 @@ class PostgresStore:
                         "connect_timeout": math.ceil(self.connect_timeout_seconds),
                     },
                     configure=_configure,
+                    timeout=self.connect_timeout_seconds,
                     open=False,
                     name="prana-store",
                 )
@@ -234,9 +247,45 @@ class PostgresStore:
                     ) from None
                 self._pool = pool
             if not self._ready:
-                self._setup(self._pool)
+                try:
+                    self._setup(self._pool)
+                except psycopg.Error as exc:
+                    raise _driver_error(exc, "creating the tables") from exc
                 self._ready = True
             return self._pool
+
+    @contextlib.contextmanager
+    def _connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; a driver error inside becomes a ``StoreError`` naming ``what``."""
+        pool = self._connections()
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise _driver_error(exc, what) from exc
+
+    def _read(self, what: str, query: str, params: Any, *, one: bool) -> Any:
+        """Run a read-only ``query``: its first row (``one``) or all rows.
+
+        A connection the server ended is retried once, after the pool has checked its
+        idle connections (the server may have ended them all); any other driver error is a
+        ``StoreError``.
+        """
+        pool = self._connections()
+        for attempt in (1, 2):
+            conn: psycopg.Connection[Any] | None = None
+            try:
+                with pool.connection() as conn:
+                    cursor = conn.execute(query, params)
+                    return cursor.fetchone() if one else cursor.fetchall()
+            except psycopg.OperationalError as exc:
+                if attempt == 1 and conn is not None and (conn.broken or conn.closed):
+                    pool.check()
+                    continue
+                raise _driver_error(exc, what) from exc
+            except psycopg.Error as exc:
+                raise _driver_error(exc, what) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _probe(self) -> None:
         """Connect directly until one connection succeeds or the connect timeout passes.
@@ -280,8 +329,7 @@ class PostgresStore:
 
     def drop(self) -> None:
         """Drop this store's two tables and everything in them (for tests and teardown)."""
-        pool = self._connections()
-        with pool.connection() as conn:
+        with self._connection("dropping the tables") as conn:
             conn.execute(self._q["drop"])
         self._ready = False
         self._workflow_cache.clear()
@@ -306,9 +354,8 @@ class PostgresStore:
         """
         check_save(execution, expected_version)
         data = dumps(execution)
-        pool = self._connections()
         hook = self.on_save
-        with pool.connection() as conn:
+        with self._connection(f"save of execution {execution.id!r}") as conn:
             if hook is None:
                 version = self._write(conn, execution, expected_version, data)
             else:
@@ -366,9 +413,9 @@ class PostgresStore:
 
     def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
         """The execution and its version; ``ExecutionNotFound`` if there is none."""
-        pool = self._connections()
-        with pool.connection() as conn:
-            row = conn.execute(self._q["load"], (execution_id,)).fetchone()
+        row = self._read(
+            f"load of execution {execution_id!r}", self._q["load"], (execution_id,), one=True
+        )
         if row is None:
             raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
         return self._parsed.read(execution_id, row[0]), int(row[1])
@@ -380,16 +427,12 @@ class PostgresStore:
         """
         check_aware(now, "find_due(now)")
         check_limit(limit)
-        pool = self._connections()
-        with pool.connection() as conn:
-            rows = conn.execute(self._q["find_due"], (now, limit)).fetchall()
+        rows = self._read("find_due", self._q["find_due"], (now, limit), one=False)
         return [(eid, at.astimezone(timezone.utc)) for eid, at in rows]
 
     def alarms(self) -> Sequence[tuple[str, datetime]]:
         """Every suspended execution with a due time, earliest first."""
-        pool = self._connections()
-        with pool.connection() as conn:
-            rows = conn.execute(self._q["alarms"]).fetchall()
+        rows = self._read("alarms", self._q["alarms"], None, one=False)
         return [(eid, at.astimezone(timezone.utc)) for eid, at in rows]
 
     def claim_due(
@@ -421,8 +464,7 @@ class PostgresStore:
             raise InvalidSettingsError(
                 f"claim_due(lease={lease!r}): use a positive timedelta, e.g. timedelta(seconds=60)"
             )
-        pool = self._connections()
-        with pool.connection() as conn:
+        with self._connection("claim_due") as conn:
             rows = conn.execute(
                 self._q["claim"],
                 {"now": now, "limit": limit, "worker": worker, "until": now + lease},
@@ -432,8 +474,7 @@ class PostgresStore:
 
     def release(self, execution_id: str, *, worker: str) -> bool:
         """End ``worker``'s claim on ``execution_id``; ``False`` if it held none."""
-        pool = self._connections()
-        with pool.connection() as conn:
+        with self._connection(f"release of execution {execution_id!r}") as conn:
             cur = conn.execute(self._q["release"], (execution_id, worker))
         return cur.rowcount == 1
 
@@ -443,12 +484,10 @@ class PostgresStore:
         """Executions, most recently created first, optionally only those with ``status``."""
         wanted = check_status(status)
         check_limit(limit)
-        pool = self._connections()
-        with pool.connection() as conn:
-            if wanted is None:
-                rows = conn.execute(self._q["list"], (limit,)).fetchall()
-            else:
-                rows = conn.execute(self._q["list_status"], (wanted.value, limit)).fetchall()
+        if wanted is None:
+            rows = self._read("list", self._q["list"], (limit,), one=False)
+        else:
+            rows = self._read("list", self._q["list_status"], (wanted.value, limit), one=False)
         return [summary_from_row(row, _utc) for row in rows]
 
     # -- workflow definitions ---------------------------------------------------------
@@ -459,8 +498,7 @@ class PostgresStore:
         key = (workflow.id, workflow.version)
         if self._workflows_saved.get(key) == text:
             return
-        pool = self._connections()
-        with pool.connection() as conn:
+        with self._connection(f"save of workflow {workflow.id!r}") as conn:
             inserted = conn.execute(self._q["insert_workflow"], (*key, text)).rowcount
             row = None if inserted == 1 else conn.execute(self._q["workflow"], key).fetchone()
         if inserted != 1 and (row is None or not same_definition(row[0], text)):
@@ -476,9 +514,12 @@ class PostgresStore:
         cached = self._workflow_cache.get(key)
         if cached is not None:
             return cached
-        pool = self._connections()
-        with pool.connection() as conn:
-            row = conn.execute(self._q["workflow"], key).fetchone()
+        row = self._read(
+            f"load of workflow {workflow_id!r} version {version}",
+            self._q["workflow"],
+            key,
+            one=True,
+        )
         if row is None:
             raise WorkflowNotFound(not_found_message(workflow_id, version))
         workflow = read_workflow(workflow_id, version, row[0])
@@ -487,9 +528,12 @@ class PostgresStore:
 
     def latest_workflow_version(self, workflow_id: str) -> int | None:
         """The highest stored version of ``workflow_id``, or None."""
-        pool = self._connections()
-        with pool.connection() as conn:
-            row = conn.execute(self._q["latest_workflow"], (workflow_id,)).fetchone()
+        row = self._read(
+            f"latest version of workflow {workflow_id!r}",
+            self._q["latest_workflow"],
+            (workflow_id,),
+            one=True,
+        )
         version: int | None = row[0] if row is not None else None
         return version
 
