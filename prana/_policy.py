@@ -35,8 +35,7 @@ if TYPE_CHECKING:
     from prana._model import Node, Workflow
 
 Backoff = Literal["constant", "linear", "exponential", "fibonacci"]
-BACKOFFS: tuple[str, ...] = ("constant", "linear", "exponential", "fibonacci")
-JITTERS: tuple[str, ...] = ("none", "full", "equal", "decorrelated")
+"""The curve names, for type checkers; ``CURVES`` is the truth (a test keeps them equal)."""
 
 PROGRAMMING_ERRORS: tuple[str, ...] = (
     "ValueError",
@@ -75,6 +74,152 @@ REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 Condition = Callable[..., Any] | str | None
 ErrorFilter = tuple[str | type[BaseException], ...] | None
+
+
+# --- curves and jitter kinds: the tables ---------------------------------------------------
+#
+# Each backoff curve and each jitter kind is one row of a table below; the names the
+# policy accepts, ``describe()``, the delay bounds and the test strategies are all read
+# from these tables, so adding a curve is adding a row (and its name to ``Backoff``).
+
+
+@attrs.frozen
+class Curve:
+    """One backoff curve: the delay before retry k, before the cap and jitter.
+
+    ``delay(initial, multiplier, cap, k)`` may stop early once past ``cap`` (the caller
+    caps it). ``uses_multiplier`` says whether ``describe()`` shows ``x<multiplier>``;
+    ``min_multiplier`` is the smallest multiplier the curve accepts.
+    """
+
+    delay: Callable[[float, float, float, int], float]
+    formula: str
+    uses_multiplier: bool = True
+    min_multiplier: float = 0.0
+
+
+def _constant(initial: float, _multiplier: float, _cap: float, _retry: int) -> float:
+    return initial
+
+
+def _linear(initial: float, multiplier: float, _cap: float, retry: int) -> float:
+    return initial * (1 + multiplier * (retry - 1))
+
+
+def _exponential(initial: float, multiplier: float, _cap: float, retry: int) -> float:
+    try:
+        return initial * multiplier ** (retry - 1)
+    except OverflowError:
+        return math.inf
+
+
+def _fibonacci(initial: float, _multiplier: float, cap: float, retry: int) -> float:
+    previous, current = 0.0, 1.0  # F(0), F(1); floats reach inf instead of raising
+    for _ in range(retry - 1):
+        previous, current = current, previous + current
+        if initial * current > cap:
+            break
+    return initial * current
+
+
+CURVES: Mapping[str, Curve] = {
+    "constant": Curve(_constant, "initial_delay", uses_multiplier=False),
+    "linear": Curve(_linear, "initial_delay * (1 + multiplier * (k - 1))"),
+    "exponential": Curve(_exponential, "initial_delay * multiplier ** (k - 1)", min_multiplier=1.0),
+    "fibonacci": Curve(
+        _fibonacci, "initial_delay * F(k), F = 1, 1, 2, 3, 5, ...", uses_multiplier=False
+    ),
+}
+"""Every backoff curve by name (DESIGN §5): the one place a curve is defined."""
+
+
+@attrs.frozen
+class JitterKind:
+    """One jitter kind: the range it spreads a delay over, and a draw from that range.
+
+    ``bounds(policy, k)`` is ``(lowest, typical, highest)`` before retry k (``highest``
+    never past ``max_delay``); ``draw(policy, base, k, seed)`` is one seeded delay around
+    the curve's ``base`` (the caller clamps it into the bounds).
+    """
+
+    bounds: Callable[[RetryPolicy, int], tuple[float, float, float]]
+    draw: Callable[[RetryPolicy, float, int, str | None], float]
+
+
+def _no_jitter_bounds(policy: RetryPolicy, retry: int) -> tuple[float, float, float]:
+    base = policy._curve(retry)
+    return base, base, base
+
+
+def _no_jitter_draw(_policy: RetryPolicy, base: float, _retry: int, _seed: str | None) -> float:
+    return base
+
+
+def _full_bounds(policy: RetryPolicy, retry: int) -> tuple[float, float, float]:
+    base = policy._curve(retry)
+    return 0.0, base / 2, base
+
+
+def _full_draw(policy: RetryPolicy, base: float, retry: int, seed: str | None) -> float:
+    return policy._rng(seed, retry).uniform(0.0, base)
+
+
+def _equal_bounds(policy: RetryPolicy, retry: int) -> tuple[float, float, float]:
+    base = policy._curve(retry)
+    return base / 2, base * 0.75, base
+
+
+def _equal_draw(policy: RetryPolicy, base: float, retry: int, seed: str | None) -> float:
+    return base / 2 + policy._rng(seed, retry).uniform(0.0, base / 2)
+
+
+def _decorrelated_bounds(policy: RetryPolicy, retry: int) -> tuple[float, float, float]:
+    initial, cap = policy.initial_delay, policy.max_delay
+    try:
+        hi = min(cap, initial * 3.0**retry)
+    except OverflowError:
+        hi = cap
+    typical = initial
+    for _ in range(min(retry, _DECORRELATED_WINDOW)):
+        following = min(cap, (initial + min(3 * typical, cap)) / 2)
+        if following == typical:
+            break
+        typical = following
+    return initial, min(max(typical, initial), hi), hi
+
+
+def _decorrelated_draw(policy: RetryPolicy, _base: float, retry: int, seed: str | None) -> float:
+    # AWS's chain, replayed from the seed over its last few links only, so a late retry
+    # costs O(1): older links no longer matter once the chain can reach the cap.
+    value = policy.initial_delay
+    for k in range(max(1, retry - _DECORRELATED_WINDOW + 1), retry + 1):
+        upper = min(3 * value, policy.max_delay)
+        value = policy._rng(seed, k).uniform(policy.initial_delay, upper)
+    return value
+
+
+def _fraction_bounds(policy: RetryPolicy, retry: int) -> tuple[float, float, float]:
+    base = policy._curve(retry)
+    fraction = float(policy.jitter)
+    return base * (1 - fraction), base, min(base * (1 + fraction), policy.max_delay)
+
+
+def _fraction_draw(policy: RetryPolicy, base: float, retry: int, seed: str | None) -> float:
+    fraction = float(policy.jitter)
+    return base * (1 + policy._rng(seed, retry).uniform(-fraction, fraction))
+
+
+JITTER_KINDS: Mapping[str, JitterKind] = {
+    "none": JitterKind(_no_jitter_bounds, _no_jitter_draw),
+    "full": JitterKind(_full_bounds, _full_draw),
+    "equal": JitterKind(_equal_bounds, _equal_draw),
+    "decorrelated": JitterKind(_decorrelated_bounds, _decorrelated_draw),
+}
+"""Every named jitter kind (DESIGN §5): ``full`` is uniform in [0, d], ``equal`` in
+[d/2, d], ``decorrelated`` AWS's uniform in [initial_delay, 3 * previous delay]."""
+
+FRACTION_JITTER = JitterKind(_fraction_bounds, _fraction_draw)
+"""The jitter of a fraction f (``jitter=0.1``): uniform in [d(1-f), d(1+f)]."""
 
 
 # --- converters (construction-time validation) -------------------------------------------
@@ -121,12 +266,12 @@ def _jitter(value: Any) -> str | float:
     if value is False or value is None:
         return "none"
     if isinstance(value, str):
-        if value.lower() in JITTERS:
+        if value.lower() in JITTER_KINDS:
             return value.lower()
     elif isinstance(value, int | float) and math.isfinite(value) and 0 < value <= 1:
         return float(value)
     raise InvalidSettingsError(
-        f"RetryPolicy.jitter={value!r}: use one of {', '.join(JITTERS)}, or a fraction in "
+        f"RetryPolicy.jitter={value!r}: use one of {', '.join(JITTER_KINDS)}, or a fraction in "
         "(0, 1] for +/- that share of each delay (0.1 = +/-10%)"
     )
 
@@ -317,14 +462,15 @@ class RetryPolicy:
                 f"RetryPolicy.max_attempts={self.max_attempts!r}: use a whole number >= 1 "
                 "(the first try included), or None with a retry_timeout"
             )
-        if self.backoff not in BACKOFFS:
+        curve = CURVES.get(self.backoff) if isinstance(self.backoff, str) else None
+        if curve is None:
             raise InvalidSettingsError(
-                f"RetryPolicy.backoff={self.backoff!r}: use one of {', '.join(BACKOFFS)}"
+                f"RetryPolicy.backoff={self.backoff!r}: use one of {', '.join(CURVES)}"
             )
-        if self.backoff == "exponential" and self.multiplier < 1:
+        if self.multiplier < curve.min_multiplier:
             raise InvalidSettingsError(
-                f"RetryPolicy.multiplier={self.multiplier:g}: an exponential backoff needs a "
-                "multiplier >= 1 (use 1 for a constant delay)"
+                f"RetryPolicy.multiplier={self.multiplier:g}: an {self.backoff} backoff needs a "
+                f"multiplier >= {curve.min_multiplier:g} (use 1 for a constant delay)"
             )
         if self.max_delay < self.initial_delay:
             raise InvalidSettingsError(
@@ -359,25 +505,16 @@ class RetryPolicy:
             raise InvalidSettingsError(
                 f"RetryPolicy.delay_for({retry!r}): give the retry number, a whole number from 1"
             )
-        lo, _typical, hi = self._bounds(retry)
-        if self.jitter == "none" or lo == hi:
+        kind = self._jitter_kind()
+        lo, _typical, hi = kind.bounds(self, retry)
+        if lo == hi:
             return hi
-        base = self._curve(retry)
-        if self.jitter == "full":
-            value = self._rng(seed, retry).uniform(0.0, base)
-        elif self.jitter == "equal":
-            value = base / 2 + self._rng(seed, retry).uniform(0.0, base / 2)
-        elif self.jitter == "decorrelated":
-            # AWS's chain, replayed from the seed over its last few links only, so a late
-            # retry costs O(1): older links no longer matter once the chain can reach the cap.
-            value = self.initial_delay
-            for k in range(max(1, retry - _DECORRELATED_WINDOW + 1), retry + 1):
-                upper = min(3 * value, self.max_delay)
-                value = self._rng(seed, k).uniform(self.initial_delay, upper)
-        else:
-            fraction = float(self.jitter)
-            value = base * (1 + self._rng(seed, retry).uniform(-fraction, fraction))
+        value = kind.draw(self, self._curve(retry), retry, seed)
         return min(max(value, lo), hi)
+
+    def _jitter_kind(self) -> JitterKind:
+        jitter = self.jitter
+        return JITTER_KINDS[jitter] if isinstance(jitter, str) else FRACTION_JITTER
 
     def _rng(self, seed: str | None, retry: int) -> random.Random:
         text = f"{seed or ''}:{retry}"
@@ -390,48 +527,11 @@ class RetryPolicy:
         initial, cap = self.initial_delay, self.max_delay
         if initial == 0:
             return 0.0
-        if self.backoff == "constant":
-            raw = initial
-        elif self.backoff == "linear":
-            raw = initial * (1 + self.multiplier * (retry - 1))
-        elif self.backoff == "exponential":
-            try:
-                raw = initial * self.multiplier ** (retry - 1)
-            except OverflowError:
-                raw = math.inf
-        else:
-            previous, current = 0.0, 1.0  # F(0), F(1); floats reach inf instead of raising
-            for _ in range(retry - 1):
-                previous, current = current, previous + current
-                if initial * current > cap:
-                    break
-            raw = initial * current
-        return min(raw, cap)
+        return min(CURVES[self.backoff].delay(initial, self.multiplier, cap, retry), cap)
 
     def _bounds(self, retry: int) -> tuple[float, float, float]:
         """(lowest, typical, highest) delay jitter can give before retry ``retry``."""
-        if self.jitter == "decorrelated":
-            initial, cap = self.initial_delay, self.max_delay
-            try:
-                hi = min(cap, initial * 3.0**retry)
-            except OverflowError:
-                hi = cap
-            typical = initial
-            for _ in range(min(retry, _DECORRELATED_WINDOW)):
-                following = min(cap, (initial + min(3 * typical, cap)) / 2)
-                if following == typical:
-                    break
-                typical = following
-            return initial, min(max(typical, initial), hi), hi
-        base = self._curve(retry)
-        if self.jitter == "none":
-            return base, base, base
-        if self.jitter == "full":
-            return 0.0, base / 2, base
-        if self.jitter == "equal":
-            return base / 2, base * 0.75, base
-        fraction = float(self.jitter)
-        return base * (1 - fraction), base, min(base * (1 + fraction), self.max_delay)
+        return self._jitter_kind().bounds(self, retry)
 
     def schedule(self, attempts: int | None = None) -> Schedule:
         """Every retry's delay (min / typical / max with jitter) and the running totals.
@@ -479,12 +579,9 @@ class RetryPolicy:
         """One line summing the policy up, e.g. ``exponential 1s x2, cap 1m, 3 attempts``."""
         if not self.enabled:
             return "retry disabled"
-        if self.backoff == "constant":
-            curve = f"constant {_fmt(self.initial_delay)}"
-        elif self.backoff == "fibonacci":
-            curve = f"fibonacci {_fmt(self.initial_delay)}"
-        else:
-            curve = f"{self.backoff} {_fmt(self.initial_delay)} x{self.multiplier:g}"
+        curve = f"{self.backoff} {_fmt(self.initial_delay)}"
+        if CURVES[self.backoff].uses_multiplier:
+            curve += f" x{self.multiplier:g}"
         parts = [curve, f"cap {_fmt(self.max_delay)}"]
         if self.jitter != "none":
             jitter = self.jitter

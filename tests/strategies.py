@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 from hypothesis import strategies as st
@@ -31,13 +31,14 @@ from prana import (
     Workflow,
 )
 from prana._model import OnError
-from prana._policy import Backoff
+from prana._policy import CURVES, JITTER_KINDS, Backoff
 
 ErrorKind = Literal["connection", "value", "non_retryable", "retry_after"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("connection", "value", "non_retryable", "retry_after")
-BACKOFFS: tuple[Backoff, ...] = ("constant", "linear", "exponential", "fibonacci")
+BACKOFFS = cast("tuple[Backoff, ...]", tuple(CURVES))
+"""Every backoff curve, read from the policy's table (never a copied list)."""
 ON_ERROR_MODES: tuple[OnError, ...] = ("stop_workflow", "continue", "continue_error_output")
-JITTERS = ("none", "full", "equal", "decorrelated")
+JITTERS = tuple(JITTER_KINDS)
 
 STEP = "test.step"
 MERGE = "test.merge"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +23,12 @@ from prana import (
 )
 from prana._decision import AttemptView, decide_retry, explain_retry, rejects_result
 from prana._policy import (
+    CURVES,
     HINT_CEILING_SECONDS,
+    JITTER_KINDS,
+    Backoff,
+    Curve,
+    JitterKind,
     attempt_timeout,
     coerce_policies,
     resolve,
@@ -170,15 +176,16 @@ def test_policies_are_frozen() -> None:
 # --- curves ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("backoff", "expected"),
-    [
-        ("constant", [2, 2, 2, 2, 2, 2]),
-        ("linear", [2, 8, 14, 20, 26, 32]),  # 2 * (1 + 3 * (k - 1))
-        ("exponential", [2, 6, 18, 40, 40, 40]),  # 2 * 3 ** (k - 1), capped at 40
-        ("fibonacci", [2, 2, 4, 6, 10, 16]),  # 2 * F(k)
-    ],
-)
+PINNED_CURVES: dict[str, list[float]] = {
+    "constant": [2, 2, 2, 2, 2, 2],
+    "linear": [2, 8, 14, 20, 26, 32],  # 2 * (1 + 3 * (k - 1))
+    "exponential": [2, 6, 18, 40, 40, 40],  # 2 * 3 ** (k - 1), capped at 40
+    "fibonacci": [2, 2, 4, 6, 10, 16],  # 2 * F(k)
+}
+"""Each curve's delays for initial_delay=2, multiplier=3, max_delay=40, worked out by hand."""
+
+
+@pytest.mark.parametrize(("backoff", "expected"), PINNED_CURVES.items())
 def test_curves_follow_the_pinned_formulas(backoff: str, expected: list[float]) -> None:
     """Each backoff gives DESIGN §5's delay before retry k, capped by max_delay."""
     p = RetryPolicy(
@@ -189,6 +196,77 @@ def test_curves_follow_the_pinned_formulas(backoff: str, expected: list[float]) 
         max_attempts=10,
     )
     assert [p.delay_for(k) for k in range(1, 7)] == expected
+
+
+def test_every_curve_of_the_table_is_pinned() -> None:
+    """A curve added to the table needs its hand-worked delays above, or this fails."""
+    assert set(PINNED_CURVES) == set(CURVES)
+
+
+def test_backoff_literal_and_curve_table_agree() -> None:
+    """The ``Backoff`` type lists exactly the table's curves, in the table's order."""
+    assert typing.get_args(Backoff) == tuple(CURVES)
+
+
+def test_no_curve_name_falls_through_to_another_curve() -> None:
+    """Every accepted curve name gives delays of its own (a new name cannot borrow one).
+
+    Today a name added to the accepted list without its own branch silently got
+    Fibonacci's delays; with the table, each name is a row with its own function.
+    """
+    schedules = {
+        name: tuple(
+            RetryPolicy(backoff=name, initial_delay=1, multiplier=3, max_delay=1e6).delay_for(k)
+            for k in range(1, 8)
+        )
+        for name in typing.get_args(Backoff)
+    }
+    assert len(set(schedules.values())) == len(schedules), schedules
+
+
+def test_a_curve_added_to_the_table_is_accepted_used_and_described(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Adding a curve is adding one row: validation, delays, describe and schedule follow."""
+    quadratic = Curve(lambda initial, _m, _cap, k: initial * k * k, "d * k ** 2")
+    monkeypatch.setitem(CURVES, "quadratic", quadratic)
+    p = RetryPolicy(backoff="quadratic", initial_delay=1, max_delay=100)  # type: ignore[arg-type]
+    assert [p.delay_for(k) for k in (1, 2, 3)] == [1, 4, 9]
+    assert p.describe() == "quadratic 1s x2, cap 1m40s, 3 attempts"
+    assert [row.max_delay for row in p.schedule()] == [1, 4]
+    with pytest.raises(InvalidSettingsError, match="quadratic"):
+        RetryPolicy(backoff="cubic")  # type: ignore[arg-type]
+
+
+def test_a_jitter_kind_added_to_the_table_is_accepted_and_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Adding a jitter kind is adding one row: the converter accepts it, delays use it."""
+    top = JitterKind(
+        lambda policy, k: (policy._curve(k), policy._curve(k), policy._curve(k) * 1.5),
+        lambda _policy, base, _k, _seed: base * 2,
+    )
+    monkeypatch.setitem(JITTER_KINDS, "top", top)
+    p = RetryPolicy(backoff="constant", initial_delay=2, max_delay=60, jitter="TOP")
+    assert p.jitter == "top"
+    assert p.delay_for(1) == 3.0  # drawn at 4, clamped into the kind's bounds (2, 3)
+    assert p.describe() == "constant 2s, cap 1m, top jitter, 3 attempts"
+    with pytest.raises(InvalidSettingsError, match="none, full, equal, decorrelated, top"):
+        RetryPolicy(jitter="wild")
+
+
+def test_describe_shows_the_multiplier_only_for_curves_that_use_it() -> None:
+    """``describe`` reads the table: constant and fibonacci ignore the multiplier."""
+    described = {
+        name: RetryPolicy(backoff=name, multiplier=3).describe().split(",")[0]  # type: ignore[arg-type]
+        for name in CURVES
+    }
+    assert described == {
+        "constant": "constant 1s",
+        "linear": "linear 1s x3",
+        "exponential": "exponential 1s x3",
+        "fibonacci": "fibonacci 1s",
+    }
 
 
 def test_fibonacci_sequence_is_1_1_2_3_5_8() -> None:

@@ -6,14 +6,12 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import BACKOFFS, JITTERS
 
 from prana import ErrorInfo, NonRetryable, RetryAfter, RetryPolicy
 from prana._decision import AttemptView, decide_retry
-from prana._policy import Backoff
+from prana._policy import CURVES
 from prana.testing import set_testing
-
-BACKOFFS: tuple[Backoff, ...] = ("constant", "linear", "exponential", "fibonacci")
-JITTERS: tuple[Any, ...] = ("none", "full", "equal", "decorrelated")
 
 seeds = st.text(min_size=0, max_size=30)
 jitters = st.one_of(
@@ -29,7 +27,7 @@ def policies(
     backoff = draw(st.sampled_from(BACKOFFS))
     initial = draw(st.floats(min_value=0, max_value=600, allow_nan=False))
     max_delay = initial + draw(st.floats(min_value=0, max_value=7200, allow_nan=False))
-    low = 1.0 if backoff == "exponential" else 0.0
+    low = CURVES[backoff].min_multiplier
     multiplier = draw(st.floats(min_value=low, max_value=10, allow_nan=False))
     has_budget = draw(st.booleans()) if budget is None else budget
     retry_timeout = draw(st.floats(min_value=0.001, max_value=86_400)) if has_budget else None
