@@ -1,12 +1,16 @@
-"""Shared fixtures: the PostgreSQL server, and one store of each kind."""
+"""Shared fixtures: a clock, a registry of test actions, the PostgreSQL server, the stores."""
 
 from __future__ import annotations
 
 import os
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from doubles import T0, raising
+
+from prana import ActionContext, Registry
+from prana.testing import ManualClock
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -18,6 +22,33 @@ if TYPE_CHECKING:
     from scheduling.stores.sqlite import SQLiteStore
 
 DEFAULT_POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A manual clock standing at ``T0``."""
+    return ManualClock(T0)
+
+
+def _inputs(params: Any, ctx: ActionContext) -> Any:
+    return dict(ctx.input)
+
+
+@pytest.fixture
+def registry() -> Registry:
+    """The built-in actions and a few test ones, each a pure function of its params and input.
+
+    ``test.double`` doubles its input, ``test.add`` adds ``n`` (1) to it, ``test.echo``
+    returns its params and input, ``test.inputs`` its input by port, ``test.down`` always
+    raises ``ConnectionError("down")``.
+    """
+    reg = Registry()
+    reg.register("test.double", lambda p, ctx: ctx.input["main"] * 2)
+    reg.register("test.add", lambda p, ctx: ctx.input["main"] + p.get("n", 1))
+    reg.register("test.echo", lambda p, ctx: {"params": dict(p), "input": dict(ctx.input)})
+    reg.register("test.inputs", _inputs)
+    reg.register("test.down", raising(ConnectionError("down")))
+    return reg
 
 
 @pytest.fixture(scope="session")

@@ -17,14 +17,17 @@ import sqlite3
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
+from doubles import T0, webhook_node, workflow
 
 from prana import (
     Connection,
+    ExecutionStatus,
+    InvalidSettingsError,
     InvalidWorkflowError,
     Node,
     NodeSettings,
@@ -65,7 +68,6 @@ if TYPE_CHECKING:
 
     from scheduling.abc import ExecutionStore
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 NAIVE = datetime(2030, 1, 1)  # noqa: DTZ001 - the bad input under test
 TRIGGER = Node(key="t", type="manual.trigger")
 WEBHOOK = Workflow(
@@ -577,6 +579,23 @@ def test_failed_resume_leaves_the_execution_untouched() -> None:
     assert loads(before) == execution
 
 
+def test_cancel_execution_refuses_a_naive_clock() -> None:
+    """cancel_execution checks its clock like every other executor entry point."""
+    with pytest.raises(InvalidSettingsError, match="clock"):
+        cancel_execution(suspended_webhook(), clock=lambda: datetime(2030, 1, 2))  # noqa: DTZ001
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"observers": print}, {"observers": "abc"}, {"clock": 5}],
+    ids=["one-observer", "str-observers", "clock-int"],
+)
+def test_cancel_execution_checks_its_arguments(kwargs: dict[str, Any]) -> None:
+    """Bad observers= or clock= for cancel_execution raise InvalidSettingsError."""
+    with pytest.raises(InvalidSettingsError):
+        cancel_execution(suspended_webhook(), **kwargs)
+
+
 # -- loads / loads_workflow / dumps ---------------------------------------------------------
 
 
@@ -1028,6 +1047,24 @@ def test_store_method_rejects_bad_argument(
     clear_error(lambda: call(serializing_store), *needles)
 
 
+def test_a_corrupt_definition_raises_record_error_naming_it(tmp_path: Path) -> None:
+    """A stored definition that cannot be read raises RecordError naming its id and version."""
+    store = SQLiteStore(tmp_path / "defs.sqlite3")
+    try:
+        store.save_workflow(workflow(webhook_node(), wid="d", version=7))
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("UPDATE prana_workflows SET data = '{\"id\": 1}'")
+        conn.close()
+        fresh = SQLiteStore(store.path)
+        try:
+            with pytest.raises(RecordError, match="'d' version 7"):
+                fresh.load_workflow("d", 7)
+        finally:
+            fresh.close()
+    finally:
+        store.close()
+
+
 # -- the runner -----------------------------------------------------------------------------
 
 
@@ -1143,6 +1180,36 @@ def test_runner_rejects_bad_argument(
 ) -> None:
     """Runner and its test doubles given a bad argument raise a ValueError PranaError naming it."""
     clear_error(lambda: call(runner), *needles)
+
+
+class NaiveClockScheduler:
+    """A minimal ``Scheduler`` whose clock returns naive datetimes (a misconfiguration)."""
+
+    def clock(self) -> datetime:
+        return datetime(2030, 1, 1, 12)  # noqa: DTZ001 - naive on purpose
+
+    def start(self, fire: Any) -> None:
+        del fire
+
+    def schedule(self, execution_id: str, due_at: datetime) -> None:
+        del execution_id, due_at
+
+    def cancel(self, execution_id: str) -> None:
+        del execution_id
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_runner_deliver_refuses_a_naive_clock_clearly() -> None:
+    """A runner whose clock is naive is refused when built, naming the clock, before any use."""
+    store = MemoryStore()
+    clock = ManualClock(T0)
+    with Runner(store=store, scheduler=ManualScheduler(clock), clock=clock) as first:
+        execution_id = first.start(WEBHOOK)
+    with pytest.raises(InvalidSettingsError, match="clock"):
+        Runner(store=store, scheduler=NaiveClockScheduler())
+    assert store.load(execution_id)[0].status is ExecutionStatus.SUSPENDED
 
 
 # -- the command line -----------------------------------------------------------------------

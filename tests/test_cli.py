@@ -13,11 +13,21 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from doubles import Harness, flaky_node, sub_node, webhook_node, workflow
 
-from prana import Connection, ExecutionStatus, Node, NodeSettings, RetryPolicy, Workflow
+from prana import (
+    Connection,
+    ExecutionStatus,
+    Node,
+    NodeSettings,
+    RecordError,
+    RetryPolicy,
+    Workflow,
+)
 from prana.testing import ManualClock
 from scheduling import Runner
 from scheduling._cli import load_actions, main
+from scheduling._runner import child_execution_id
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.sqlite import SQLiteStore
 
@@ -228,6 +238,33 @@ def test_demo_as_a_subprocess(tmp_path: Path) -> None:
     assert "↻ call_api (attempt 2/4) retrying in 200ms" in result.stdout
 
 
+def test_cli_cancel_of_a_child_succeeds_and_a_runner_moves_the_parent_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cancelling a child from the CLI (no --actions) succeeds; the next runner resumes its parent.
+
+    The parent uses a custom action, so the CLI without ``--actions`` cannot resume it (every
+    resume validates the action types); the cancel still stands, and a runner that has the
+    actions reconciles the parent when it opens.
+    """
+    db = tmp_path / "child.db"
+    h = Harness(SQLiteStore(db))
+    h.runner.register_workflow(workflow(webhook_node(), wid="child"))
+    with h.runner as runner:
+        pid = runner.start(workflow(sub_node("child", "sync"), flaky_node(), wid="parent"))
+        cid = child_execution_id(runner.get(pid))
+    assert cid is not None
+    code, out, _ = run(["cancel", cid, "--db", str(db)], capsys)
+    assert (code, out.strip()) == (0, f"execution {cid}: cancelled")
+    assert h.store.load(pid)[0].status is ExecutionStatus.SUSPENDED
+    with h.runner:
+        parent = h.store.load(pid)[0]
+    h.store.close()
+    assert parent.status is ExecutionStatus.FAILED
+    assert parent.error is not None
+    assert parent.error.code == "sub_workflow_failed"
+
+
 # -- mistakes: one line on stderr, exit code 2 --------------------------------------------------
 
 
@@ -292,6 +329,83 @@ def test_missing_database_and_corrupt_record(
     assert code == 2
     assert "stored execution 'bad' cannot be read" in err
     assert err.count("\n") == 1
+
+
+def assert_one_line_error(code: int, err: str, message: str) -> None:
+    """Exit code 2 and one stderr line, ``prana: error: ...``, holding ``message``."""
+    assert code == 2
+    assert err.startswith("prana: error: ")
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_cli_mistakes_on_ids_limits_and_databases(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Unknown ids, a bad limit, a non-database file and an ended execution: one line, exit 2."""
+    db = str(tmp_path / "cli.db")
+    h = Harness(SQLiteStore(db))
+    done = h.runner.start(workflow(Node(key="d", type="data.set_data", params={"value": 1})))
+    h.store.close()
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    cases = [
+        (["cancel", "nope", "--db", db], "no execution 'nope' is stored"),
+        (["list", "--limit", "0", "--db", db], "limit=0"),
+        (["list", "--db", str(garbage)], str(garbage)),
+        (["deliver", done, "--data", "1", "--db", db], "completed"),
+        (["cancel", done, "--db", db], "completed"),
+    ]
+    for argv, message in cases:
+        code, _, err = run(argv, capsys)
+        assert_one_line_error(code, err, message)
+
+
+def test_cli_list_rows_carry_a_corrupt_status_as_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row whose status column is garbage makes ``list`` a one-line RecordError naming the id."""
+    db = tmp_path / "corrupt.db"
+    h = Harness(SQLiteStore(db))
+    eid = h.runner.start(workflow(webhook_node()))
+    h.store.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE prana_executions SET status = 'zombie' WHERE id = ?", (eid,))
+    conn.close()
+    code, _, err = run(["list", "--db", str(db)], capsys)
+    assert_one_line_error(code, err, repr(eid))
+    store = SQLiteStore(db)
+    try:
+        with pytest.raises(RecordError, match="zombie"):
+            store.list()
+    finally:
+        store.close()
+
+
+def test_cli_a_binary_workflow_file_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A workflow file that is not UTF-8 text is refused in one line with exit code 2."""
+    path = tmp_path / "binary.json"
+    path.write_bytes(b"\xff\xfe\x00\x01 not text")
+    code, _, err = run(["run", str(path), "--db", str(tmp_path / "x.db")], capsys)
+    assert_one_line_error(code, err, "binary.json")
+
+
+def test_cli_an_actions_module_whose_register_raises_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ``--actions`` module whose ``register`` raises is reported in one line, exit code 2."""
+    actions = tmp_path / "raising_actions.py"
+    actions.write_text("def register(registry):\n    raise RuntimeError('boom')\n")
+    wf = tmp_path / "wf.json"
+    wf.write_text(
+        '{"id": "w", "nodes": [{"key": "start", "type": "manual.trigger"}], "connections": []}'
+    )
+    code, _, err = run(
+        ["run", str(wf), "--actions", str(actions), "--db", str(tmp_path / "x.db")], capsys
+    )
+    assert_one_line_error(code, err, "boom")
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------

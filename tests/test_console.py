@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from doubles import T0
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,7 +31,6 @@ from scheduling._console import (
     node_lateness,
 )
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 ERR = ErrorInfo(code="action_error", type="ConnectionError", module="builtins", message="refused")
 
 

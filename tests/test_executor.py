@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
+import gc
 import threading
+import warnings
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import pytest
+from doubles import (
+    T0,
+    Flaky,
+    chain,
+    conn,
+    if_node,
+    raising,
+    trigger,
+    value_node,
+    workflow,
+)
 
 from prana import (
     ActionContext,
@@ -25,7 +37,9 @@ from prana import (
     NodeSettings,
     NodeStatus,
     NonRetryable,
+    Outcome,
     Output,
+    PranaError,
     Registry,
     ResumeError,
     RetryAfter,
@@ -40,53 +54,13 @@ from prana import (
     aexecute_workflow,
     aresume_workflow,
     cancel_execution,
+    dumps,
     execute_workflow,
     expire_webhook,
+    loads,
     resume_workflow,
 )
 from prana.testing import ManualClock
-
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
-
-
-def trigger(key: str = "start") -> Node:
-    return Node(key=key, type="manual.trigger")
-
-
-def conn(a: str, b: str, from_port: str = "main", to_port: str = "main") -> Connection:
-    return Connection(from_node=a, to_node=b, from_port=from_port, to_port=to_port)
-
-
-def chain(*keys: str) -> list[Connection]:
-    return [conn(a, b) for a, b in itertools.pairwise(keys)]
-
-
-def flaky(fails: int, exc: Callable[[], Exception] = lambda: ConnectionError("down")) -> Any:
-    """An action that fails ``fails`` times, then returns the attempt number it succeeded on."""
-    calls: list[int] = []
-
-    def action(params: Any, ctx: ActionContext) -> Any:
-        calls.append(ctx.attempt)
-        if len(calls) <= fails:
-            raise exc()
-        return {"ok": True, "attempt": ctx.attempt}
-
-    action.calls = calls  # type: ignore[attr-defined]
-    return action
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
-
-
-@pytest.fixture
-def registry() -> Registry:
-    reg = Registry()
-    reg.register("test.double", lambda p, ctx: ctx.input["main"] * 2)
-    reg.register("test.add", lambda p, ctx: ctx.input["main"] + p.get("n", 1))
-    reg.register("test.echo", lambda p, ctx: {"params": dict(p), "input": dict(ctx.input)})
-    return reg
 
 
 def run(wf: Workflow, inp: Any, registry: Registry, **kw: Any) -> Any:
@@ -350,6 +324,135 @@ def test_depth_first_order_ties_by_key(registry: Registry) -> None:
     assert [r.node_key for r in ex.ordered_node_executions()] == ["start", "a1", "a2", "b1"]
 
 
+def counting_loop(join_type: str) -> Workflow:
+    """``a`` runs twice (a loop through ``chk``) and delivers to ``j`` each time."""
+    return Workflow(
+        id="or",
+        nodes=[
+            trigger(),
+            Node(key="a", type="t.count"),
+            if_node("chk", "{{ $execution.state.n < 2 }}"),
+            Node(key="j", type=join_type, params={"mode": "webhook"}),
+        ],
+        connections=[
+            conn("start", "a"),
+            conn("a", "chk"),
+            conn("chk", "a", "true"),
+            conn("a", "j"),
+        ],
+    )
+
+
+def count(params: Any, ctx: ActionContext) -> Any:
+    ctx.update_state({"n": ctx.state.get("n", 0) + 1})
+    return ctx.run_index
+
+
+def test_or_join_each_queued_delivery_sees_its_own_output(registry: Registry) -> None:
+    """Two deliveries from one looping source, queued while pending, each reach the join."""
+    registry.register("t.count", count)
+    outcome = execute_workflow(counting_loop("test.inputs"), None, registry=registry)
+    assert isinstance(outcome, Completed)
+    runs = outcome.execution.node_executions["j"]
+    assert sorted(r.output["main"] for r in runs) == [0, 1]
+
+
+def test_or_join_queued_while_pending_runs_after_the_loop_by_key_order(
+    registry: Registry,
+) -> None:
+    """Depth-first with ties by key: the loop (chk < j) runs to its end before j runs twice."""
+    registry.register("t.count", count)
+    outcome = execute_workflow(counting_loop("test.inputs"), None, registry=registry)
+    assert isinstance(outcome, Completed)
+    order = [(r.node_key, r.run_index) for r in outcome.execution.ordered_node_executions()]
+    assert order == [
+        ("start", 0),
+        ("a", 0),
+        ("chk", 0),
+        ("a", 1),
+        ("chk", 1),
+        ("j", 0),
+        ("j", 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner", "ports"),
+    [
+        (True, True, {"a": "x", "c": "z"}),
+        (True, False, {"c": "z"}),
+        (False, True, {"b": "y", "c": "z"}),
+        (False, False, {"b": "y", "c": "z"}),
+    ],
+)
+def test_and_join_behind_nested_ifs_never_deadlocks(
+    registry: Registry, outer: bool, inner: bool, ports: dict[str, str]
+) -> None:
+    """An AND-join runs once with the ports that got data when nested IFs skip the others."""
+    wf = Workflow(
+        id="nested",
+        nodes=[
+            trigger(),
+            if_node("i1", outer),
+            if_node("i2", inner),
+            value_node("x", "x"),
+            value_node("y", "y"),
+            value_node("z", "z"),
+            Node(key="m", type="test.inputs"),
+        ],
+        connections=[
+            conn("start", "i1"),
+            conn("i1", "i2", "true"),
+            conn("i2", "x", "true"),
+            conn("x", "m", to_port="a"),
+            conn("i1", "y", "false"),
+            conn("y", "m", to_port="b"),
+            conn("start", "z"),
+            conn("z", "m", to_port="c"),
+        ],
+    )
+    outcome = execute_workflow(wf, None, registry=registry)
+    assert isinstance(outcome, Completed)
+    assert [r.output for r in outcome.execution.node_executions["m"]] == [ports]
+
+
+def test_node_with_and_join_inside_a_loop(registry: Registry) -> None:
+    """A node that is both an AND-join and in a loop waits once, then runs once per pass."""
+    wf = Workflow(
+        id="andloop",
+        nodes=[
+            trigger(),
+            value_node("z", "z"),
+            Node(
+                key="inc",
+                type="workflow.set_state",
+                params={"state": {"n": "{{ ($execution.state.n or 0) + 1 }}"}},
+            ),
+            Node(key="m", type="test.inputs"),
+            if_node("chk", "{{ $execution.state.n < 3 }}"),
+            value_node("done", "{{ $execution.state.n }}"),
+        ],
+        connections=[
+            conn("start", "inc"),
+            conn("start", "z"),
+            conn("z", "m", to_port="b"),
+            conn("inc", "m", to_port="a"),
+            conn("m", "chk"),
+            conn("chk", "inc", "true"),
+            conn("chk", "done", "false"),
+        ],
+    )
+    outcome = execute_workflow(wf, 1, registry=registry)
+    assert isinstance(outcome, Completed)
+    assert outcome.output == 3
+    runs = outcome.execution.node_executions["m"]
+    assert [r.run_index for r in runs] == [0, 1, 2]
+    assert runs[0].output == {"a": 1, "b": "z"}  # the first pass waited for z
+    assert [sorted(r.output) for r in runs[1:]] == [["a"], ["a"]]
+    order = [r.node_key for r in outcome.execution.ordered_node_executions()]
+    assert order[:4] == ["start", "inc", "z", "m"]
+
+
 # -- loops -----------------------------------------------------------------------------
 
 
@@ -536,6 +639,37 @@ def test_action_may_not_suspend_as_retry(registry: Registry) -> None:
     assert outcome.error.code == "invalid_suspend"
 
 
+def test_execution_with_a_backlog_round_trips_and_resumes_identically(
+    clock: ManualClock,
+) -> None:
+    """Two queued activations of one node survive dumps/loads, in order, and both still run."""
+    registry = Registry()
+    registry.register("t.count", count)
+    wf = counting_loop("wait.wait")
+    paused = execute_workflow(wf, None, registry=registry, clock=clock, execution_id="e1")
+    assert isinstance(paused, Suspend)
+    execution = paused.execution
+    assert execution is not None
+    assert [a.node_key for a in execution.pending] == ["j", "j"]
+    reloaded = loads(dumps(execution))
+    assert reloaded == execution
+    results = []
+    for start in (execution, reloaded):
+        step: Outcome = resume_workflow(
+            start, {"d": 1}, workflow=wf, registry=registry, clock=clock
+        )
+        assert isinstance(step, Suspend)
+        assert step.execution is not None
+        assert [a.node_key for a in step.execution.pending] == ["j"]
+        step = resume_workflow(
+            step.execution, {"d": 2}, workflow=wf, registry=registry, clock=clock
+        )
+        results.append(step)
+    assert results[0] == results[1]
+    assert isinstance(results[0], Completed)
+    assert [r.output for r in results[0].execution.node_executions["j"]] == [{"d": 1}, {"d": 2}]
+
+
 # -- retries ---------------------------------------------------------------------------
 
 
@@ -552,7 +686,7 @@ def retry_workflow(
 
 def test_retry_success_after_failures(registry: Registry, clock: ManualClock) -> None:
     """Each failure returns Suspend(kind='retry') with RetryData; the last attempt completes."""
-    action = flaky(2)
+    action = Flaky(2)
     registry.register("test.flaky", action)
     wf = retry_workflow(
         "test.flaky", NodeSettings(retry_on_failed=True, max_retries=3, retry_delay_ms=500)
@@ -576,7 +710,7 @@ def test_retry_success_after_failures(registry: Registry, clock: ManualClock) ->
         )
     assert isinstance(outcome, Completed)
     assert outcome.output == {"ok": True, "attempt": 3}
-    assert action.calls == [1, 2, 3]
+    assert action.attempts == [1, 2, 3]
     record = outcome.execution.node_executions["call"][0]
     assert len(outcome.execution.node_executions["call"]) == 1
     assert [a.number for a in record.attempts] == [1, 2, 3]
@@ -592,7 +726,7 @@ def test_retry_success_after_failures(registry: Registry, clock: ManualClock) ->
 
 def test_retry_exhaustion_fails_the_execution(registry: Registry, clock: ManualClock) -> None:
     """When attempts run out, stop_workflow fails the execution with the last error."""
-    registry.register("test.flaky", flaky(10))
+    registry.register("test.flaky", Flaky(10))
     wf = retry_workflow(
         "test.flaky", NodeSettings(retry_on_failed=True, max_retries=2, retry_delay_ms=0)
     )
@@ -624,7 +758,7 @@ def test_retry_exhaustion_fails_the_execution(registry: Registry, clock: ManualC
 
 def test_zero_delay_retry_still_suspends(registry: Registry) -> None:
     """A 0 ms retry is still a suspension: the core never loops on its own."""
-    registry.register("test.flaky", flaky(1))
+    registry.register("test.flaky", Flaky(1))
     wf = retry_workflow("test.flaky", NodeSettings(retry_on_failed=True, retry_delay_ms=0))
     outcome = run(wf, None, registry)
     assert isinstance(outcome, Suspend)
@@ -633,7 +767,7 @@ def test_zero_delay_retry_still_suspends(registry: Registry) -> None:
 
 def test_retry_then_error_port(registry: Registry) -> None:
     """continue_error_output routes the error-shaped output to the error port after retries."""
-    registry.register("test.flaky", flaky(10))
+    registry.register("test.flaky", Flaky(10))
     wf = retry_workflow(
         "test.flaky",
         NodeSettings(
@@ -813,7 +947,7 @@ def test_retry_rebuilds_input_fresh_from_state(registry: Registry) -> None:
 
 def test_resume_never_mutates_its_input(registry: Registry) -> None:
     """resume_workflow returns a new execution and leaves the one it was given untouched."""
-    registry.register("test.flaky", flaky(1))
+    registry.register("test.flaky", Flaky(1))
     wf = retry_workflow("test.flaky", NodeSettings(retry_on_failed=True, retry_delay_ms=0))
     paused = run(wf, None, registry)
     assert isinstance(paused, Suspend)
@@ -881,7 +1015,7 @@ def test_idempotency_key_is_stable_across_retries(registry: Registry) -> None:
 
 def test_retry_after_hint_sets_the_delay(registry: Registry) -> None:
     """RetryAfter(seconds) from an action sets the next delay, capped by max_delay."""
-    registry.register("test.limited", flaky(1, lambda: RetryAfter(7)))
+    registry.register("test.limited", Flaky(1, lambda call: RetryAfter(7)))
     wf = retry_workflow(
         "test.limited", NodeSettings(retry=RetryPolicy(max_attempts=3, max_delay=5))
     )
@@ -902,7 +1036,7 @@ def test_programming_errors_do_not_retry_by_default(registry: Registry) -> None:
 
 def test_registry_default_policy_applies(registry: Registry) -> None:
     """An action registered with retry= retries when the node has no policy of its own."""
-    registry.register("test.flaky", flaky(1), retry=RetryPolicy(max_attempts=2, initial_delay=0.25))
+    registry.register("test.flaky", Flaky(1), retry=RetryPolicy(max_attempts=2, initial_delay=0.25))
     wf = Workflow(
         id="w",
         nodes=[trigger(), Node(key="call", type="test.flaky")],
@@ -911,6 +1045,255 @@ def test_registry_default_policy_applies(registry: Registry) -> None:
     outcome = run(wf, None, registry)
     assert isinstance(outcome, Suspend)
     assert outcome.data.retry_delay_ms == 250
+
+
+def run_retries(
+    wf: Workflow,
+    registry: Registry,
+    clock: ManualClock,
+    observers: list[Any] | None = None,
+) -> tuple[Outcome, list[RetryData]]:
+    """Run ``wf`` and resume every retry suspension when it is due; return the end and the data."""
+    outcome = execute_workflow(
+        wf, None, registry=registry, clock=clock, observers=observers, execution_id="e1"
+    )
+    seen: list[RetryData] = []
+    while isinstance(outcome, Suspend) and outcome.kind == "retry":
+        assert outcome.execution is not None
+        seen.append(outcome.data)
+        clock.set(outcome.data.resume_at)
+        outcome = resume_workflow(
+            outcome.execution,
+            None,
+            workflow=wf,
+            registry=registry,
+            clock=clock,
+            observers=observers,
+        )
+    return outcome, seen
+
+
+def test_simple_form_gives_n_plus_one_attempts_constant_delay_and_retries_value_error(
+    registry: Registry, clock: ManualClock
+) -> None:
+    """NodeSettings(retry_on_failed, max_retries=3) retries even ValueError, 4 attempts, 0.5s."""
+    registry.register("t.bad", raising(ValueError("bad value")))
+    settings = NodeSettings(retry_on_failed=True, max_retries=3, retry_delay_ms=500)
+    wf = workflow(Node(key="x", type="t.bad", settings=settings))
+    outcome, seen = run_retries(wf, registry, clock)
+    assert isinstance(outcome, Failed)
+    assert [(d.attempt_number, d.max_attempts, d.retry_delay_ms) for d in seen] == [
+        (2, 4, 500),
+        (3, 4, 500),
+        (4, 4, 500),
+    ]
+    assert all(d.original_error.type == "ValueError" for d in seen)
+    attempts = outcome.execution.node_executions["x"][0].attempts
+    assert [a.number for a in attempts] == [1, 2, 3, 4]
+    assert [a.due_at for a in attempts[1:]] == [d.resume_at for d in seen]
+
+
+@pytest.mark.parametrize(
+    ("levels", "expected"),
+    [
+        ({}, None),
+        ({"action": 2}, 2),
+        ({"action": 2, "star": 3}, 3),
+        ({"action": 2, "star": 3, "type": 4}, 4),
+        ({"action": 2, "star": 3, "type": 4, "node": 5}, 5),
+        ({"action": 2, "star": 3, "type": 4, "simple": True}, 6),
+        ({"action": 0}, None),
+        ({"action": 2, "star": 0}, None),
+        ({"action": 2, "star": 3, "type": 0}, None),
+        ({"action": 2, "star": 3, "type": 4, "node": 0}, None),
+        ({"star": 0, "simple": True}, 6),
+    ],
+)
+def test_policy_precedence_and_enabled_false_at_each_level(
+    clock: ManualClock, levels: dict[str, Any], expected: int | None
+) -> None:
+    """Most specific level wins, no merging; enabled=False (given as 0) switches retry off there."""
+
+    def policy(n: int) -> RetryPolicy:
+        return RetryPolicy(max_attempts=n) if n else RetryPolicy(enabled=False)
+
+    registry = Registry()
+    registry.register(
+        "test.down",
+        raising(ConnectionError("down")),
+        retry=policy(levels["action"]) if "action" in levels else None,
+    )
+    defaults = {}
+    if "star" in levels:
+        defaults["*"] = policy(levels["star"])
+    if "type" in levels:
+        defaults["test.down"] = policy(levels["type"])
+    if "node" in levels:
+        settings = NodeSettings(retry=policy(levels["node"]))
+    elif levels.get("simple"):
+        settings = NodeSettings(retry_on_failed=True, max_retries=5, retry_delay_ms=0)
+    else:
+        settings = NodeSettings()
+    wf = workflow(Node(key="x", type="test.down", settings=settings), retry_defaults=defaults)
+    outcome = execute_workflow(wf, None, registry=registry, clock=clock)
+    if expected is None:
+        assert isinstance(outcome, Failed)
+    else:
+        assert isinstance(outcome, Suspend)
+        assert outcome.kind == "retry"
+        assert outcome.data.max_attempts == expected
+
+
+def test_retry_params_are_rerendered_and_resume_data_is_ignored(
+    registry: Registry, clock: ManualClock
+) -> None:
+    """Each attempt renders params afresh ($execution.attempt, $now); retry ignores resume data."""
+    seen: list[Any] = []
+
+    def record(params: Any, ctx: ActionContext) -> Any:
+        seen.append((params, ctx.attempt, ctx.now))
+        if ctx.attempt < 2:
+            raise ConnectionError("down")
+        return params
+
+    registry.register("t.rec", record)
+    params = {"attempt": "{{ $execution.attempt }}", "at": "at {{ $now }}"}
+    settings = NodeSettings(retry=RetryPolicy(initial_delay=2))
+    wf = workflow(Node(key="x", type="t.rec", params=params, settings=settings))
+    paused = execute_workflow(wf, None, registry=registry, clock=clock)
+    assert isinstance(paused, Suspend)
+    assert paused.execution is not None
+    clock.advance(2)
+    junk = object()  # not JSON-native: a retry must not even look at it
+    done = resume_workflow(paused.execution, junk, workflow=wf, registry=registry, clock=clock)
+    assert isinstance(done, Completed)
+    later = T0 + timedelta(seconds=2)
+    assert seen == [
+        ({"attempt": 1, "at": f"at {T0.isoformat()}"}, 1, T0),
+        ({"attempt": 2, "at": f"at {later.isoformat()}"}, 2, later),
+    ]
+    assert done.execution.node_executions["x"][0].params == seen[-1][0]
+
+
+def test_retry_timeout_stops_scheduling_at_the_budget(
+    registry: Registry, clock: ManualClock
+) -> None:
+    """With retry_timeout=5s and 2s delays, retries run at 2s and 4s; 6s would pass the budget."""
+    policy = RetryPolicy(max_attempts=None, backoff="constant", initial_delay=2, retry_timeout=5)
+    wf = workflow(Node(key="x", type="test.down", settings=NodeSettings(retry=policy)))
+    outcome, seen = run_retries(wf, registry, clock)
+    assert isinstance(outcome, Failed)
+    start = outcome.execution.node_executions["x"][0].started_at
+    assert [d.resume_at - start for d in seen] == [timedelta(seconds=2), timedelta(seconds=4)]
+    assert [d.max_attempts for d in seen] == [None, None]
+
+
+class TickingClock:
+    """A clock that moves 1 ms every time it is read, like a real one between two reads."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(milliseconds=1)
+        return self.now
+
+
+def test_retry_timeout_budget_holds_with_a_moving_clock(registry: Registry) -> None:
+    """No retry is scheduled to start after first-attempt start + retry_timeout."""
+    policy = RetryPolicy(
+        max_attempts=None,
+        backoff="constant",
+        initial_delay=1,
+        max_delay=2,
+        retry_timeout=2,
+        retry_when=lambda view: 2 - view.elapsed_seconds,  # wait out the whole budget
+    )
+    wf = workflow(Node(key="x", type="test.down", settings=NodeSettings(retry=policy)))
+    outcome = execute_workflow(wf, None, registry=registry, clock=TickingClock())
+    assert isinstance(outcome, Suspend)
+    assert outcome.execution is not None
+    start = outcome.execution.node_executions["x"][0].started_at
+    assert outcome.data.resume_at <= start + timedelta(seconds=2)
+
+
+@pytest.mark.parametrize(
+    ("hint", "policy", "delay_ms"),
+    [
+        (100, RetryPolicy(max_delay=10), 10_000),
+        (100, RetryPolicy(max_delay=10, hint_exceeds_max_delay=True), 100_000),
+        (10**7, RetryPolicy(max_delay=10, hint_exceeds_max_delay=True), 86_400_000),
+        (3, RetryPolicy(max_delay=10, retry_on=("ConnectionError",), exclude=()), None),
+    ],
+)
+def test_retry_after_hint_is_capped(
+    registry: Registry, clock: ManualClock, hint: float, policy: RetryPolicy, delay_ms: int | None
+) -> None:
+    """RetryAfter sets the delay, capped by max_delay unless opted out, never past a day."""
+    registry.register("t.hint", raising(RetryAfter(hint)))
+    wf = workflow(Node(key="x", type="t.hint", settings=NodeSettings(retry=policy)))
+    outcome = execute_workflow(wf, None, registry=registry, clock=clock)
+    if delay_ms is None:  # a retry_on filter that does not name RetryAfter: no retry
+        assert isinstance(outcome, Failed)
+    else:
+        assert isinstance(outcome, Suspend)
+        assert outcome.data.retry_delay_ms == delay_ms
+        assert outcome.data.resume_at == T0 + timedelta(milliseconds=delay_ms)
+
+
+def test_retry_on_result_polls_until_the_output_is_accepted(
+    registry: Registry, clock: ManualClock
+) -> None:
+    """A rejected output is a failed attempt that retries; the accepted one completes the node."""
+    registry.register("t.poll", lambda params, ctx: {"ready": ctx.attempt >= 3})
+    policy = RetryPolicy(max_attempts=5, retry_on_result="{{ not $output.ready }}")
+    wf = workflow(Node(key="x", type="t.poll", settings=NodeSettings(retry=policy)))
+    outcome, seen = run_retries(wf, registry, clock)
+    assert isinstance(outcome, Completed)
+    assert outcome.output == {"ready": True}
+    assert [d.retry_delay_ms for d in seen] == [1000, 2000]
+    attempts = outcome.execution.node_executions["x"][0].attempts
+    assert [(a.outcome, a.error.code if a.error else None) for a in attempts] == [
+        (AttemptOutcome.FAILED, "result_rejected"),
+        (AttemptOutcome.FAILED, "result_rejected"),
+        (AttemptOutcome.COMPLETED, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "port"), [("continue", "main"), ("continue_error_output", "error")]
+)
+def test_on_error_output_shape_and_port(
+    registry: Registry, mode: Literal["continue", "continue_error_output"], port: str
+) -> None:
+    """continue completes on main, continue_error_output on error, with {code, message, details}."""
+    wf = Workflow(
+        id="w",
+        nodes=[
+            trigger(),
+            Node(key="x", type="test.down", settings=NodeSettings(on_error=mode)),
+            value_node("ok", "main taken"),
+            value_node("bad", "error taken"),
+        ],
+        connections=[conn("start", "x"), conn("x", "ok"), conn("x", "bad", "error")],
+    )
+    outcome = execute_workflow(wf, None, registry=registry)
+    assert isinstance(outcome, Completed)
+    assert outcome.output == ("main taken" if port == "main" else "error taken")
+    record = outcome.execution.node_executions["x"][0]
+    assert record.status is NodeStatus.COMPLETED
+    assert record.output_port == port
+    assert record.output == {
+        "code": "action_error",
+        "message": "down",
+        "details": {
+            "type": "ConnectionError",
+            "module": "builtins",
+            "message": "down",
+            "details": None,
+        },
+    }
+    assert record.attempts[-1].outcome is AttemptOutcome.FAILED
 
 
 # -- sub-workflows -----------------------------------------------------------------------
@@ -1017,7 +1400,7 @@ def test_sub_workflow_failure_fails_parent_node(registry: Registry) -> None:
 
 def test_event_order_through_a_retry(registry: Registry) -> None:
     """Events follow the run: start, node events, retry scheduled, suspend, resume, complete."""
-    registry.register("test.flaky", flaky(1))
+    registry.register("test.flaky", Flaky(1))
     wf = retry_workflow("test.flaky", NodeSettings(retry_on_failed=True, retry_delay_ms=0))
     events: list[Event] = []
     paused = run(wf, None, registry, observers=[events.append])
@@ -1058,6 +1441,79 @@ def test_raising_observer_never_breaks_a_run(registry: Registry) -> None:
     outcome = run(wf, 2, registry, observers=[broken, lambda e: seen.append(e.name)])
     assert isinstance(outcome, Completed)
     assert seen[-1] == "execution_completed"
+
+
+def names(events: list[Event]) -> list[tuple[str, str | None, int | None]]:
+    return [(e.name, e.node_key, e.attempt) for e in events]
+
+
+def test_events_through_suspend_and_resume(registry: Registry, clock: ManualClock) -> None:
+    """A webhook pause emits node/execution suspended, then execution/node resumed on resume."""
+    events: list[Event] = []
+    wf = workflow(Node(key="w", type="wait.wait", params={"mode": "webhook"}))
+    paused = execute_workflow(wf, 1, registry=registry, clock=clock, observers=[events.append])
+    assert isinstance(paused, Suspend)
+    assert paused.execution is not None
+    resume_workflow(
+        paused.execution, {"ok": 1}, workflow=wf, registry=registry, observers=[events.append]
+    )
+    assert names(events) == [
+        ("execution_started", None, None),
+        ("node_started", "start", 1),
+        ("node_completed", "start", 1),
+        ("node_started", "w", 1),
+        ("node_suspended", "w", 1),
+        ("execution_suspended", "w", None),
+        ("execution_resumed", "w", None),
+        ("node_resumed", "w", 1),
+        ("node_completed", "w", 1),
+        ("execution_completed", None, None),
+    ]
+    assert [e.kind for e in events if "suspended" in e.name or "resumed" in e.name] == [
+        "webhook"
+    ] * 4
+    assert events[-2].output == {"ok": 1}
+
+
+def test_events_on_retry_exhaustion(registry: Registry, clock: ManualClock) -> None:
+    """Running out of attempts emits retry_exhausted, node_failed, execution_failed, in order."""
+    events: list[Event] = []
+    policy = RetryPolicy(max_attempts=2, initial_delay=1)
+    wf = workflow(Node(key="x", type="test.down", settings=NodeSettings(retry=policy)))
+    outcome, _ = run_retries(wf, registry, clock, observers=[events.append])
+    assert isinstance(outcome, Failed)
+    assert names(events)[-4:] == [
+        ("node_started", "x", 2),
+        ("node_retry_exhausted", "x", 2),
+        ("node_failed", "x", 2),
+        ("execution_failed", "x", None),
+    ]
+    scheduled = next(e for e in events if e.name == "node_retry_scheduled")
+    assert (scheduled.attempt, scheduled.max_attempts, scheduled.delay_ms) == (2, 2, 1000)
+    assert events[-2].error is not None
+    assert events[-2].error.type == "ConnectionError"
+
+
+def test_non_retryable_after_a_retry_is_not_reported_as_exhausted(
+    registry: Registry, clock: ManualClock
+) -> None:
+    """A NonRetryable failure with attempts left emits node_failed but not retry_exhausted."""
+    calls: list[int] = []
+
+    def flaky_then_fatal(params: Any, ctx: ActionContext) -> Any:
+        calls.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("down")
+        raise NonRetryable("fatal")
+
+    registry.register("t.fatal", flaky_then_fatal)
+    events: list[Event] = []
+    policy = RetryPolicy(max_attempts=5, initial_delay=0)
+    wf = workflow(Node(key="x", type="t.fatal", settings=NodeSettings(retry=policy)))
+    outcome, _ = run_retries(wf, registry, clock, observers=[events.append])
+    assert isinstance(outcome, Failed)
+    assert calls == [1, 2]
+    assert "node_retry_exhausted" not in [e.name for e in events]
 
 
 # -- async, timeouts, cancel -----------------------------------------------------------
@@ -1223,6 +1679,104 @@ def test_expired_webhook_can_route_to_error_port(registry: Registry, clock: Manu
         expire_webhook(outcome.execution, workflow=wf, registry=registry)
 
 
+def test_cancel_event_and_record(registry: Registry, clock: ManualClock) -> None:
+    """Cancelling a retry wait closes the node as cancelled and emits one execution_cancelled."""
+    wf = workflow(Node(key="x", type="test.down", settings=NodeSettings(retry=RetryPolicy())))
+    paused = execute_workflow(wf, None, registry=registry, clock=clock)
+    assert isinstance(paused, Suspend)
+    assert paused.execution is not None
+    events: list[Event] = []
+    clock.advance(1)
+    cancelled = cancel_execution(
+        paused.execution, "no longer needed", clock=clock, observers=[events.append]
+    )
+    assert [(e.name, e.node_key, e.at) for e in events] == [("execution_cancelled", "x", clock())]
+    assert cancelled.status is ExecutionStatus.CANCELLED
+    assert cancelled.error is not None
+    assert cancelled.error.message == "no longer needed"
+    record = cancelled.node_executions["x"][0]
+    assert record.status is NodeStatus.CANCELLED
+    assert record.completed_at == clock()
+    assert [a.outcome for a in record.attempts] == [AttemptOutcome.FAILED]
+    assert paused.execution.status is ExecutionStatus.SUSPENDED  # input untouched
+
+
+async def ask(params: Any, ctx: ActionContext) -> Any:
+    await asyncio.sleep(0)
+    return Suspend("approval", {"who": params["who"]})
+
+
+async def answer(params: Any, ctx: ActionContext, data: Any) -> Any:
+    await asyncio.sleep(0)
+    return {"approved": data["ok"], "who": params["who"], "attempt": ctx.attempt}
+
+
+def approval_workflow() -> tuple[Workflow, Registry]:
+    registry = Registry()
+    registry.register("t.ask", ask, answer)
+    return workflow(Node(key="x", type="t.ask", params={"who": "ann"})), registry
+
+
+def test_async_resume_callback_matches_sync_and_reloaded_runs() -> None:
+    """aexecute/aresume with async action and resume give what the sync API and a reload give."""
+    wf, registry = approval_workflow()
+
+    async def run_async() -> tuple[Outcome, Outcome]:
+        clock = ManualClock(T0)
+        paused = await aexecute_workflow(wf, None, registry=registry, clock=clock, execution_id="e")
+        assert isinstance(paused, Suspend)
+        assert paused.execution is not None
+        clock.advance(1)
+        done = await aresume_workflow(
+            paused.execution, {"ok": True}, workflow=wf, registry=registry, clock=clock
+        )
+        reloaded = await aresume_workflow(
+            loads(dumps(paused.execution)),
+            {"ok": True},
+            workflow=wf,
+            registry=registry,
+            clock=clock,
+        )
+        return done, reloaded
+
+    done, reloaded = asyncio.run(run_async())
+    clock = ManualClock(T0)
+    paused = execute_workflow(wf, None, registry=registry, clock=clock, execution_id="e")
+    assert paused.execution is not None
+    clock.advance(1)
+    sync_done = resume_workflow(
+        paused.execution, {"ok": True}, workflow=wf, registry=registry, clock=clock
+    )
+    assert isinstance(done, Completed)
+    assert done.output == {"approved": True, "who": "ann", "attempt": 1}
+    assert done == reloaded == sync_done
+
+
+def test_sync_api_with_async_action_inside_a_running_loop_is_not_retried(
+    registry: Registry,
+) -> None:
+    """The misuse neither schedules a retry nor leaves a never-awaited coroutine behind."""
+
+    async def act(params: Any, ctx: ActionContext) -> Any:
+        return 1
+
+    registry.register("t.async", act)
+    wf = workflow(Node(key="x", type="t.async", settings=NodeSettings(retry=RetryPolicy())))
+
+    async def misuse() -> Outcome | None:
+        try:
+            return execute_workflow(wf, None, registry=registry)
+        except PranaError:
+            return None
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = asyncio.run(misuse())
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+    assert outcome is None or isinstance(outcome, Failed)
+
+
 # -- validation ------------------------------------------------------------------------
 
 
@@ -1312,3 +1866,24 @@ def test_bad_definitions_fail_at_construction_naming_the_field(
     """Bad definition values raise a ValueError naming the field, before anything runs."""
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         build()
+
+
+def test_env_as_a_mapping_proxy_is_accepted() -> None:
+    """A read-only MappingProxyType env passes the entry checks and reaches templates."""
+    from types import MappingProxyType
+
+    registry = Registry()
+    registry.register("test.inputs", lambda params, ctx: params)
+    wf = Workflow(
+        id="env",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="e", type="test.inputs", params={"v": "{{ $env.K }}"}),
+        ],
+        connections=[Connection(from_node="start", to_node="e")],
+    )
+    outcome = execute_workflow(
+        wf, None, registry=registry, clock=ManualClock(T0), env=MappingProxyType({"K": "x"})
+    )
+    assert isinstance(outcome, Completed)
+    assert outcome.output == {"v": "x"}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
+from doubles import T0
 from hypothesis import HealthCheck, example, given, settings
 from strategies import (
     MERGE,
@@ -47,7 +48,6 @@ from prana import (
 from prana._policy import resolve
 from prana.testing import ManualClock, set_testing
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 MAX_STEPS = 400
 """More pauses than any generated workflow can make: reaching it means a runaway."""
 

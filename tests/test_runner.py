@@ -7,17 +7,17 @@ memory with JSON, SQLite, PostgreSQL); restarts use a SQLite file shared by two 
 from __future__ import annotations
 
 import asyncio
-import itertools
-from datetime import datetime, timedelta, timezone
+import uuid
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from doubles import T0, Flaky, Harness, flaky_node, sub_node, webhook_node, workflow
 
 from prana import (
     ActionContext,
     AttemptOutcome,
     Connection,
-    Event,
     ExecutionStatus,
     InvalidSettingsError,
     Node,
@@ -39,6 +39,7 @@ from scheduling import (
     StaleVersionError,
     WorkflowConflictError,
 )
+from scheduling._cli import main
 from scheduling._console import node_lateness
 from scheduling._runner import child_execution_id, is_settled
 from scheduling.adapters.manual import ManualScheduler
@@ -46,76 +47,23 @@ from scheduling.stores.memory import MemoryStore
 from scheduling.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
-
-# -- workflows and actions ------------------------------------------------------------------
-
-
-class Flaky:
-    """An action that fails its first ``fails`` calls with ConnectionError, counting calls."""
-
-    def __init__(self, fails: int) -> None:
-        self.fails = fails
-        self.calls: list[int] = []
-
-    def __call__(self, params: Any, ctx: ActionContext) -> Any:
-        self.calls.append(ctx.attempt)
-        if len(self.calls) <= self.fails:
-            raise ConnectionError(f"down (call {len(self.calls)})")
-        return {"ok": True, "attempt": ctx.attempt}
+# -- workflows ------------------------------------------------------------------------------
 
 
 def retry_policy(attempts: int = 4, delay: float = 1) -> RetryPolicy:
     return RetryPolicy(max_attempts=attempts, backoff="constant", initial_delay=delay)
 
 
-def workflow(
-    *nodes: Node, wid: str = "wf", version: int = 1, edges: list[tuple[str, str]] | None = None
-) -> Workflow:
-    keys = ["start", *(n.key for n in nodes)]
-    pairs = edges if edges is not None else list(itertools.pairwise(keys))
-    return Workflow(
-        id=wid,
-        version=version,
-        nodes=(Node(key="start", type="manual.trigger"), *nodes),
-        connections=tuple(Connection(from_node=a, to_node=b) for a, b in pairs),
-    )
-
-
 def flaky_workflow(attempts: int = 4, delay: float = 1, wid: str = "wf") -> Workflow:
-    node = Node(
-        key="r", type="test.flaky", settings=NodeSettings(retry=retry_policy(attempts, delay))
-    )
-    return workflow(node, wid=wid)
+    return workflow(flaky_node(attempts, delay=delay), wid=wid)
 
 
 def wait_node(**params: Any) -> Node:
     return Node(key="w", type="wait.wait", params=params)
-
-
-def sub_node(child: str, mode: str) -> Node:
-    return Node(
-        key="sub", type="workflow.execute_workflow", params={"workflow_id": child, "mode": mode}
-    )
-
-
-class Harness:
-    """A runner over ``store`` with a ManualScheduler, and the flaky action registered."""
-
-    def __init__(self, store: ExecutionStore, fails: int = 0, clock: ManualClock | None = None):
-        self.clock = clock if clock is not None else ManualClock(T0)
-        self.flaky = Flaky(fails)
-        self.registry = Registry()
-        self.registry.register("test.flaky", self.flaky)
-        self.store = store
-        self.scheduler = ManualScheduler(self.clock)
-        self.events: list[Event] = []
-        self.runner = Runner(
-            self.registry, store, self.scheduler, self.clock, observers=[self.events.append]
-        )
 
 
 # -- retries, timers, webhooks, cancel: every store -----------------------------------------
@@ -131,7 +79,7 @@ def test_retry_after_failures_completes(store: ExecutionStore) -> None:
         assert h.scheduler.pending() == [(eid, T0 + timedelta(seconds=1))]
         h.scheduler.advance(1)
         assert runner.get(eid).status is ExecutionStatus.SUSPENDED
-        assert h.flaky.calls == [1, 2]
+        assert h.flaky.attempts == [1, 2]
         h.scheduler.advance(1)
         done = runner.get(eid)
     assert done.status is ExecutionStatus.COMPLETED
@@ -194,7 +142,7 @@ def test_cancel_during_backoff_never_runs_again(store: ExecutionStore) -> None:
     assert stored.status is ExecutionStatus.CANCELLED
     assert stored.error is not None
     assert stored.error.message == "operator"
-    assert h.flaky.calls == [1]
+    assert h.flaky.attempts == [1]
     assert h.scheduler.pending() == []
 
 
@@ -241,6 +189,40 @@ def test_stale_deliver_raises(store: ExecutionStore) -> None:
         assert runner.get(eid).status is ExecutionStatus.SUSPENDED
 
 
+class ArmSpy(ManualScheduler):
+    """A ManualScheduler that records what the store held for each id when it was armed."""
+
+    def __init__(self, clock: ManualClock, store: ExecutionStore) -> None:
+        super().__init__(clock)
+        self.store = store
+        self.seen: list[tuple[str, datetime, datetime | None]] = []
+
+    def schedule(self, execution_id: str, due_at: datetime) -> None:
+        stored, _ = self.store.load(execution_id)
+        self.seen.append((execution_id, due_at, stored.due_at))
+        super().schedule(execution_id, due_at)
+
+
+def test_every_alarm_is_armed_after_its_outcome_is_saved(store: ExecutionStore) -> None:
+    """Each alarm the runner arms is for a due time the store already holds (persist, then arm)."""
+    clock = ManualClock(T0)
+    flaky = Flaky(fails=2)
+    registry = Registry()
+    registry.register("test.flaky", flaky)
+    spy = ArmSpy(clock, store)
+    wf = workflow(
+        flaky_node(), Node(key="t", type="wait.wait", params={"mode": "interval", "duration": 5})
+    )
+    with Runner(registry, store, spy, clock) as runner:
+        eid = runner.start(wf)
+        spy.advance(10)
+        assert runner.get(eid).status is ExecutionStatus.COMPLETED
+    assert len(spy.seen) == 3
+    for execution_id, armed_for, stored_due in spy.seen:
+        assert execution_id == eid
+        assert stored_due == armed_for
+
+
 # -- deliver, cancel and definition rules ---------------------------------------------------
 
 
@@ -284,7 +266,7 @@ def test_different_definition_same_version_refused_before_running() -> None:
         other = Harness(h.store).runner  # a runner without the cached definition
         with pytest.raises(WorkflowConflictError):
             other.start(changed)
-    assert h.flaky.calls == [1]
+    assert h.flaky.attempts == [1]
     assert len(h.store.list()) == 1
 
 
@@ -295,7 +277,7 @@ def test_start_with_an_existing_execution_id_is_refused_before_running() -> None
         eid = runner.start(flaky_workflow(), execution_id="fixed")
         with pytest.raises(StaleVersionError, match="already exists"):
             runner.start(flaky_workflow(), execution_id=eid)
-    assert h.flaky.calls == [1]
+    assert h.flaky.attempts == [1]
 
 
 def test_early_alarm_rearms_itself() -> None:
@@ -305,7 +287,7 @@ def test_early_alarm_rearms_itself() -> None:
         eid = runner.start(flaky_workflow(delay=10))
         h.scheduler.schedule(eid, T0 + timedelta(seconds=2))
         assert h.scheduler.advance(2) == [eid]
-        assert h.flaky.calls == [1]
+        assert h.flaky.attempts == [1]
         assert h.scheduler.pending() == [(eid, T0 + timedelta(seconds=10))]
         h.scheduler.advance(8)
         assert runner.get(eid).status is ExecutionStatus.COMPLETED
@@ -397,6 +379,79 @@ def test_async_fire_hands_the_step_to_a_thread() -> None:
     assert h.runner.get(eid).status is ExecutionStatus.COMPLETED
 
 
+class CountingStore(MemoryStore):
+    """A MemoryStore (JSON) that counts definition loads and can run a hook on one load."""
+
+    def __init__(self) -> None:
+        super().__init__(serialize=True)
+        self.definition_loads = 0
+        self.on_load: Callable[[str], None] | None = None
+
+    def load_workflow(self, workflow_id: str, version: int) -> Workflow:
+        self.definition_loads += 1
+        return super().load_workflow(workflow_id, version)
+
+    def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
+        hook = self.on_load
+        if hook is not None:
+            hook(execution_id)
+        return super().load(execution_id)
+
+
+def test_definitions_are_loaded_once_per_runner() -> None:
+    """A runner resuming many retries of one workflow loads its definition from the store once."""
+    store = CountingStore()
+    clock = ManualClock(T0)
+    Harness(store, clock=clock, fails=3).runner.start(workflow(flaky_node(attempts=5)))
+    fresh = Harness(store, clock=clock, fails=0)  # another process: nothing cached yet
+    with fresh.runner as runner:
+        fresh.scheduler.advance(1)
+        (eid,) = [s.id for s in store.list()]
+        assert runner.get(eid).status is ExecutionStatus.COMPLETED
+    assert store.definition_loads == 1
+
+
+def test_wait_returns_once_only_the_outside_can_move_the_execution() -> None:
+    """``wait`` returns for completed, failed, cancelled, webhook and custom-kind executions."""
+    h = Harness(MemoryStore(), fails=100)
+    with h.runner as runner:
+        completed = runner.start(
+            workflow(Node(key="d", type="data.set_data", params={"value": 1}), wid="c")
+        )
+        webhook = runner.start(workflow(webhook_node(), wid="h"))
+        custom = runner.start(workflow(Node(key="ok", type="test.approval"), wid="a"))
+        failed = runner.start(workflow(flaky_node(attempts=1), wid="f"))
+        cancelled = runner.start(workflow(flaky_node(), wid="x"))
+        runner.cancel(cancelled)
+        statuses = {
+            eid: runner.wait(eid, timeout=0).status
+            for eid in (completed, webhook, custom, failed, cancelled)
+        }
+    assert statuses == {
+        completed: ExecutionStatus.COMPLETED,
+        webhook: ExecutionStatus.SUSPENDED,
+        custom: ExecutionStatus.SUSPENDED,
+        failed: ExecutionStatus.FAILED,
+        cancelled: ExecutionStatus.CANCELLED,
+    }
+
+
+def test_wait_times_out_on_timers_and_pending_sub_workflows() -> None:
+    """``wait`` raises ``TimeoutError`` while a timer or a sub-workflow still runs on its own."""
+    h = Harness(MemoryStore(), fails=100)
+    h.runner.register_workflow(workflow(flaky_node(), wid="child"))
+    with h.runner as runner:
+        timer = runner.start(
+            workflow(Node(key="t", type="wait.wait", params={"mode": "interval", "duration": 5}))
+        )
+        parent = runner.start(workflow(sub_node("child", "sync"), wid="parent"))
+        for eid in (timer, parent):
+            with pytest.raises(TimeoutError, match="still suspended"):
+                runner.wait(eid, timeout=0)
+        with pytest.raises(ExecutionNotFound):
+            runner.wait("nope", timeout=0)
+
+
 # -- sub-workflows ----------------------------------------------------------------------------
 
 
@@ -446,7 +501,7 @@ def test_async_sub_workflow_starts_child_from_the_scheduler() -> None:
         assert cid is not None
         with pytest.raises(ExecutionNotFound):
             runner.get(cid)
-        assert h.flaky.calls == []
+        assert h.flaky.attempts == []
         assert h.scheduler.advance(0) == [pid]
         assert runner.get(cid).status is ExecutionStatus.COMPLETED
         done = runner.get(pid)
@@ -521,7 +576,93 @@ def test_cancelling_a_parent_cancels_its_child() -> None:
         h.scheduler.advance(60)
         assert runner.get(cid).status is ExecutionStatus.CANCELLED
         assert runner.get(pid).status is ExecutionStatus.CANCELLED
-    assert h.flaky.calls == [1]
+    assert h.flaky.attempts == [1]
+
+
+def test_a_versionless_child_runs_the_highest_version_even_with_gaps() -> None:
+    """A sub-workflow without a version runs the highest stored one, whatever the numbering."""
+    h = Harness(MemoryStore())
+    v1 = workflow(Node(key="r", type="data.set_data", params={"value": "v1"}), wid="child")
+    v3 = workflow(
+        Node(key="r", type="data.set_data", params={"value": "v3"}), wid="child", version=3
+    )
+    h.store.save_workflow(v1)
+    h.store.save_workflow(v3)
+    with h.runner as runner:
+        pid = runner.start(workflow(sub_node("child", "sync"), wid="parent"))
+        sub = runner.get(pid).node("sub")
+    assert sub is not None
+    assert sub.output == "v3"
+
+
+def test_wait_returns_when_a_parent_waits_on_a_child_that_waits_on_a_webhook() -> None:
+    """A parent whose sync child waits for a webhook waits for the outside: ``wait`` returns."""
+    h = Harness(MemoryStore())
+    h.runner.register_workflow(workflow(webhook_node(), wid="child"))
+    with h.runner as runner:
+        pid = runner.start(workflow(sub_node("child", "sync"), wid="parent"))
+        assert runner.wait(pid, timeout=0).status is ExecutionStatus.SUSPENDED
+
+
+def test_nested_sub_workflows_report_up_two_levels() -> None:
+    """A grandchild's retry completes it, then the child, then the top parent, all by alarms."""
+    h = Harness(MemoryStore(serialize=True), fails=1)
+    h.runner.register_workflow(workflow(flaky_node(), wid="grandchild"))
+    h.runner.register_workflow(workflow(sub_node("grandchild", "sync"), wid="child"))
+    with h.runner as runner:
+        top = runner.start(workflow(sub_node("child", "async"), wid="top"))
+        h.scheduler.advance(0)  # starts the async child, which runs its sync grandchild
+        child_id = child_execution_id(runner.get(top))
+        assert child_id is not None
+        grandchild_id = child_execution_id(runner.get(child_id))
+        assert grandchild_id is not None
+        assert runner.get(grandchild_id).status is ExecutionStatus.SUSPENDED
+        h.scheduler.advance(1)
+        done = runner.get(top)
+        statuses = [runner.get(i).status for i in (grandchild_id, child_id)]
+    assert statuses == [ExecutionStatus.COMPLETED, ExecutionStatus.COMPLETED]
+    assert done.status is ExecutionStatus.COMPLETED
+    assert done.output == {"ok": True, "attempt": 2}
+    assert h.flaky.attempts == [1, 2]
+
+
+def test_a_failed_async_child_fails_its_parent() -> None:
+    """An async child that runs out of retries resumes its parent with the failure."""
+    h = Harness(MemoryStore(), fails=100)
+    h.runner.register_workflow(workflow(flaky_node(attempts=2), wid="child"))
+    with h.runner as runner:
+        pid = runner.start(workflow(sub_node("child", "async"), wid="parent"))
+        h.scheduler.advance(5)
+        done = runner.get(pid)
+    assert done.status is ExecutionStatus.FAILED
+    assert done.error is not None
+    assert done.error.node_key == "sub"
+    assert h.flaky.attempts == [1, 2]
+
+
+def test_no_child_runs_for_a_parent_cancelled_just_before_the_child_starts() -> None:
+    """A cancel landing between the parent's save and its child's start leaves no child running."""
+    store = CountingStore()
+    h = Harness(store, fails=100)
+    h.runner.register_workflow(workflow(flaky_node(), wid="child"))
+
+    def cancel_parent_first(execution_id: str) -> None:
+        if ":sub:" in execution_id:  # the runner looks the child up, about to start it
+            store.on_load = None
+            h.runner.cancel(execution_id.split(":")[0], "operator")
+
+    with h.runner as runner:
+        store.on_load = cancel_parent_first
+        pid = runner.start(workflow(sub_node("child", "sync"), wid="parent"))
+        h.scheduler.advance(60)
+        cid = child_execution_id(runner.get(pid)) or ""
+        try:
+            child_status: ExecutionStatus | None = runner.get(cid).status
+        except ExecutionNotFound:
+            child_status = None
+    assert runner.get(pid).status is ExecutionStatus.CANCELLED
+    assert child_status in (None, ExecutionStatus.CANCELLED)
+    assert h.flaky.calls <= 1
 
 
 # -- restarts ---------------------------------------------------------------------------------
@@ -542,8 +683,8 @@ def test_new_runner_rebuilds_alarms_and_completes(tmp_path: Path) -> None:
         done = runner.get(eid)
     second.store.close()
     assert done.status is ExecutionStatus.COMPLETED
-    assert first.flaky.calls == [1]
-    assert second.flaky.calls == [2]
+    assert first.flaky.attempts == [1]
+    assert second.flaky.attempts == [2]
 
 
 def test_resume_due_while_runner_was_down_fires_late_and_records_lateness(tmp_path: Path) -> None:
@@ -609,6 +750,113 @@ def test_restart_starts_an_async_child_never_started(tmp_path: Path) -> None:
     assert done.status is ExecutionStatus.COMPLETED
 
 
+class BrokenArm(ManualScheduler):
+    """A ManualScheduler whose ``schedule`` fails: a crash between the save and the arm."""
+
+    def schedule(self, execution_id: str, due_at: datetime) -> None:
+        raise RuntimeError("the process died before arming")
+
+
+def test_a_crash_between_save_and_arm_loses_nothing(tmp_path: Path) -> None:
+    """If arming fails after the save, a new runner over the store re-arms and finishes the run."""
+    path = tmp_path / "crash.sqlite3"
+    clock = ManualClock(T0)
+    first = Harness(SQLiteStore(path), clock=clock, fails=1)
+    first.runner = Runner(first.registry, first.store, BrokenArm(clock), clock)
+    with first.runner as runner, pytest.raises(RuntimeError, match="before arming"):
+        runner.start(workflow(flaky_node()))
+    (summary,) = first.store.list()
+    assert summary.status is ExecutionStatus.SUSPENDED
+    assert summary.due_at == T0 + timedelta(seconds=1)
+    first.store.close()
+    second = Harness(SQLiteStore(path), clock=clock)
+    with second.runner as runner:
+        assert second.scheduler.pending() == [(summary.id, T0 + timedelta(seconds=1))]
+        second.scheduler.advance(1)
+        done = runner.get(summary.id)
+    second.store.close()
+    assert done.status is ExecutionStatus.COMPLETED
+    assert (first.flaky.attempts, second.flaky.attempts) == ([1], [2])
+
+
+def test_cancel_during_backoff_on_sqlite_removes_the_alarm(tmp_path: Path) -> None:
+    """Cancelling in backoff: the action never runs again, the alarm is gone, even after restart."""
+    path = tmp_path / "cancel.sqlite3"
+    clock = ManualClock(T0)
+    first = Harness(SQLiteStore(path), clock=clock, fails=100)
+    with first.runner as runner:
+        eid = runner.start(workflow(flaky_node()))
+        runner.cancel(eid)
+        assert first.scheduler.pending() == []
+    assert list(first.store.alarms()) == []
+    first.store.close()
+    second = Harness(SQLiteStore(path), clock=clock)
+    with second.runner as runner:
+        assert second.scheduler.advance(600) == []
+        assert runner.get(eid).status is ExecutionStatus.CANCELLED
+    second.store.close()
+    assert (first.flaky.attempts, second.flaky.attempts) == ([1], [])
+
+
+def test_a_retry_due_while_down_fires_late_and_show_reports_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A retry due while no runner was up fires on restart; its attempt has due_at < started_at."""
+    path = tmp_path / "late.sqlite3"
+    clock = ManualClock(T0)
+    first = Harness(SQLiteStore(path), clock=clock, fails=1)
+    with first.runner as runner:
+        eid = runner.start(workflow(flaky_node()))
+    first.store.close()
+    clock.advance(90)
+    second = Harness(SQLiteStore(path), clock=clock)
+    with second.runner as runner:
+        assert second.scheduler.advance(0) == [eid]
+        done = runner.get(eid)
+    second.store.close()
+    run = done.node("r")
+    assert run is not None
+    second_try = run.attempts[1]
+    assert second_try.due_at == T0 + timedelta(seconds=1)
+    assert second_try.started_at == T0 + timedelta(seconds=90)
+    assert second_try.due_at < second_try.started_at
+    assert main(["show", eid, "--db", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"execution {eid}" in out
+    assert "status    completed" in out
+    assert "attempt 1: failed" in out
+    assert "ConnectionError" in out
+    assert "(retry in 1.0s)" in out
+    assert "attempt 2: completed" in out
+    assert "due +1.0s  late 1m29s" in out
+    assert "(record version 2)" in out
+
+
+def test_restart_while_an_async_child_retries_finishes_both(tmp_path: Path) -> None:
+    """A runner that stops while an async child waits on a retry: the next one finishes both."""
+    path = tmp_path / "async.sqlite3"
+    clock = ManualClock(T0)
+    first = Harness(SQLiteStore(path), clock=clock, fails=1)
+    first.runner.register_workflow(workflow(flaky_node(), wid="child"))
+    after = Node(key="after", type="data.set_data", params={"fields": {"after": True}})
+    with first.runner as runner:
+        pid = runner.start(workflow(sub_node("child", "async"), after, wid="parent"))
+        first.scheduler.advance(0)
+        cid = child_execution_id(runner.get(pid))
+        assert cid is not None
+        assert runner.get(cid).status is ExecutionStatus.SUSPENDED
+    first.store.close()
+    second = Harness(SQLiteStore(path), clock=clock)
+    with second.runner as runner:
+        assert second.scheduler.pending() == [(cid, T0 + timedelta(seconds=1))]
+        second.scheduler.advance(1)
+        done = runner.get(pid)
+    second.store.close()
+    assert done.status is ExecutionStatus.COMPLETED
+    assert done.output == {"ok": True, "attempt": 2, "after": True}
+    assert (first.flaky.attempts, second.flaky.attempts) == ([1], [2])
+
+
 # -- webhook timeouts -------------------------------------------------------------------------
 
 
@@ -665,6 +913,34 @@ def test_delivered_webhook_disarms_its_expiry() -> None:
         assert h.scheduler.pending() == []
 
 
+def test_deliver_after_the_expiry_alarm_fired_raises() -> None:
+    """Once the expiry alarm applied ``on_error: continue``, a late ``deliver`` raises."""
+    h = Harness(MemoryStore())
+    wait = webhook_node(timeout_hours=1)
+    wait = Node(
+        key="w", type="wait.wait", params=wait.params, settings=NodeSettings(on_error="continue")
+    )
+    with h.runner as runner:
+        eid = runner.start(workflow(wait))
+        h.scheduler.advance(3600)
+        done = runner.get(eid)
+        with pytest.raises(ResumeError, match="completed"):
+            runner.deliver(eid, {"late": True})
+    assert done.status is ExecutionStatus.COMPLETED
+    assert done.output["code"] == "webhook_timeout"
+
+
+def test_deliver_past_the_webhook_expiry_is_refused_even_before_the_alarm() -> None:
+    """A webhook past ``expires_at`` is expired by the clock, not by whether its alarm ran yet."""
+    h = Harness(MemoryStore())
+    with h.runner as runner:
+        eid = runner.start(workflow(webhook_node(timeout_hours=1)))
+        h.clock.advance(7200)  # the runner was busy: the alarm has not fired yet
+        with pytest.raises(ResumeError):
+            runner.deliver(eid, {"late": True})
+        assert runner.get(eid).status is not ExecutionStatus.COMPLETED
+
+
 # -- the real scheduler -----------------------------------------------------------------------
 
 
@@ -679,7 +955,7 @@ def test_real_apscheduler_completes_retries_and_wait_returns() -> None:
         eid = runner.start(flaky_workflow(delay=0.05))
         done = runner.wait(eid, timeout=30)
     assert done.status is ExecutionStatus.COMPLETED
-    assert flaky.calls == [1, 2, 3]
+    assert flaky.attempts == [1, 2, 3]
 
 
 # -- sub-workflow timeouts --------------------------------------------------------------------
@@ -767,3 +1043,254 @@ def test_sub_workflow_deadline_survives_a_restart(tmp_path: Path) -> None:
         assert second.scheduler.advance(3) == [pid]
         assert runner.get(pid).status is ExecutionStatus.FAILED
     second.store.close()
+
+
+def test_sub_workflow_timeout_fails_the_parent_node_and_cancels_the_child() -> None:
+    """A child still waiting at ``timeout_ms`` is cancelled; the parent's node fails (timeout)."""
+    h = Harness(MemoryStore())
+    h.runner.register_workflow(workflow(webhook_node(), wid="child"))
+    with h.runner as runner:
+        pid = runner.start(workflow(sub_node("child", "sync", timeout_ms=5000), wid="parent"))
+        cid = child_execution_id(runner.get(pid))
+        assert cid is not None
+        assert h.scheduler.advance(5) == [pid]
+        parent, child = runner.get(pid), runner.get(cid)
+    assert parent.status is ExecutionStatus.FAILED
+    assert child.status is ExecutionStatus.CANCELLED
+    sub = parent.node("sub")
+    assert sub is not None
+    assert sub.attempts[-1].outcome is AttemptOutcome.FAILED
+
+
+def test_run_due_times_out_a_sub_workflow_past_its_deadline() -> None:
+    """A cron-style ``run_due`` after the deadline times the waiting parent out."""
+    h = Harness(MemoryStore())
+    h.runner.register_workflow(workflow(webhook_node(), wid="child"))
+    pid = h.runner.start(workflow(sub_node("child", "sync", timeout_ms=5000), wid="parent"))
+    h.clock.advance(3600)
+    h.runner.run_due()
+    assert h.runner.get(pid).status is ExecutionStatus.FAILED
+
+
+# -- two runners over one database --------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def shared_db(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[], ExecutionStore]]:
+    """A factory of stores over one database: each call is another process's connection."""
+    opened: list[Any] = []
+    if request.param == "sqlite":
+        path = tmp_path / "shared.sqlite3"
+
+        def make() -> ExecutionStore:
+            store = SQLiteStore(path)
+            opened.append(store)
+            return store
+
+        yield make
+        for store in opened:
+            store.close()
+        return
+    import psycopg
+    from psycopg import sql
+
+    from scheduling.stores.postgres import PostgresStore
+
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    schema = f"prana_review_{uuid.uuid4().hex[:12]}"
+
+    def make_pg() -> ExecutionStore:
+        store = PostgresStore(dsn, schema=schema)
+        opened.append(store)
+        return store
+
+    try:
+        yield make_pg
+    finally:
+        for store in opened:
+            store.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_two_runners_firing_one_alarm_make_one_transition(
+    shared_db: Callable[[], ExecutionStore],
+) -> None:
+    """Two runners fire the same alarm at once: the action may run twice, the record moves once."""
+    clock = ManualClock(T0)
+    a = Harness(shared_db(), clock=clock, fails=1)
+    b = Harness(shared_db(), clock=clock, flaky=a.flaky)
+    with a.runner as runner_a:
+        eid = runner_a.start(workflow(flaky_node()))
+        with b.runner:
+            # While runner A runs attempt 2, runner B fires the same (already due) alarm.
+            a.flaky.hook = lambda ctx: b.scheduler.run_due()
+            assert a.scheduler.advance(1) == [eid]
+            done, version = a.store.load(eid)
+    assert a.flaky.attempts == [1, 2, 2]  # at-least-once: attempt 2 ran in both runners
+    assert done.status is ExecutionStatus.COMPLETED
+    assert version == 2  # one transition after the start: B's; A's save was refused
+    run = done.node("r")
+    assert run is not None
+    assert [attempt.number for attempt in run.attempts] == [1, 2]
+
+
+def test_a_resume_racing_a_cancel_does_nothing_after_it(
+    shared_db: Callable[[], ExecutionStore],
+) -> None:
+    """A resume racing another runner's cancel is dropped; the node after it never runs."""
+    clock = ManualClock(T0)
+    a = Harness(shared_db(), clock=clock, fails=1)
+    b = Harness(shared_db(), clock=clock)
+    after = Node(key="after", type="data.set_data", params={"fields": {"after": True}})
+    with a.runner as runner_a, b.runner as runner_b:
+        eid = runner_a.start(workflow(flaky_node(), after))
+        a.flaky.hook = lambda ctx: runner_b.cancel(ctx.execution_id, "operator")
+        a.scheduler.advance(60)
+        done = runner_a.get(eid)
+        assert a.scheduler.pending() == []
+    assert done.status is ExecutionStatus.CANCELLED
+    assert "after" not in done.node_executions
+    assert a.flaky.attempts == [1, 2]
+
+
+def test_a_deliver_that_loses_to_a_cancel_raises(
+    shared_db: Callable[[], ExecutionStore],
+) -> None:
+    """A ``deliver`` whose resume runs while another runner cancels raises and changes nothing."""
+    clock = ManualClock(T0)
+    a = Harness(shared_db(), clock=clock)
+    b = Harness(shared_db(), clock=clock)
+    with a.runner as runner_a, b.runner as runner_b:
+        eid = runner_a.start(workflow(Node(key="ok", type="test.approval")))
+        a.approve_hooks.append(lambda: runner_b.cancel(eid))
+        with pytest.raises(StaleVersionError):
+            runner_a.deliver(eid, {"approved": True})
+        assert runner_a.get(eid).status is ExecutionStatus.CANCELLED
+
+
+# -- the transactional alarm seam, with duck-typed doubles (no database) ------------------
+
+
+class HookStore(MemoryStore):
+    """A ``MemoryStore`` with ``PostgresStore``'s ``dsn`` and ``on_save`` hook slot.
+
+    The hook runs before the row is stored; if it raises, nothing is stored (the
+    all-or-nothing promise of ``PostgresStore.on_save``).
+    """
+
+    def __init__(self, *, fail_alarms: bool = False) -> None:
+        super().__init__()
+        self.dsn = "host=db dbname=prana"
+        self.on_save: Any = None
+        self.fail_alarms = fail_alarms
+
+    def save(self, execution: WorkflowExecution, expected_version: int | None) -> int:
+        hook = self.on_save
+        if hook is not None:
+            hook(None, execution)
+        return super().save(execution, expected_version)
+
+    def alarms(self) -> Any:
+        if self.fail_alarms:
+            raise ConnectionError("database went away")
+        return super().alarms()
+
+
+class InTransactionScheduler(ManualScheduler):
+    """A ``ManualScheduler`` with ``ProcrastinateScheduler``'s in-transaction arming API."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.outside: list[tuple[str, str]] = []
+        self.inside: list[tuple[str, str]] = []
+
+    def same_database(self, dsn: str) -> bool:
+        return dsn == "host=db dbname=prana"
+
+    def schedule(self, execution_id: str, due_at: datetime) -> None:
+        self.outside.append(("schedule", execution_id))
+        super().schedule(execution_id, due_at)
+
+    def cancel(self, execution_id: str) -> None:
+        self.outside.append(("cancel", execution_id))
+        super().cancel(execution_id)
+
+    def schedule_in(self, conn: Any, execution_id: str, due_at: datetime) -> None:
+        self.inside.append(("schedule", execution_id))
+        super().schedule(execution_id, due_at)
+
+    def cancel_in(self, conn: Any, execution_id: str) -> None:
+        self.inside.append(("cancel", execution_id))
+        super().cancel(execution_id)
+
+
+def test_runner_arms_every_retry_inside_the_save_and_removes_the_hook_on_close() -> None:
+    """With the hook installed every alarm change happens in a save; close() uninstalls it."""
+    clock = ManualClock(T0)
+    registry = Registry()
+    flaky = Flaky(2)
+    registry.register("test.flaky", flaky)
+    store = HookStore()
+    scheduler = InTransactionScheduler(clock)
+    runner = Runner(store=store, scheduler=scheduler, registry=registry, clock=clock)
+    with runner:
+        assert store.on_save is not None
+        execution_id = runner.start(workflow(flaky_node(attempts=3), wid="retry"))
+        assert runner.get(execution_id).status is ExecutionStatus.SUSPENDED
+        scheduler.advance(1)
+        scheduler.advance(1)
+        assert runner.get(execution_id).status is ExecutionStatus.COMPLETED
+        assert scheduler.outside == []
+        assert ("schedule", execution_id) in scheduler.inside
+        assert scheduler.inside[-1] == ("cancel", execution_id)
+    assert store.on_save is None
+    assert flaky.calls == 3
+
+
+def test_second_runner_over_a_hooked_store_arms_after_its_saves() -> None:
+    """A runner finding the hook slot taken arms its own alarms after the save, as before."""
+    clock = ManualClock(T0)
+    registry = Registry()
+    registry.register("test.flaky", Flaky(1))
+    store = HookStore()
+    first = InTransactionScheduler(clock)
+    second = InTransactionScheduler(clock)
+    with Runner(store=store, scheduler=first, registry=registry, clock=clock):
+        hook = store.on_save
+        with Runner(store=store, scheduler=second, registry=registry, clock=clock) as runner:
+            assert store.on_save is hook
+            execution_id = runner.start(workflow(flaky_node(attempts=3), wid="retry"))
+            assert ("schedule", execution_id) in second.outside
+        assert store.on_save is hook  # the second runner leaves the first one's hook alone
+    assert store.on_save is None
+
+
+def test_a_failing_hook_stores_nothing_and_start_raises() -> None:
+    """When arming inside the save fails, start() raises and no execution is stored."""
+    clock = ManualClock(T0)
+    registry = Registry()
+    registry.register("test.flaky", Flaky(5))
+    store = HookStore()
+    scheduler = InTransactionScheduler(clock)
+
+    def broken(conn: Any, execution_id: str, due_at: datetime) -> None:
+        raise ConnectionError("job queue unreachable")
+
+    scheduler.schedule_in = broken  # type: ignore[method-assign]
+    with Runner(store=store, scheduler=scheduler, registry=registry, clock=clock) as runner:
+        with pytest.raises(ConnectionError):
+            runner.start(workflow(flaky_node(attempts=3), wid="retry"), execution_id="e1")
+        assert store.list(ExecutionStatus.SUSPENDED, limit=10) == []
+
+
+def test_open_that_fails_leaves_no_hook_on_the_store() -> None:
+    """A Runner.open() that raises leaves the store as it found it (no on_save hook)."""
+    clock = ManualClock(T0)
+    store = HookStore(fail_alarms=True)
+    runner = Runner(store=store, scheduler=InTransactionScheduler(clock), clock=clock)
+    with pytest.raises(ConnectionError), runner:
+        pass
+    assert store.on_save is None

@@ -19,6 +19,7 @@ import pytest
 from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.background import BackgroundScheduler
+from doubles import T0, at
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 UTC = timezone.utc
-START = datetime(2030, 1, 1, tzinfo=UTC)
 TIMEOUT = 5.0  # seconds to wait for an alarm that must fire; only reached on failure
 
 
@@ -68,7 +68,7 @@ class Recorder:
             return self._cond.wait_for(lambda: len(self.calls) >= count, timeout=TIMEOUT)
 
 
-class Harness:
+class SchedulerHarness:
     """One adapter under test, with a way to read its now and to let its alarms fire."""
 
     name = "abstract"
@@ -88,11 +88,11 @@ class Harness:
         self.scheduler.shutdown()
 
 
-class ManualHarness(Harness):
+class ManualHarness(SchedulerHarness):
     name = "manual"
 
     def __init__(self) -> None:
-        self.clock = ManualClock(START)
+        self.clock = ManualClock(T0)
         self.scheduler = ManualScheduler(self.clock)
 
     def now(self) -> datetime:
@@ -103,7 +103,7 @@ class ManualHarness(Harness):
         assert len(recorder.calls) >= count
 
 
-class ThreadHarness(Harness):
+class ThreadHarness(SchedulerHarness):
     name = "apscheduler-background"
 
     def __init__(self) -> None:
@@ -113,7 +113,7 @@ class ThreadHarness(Harness):
         assert recorder.wait_threaded(count), f"only {recorder.ids} fired, wanted {count}"
 
 
-class LoopHarness(Harness):
+class LoopHarness(SchedulerHarness):
     """Drives a private event loop only while waiting, so the test body stays synchronous."""
 
     def __init__(self, make: Callable[[asyncio.AbstractEventLoop], Any]) -> None:
@@ -157,20 +157,25 @@ class APSAsyncioHarness(LoopHarness):
         super().__init__(lambda loop: APSchedulerAdapter(mode="asyncio"))
 
 
-HARNESSES: list[type[Harness]] = [ManualHarness, AsyncioHarness, ThreadHarness, APSAsyncioHarness]
+HARNESSES: list[type[SchedulerHarness]] = [
+    ManualHarness,
+    AsyncioHarness,
+    ThreadHarness,
+    APSAsyncioHarness,
+]
 REAL_HARNESSES = HARNESSES[1:]
 
 
 @pytest.fixture(params=HARNESSES, ids=lambda h: h.name)
-def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    h: Harness = request.param()
+def harness(request: pytest.FixtureRequest) -> Iterator[SchedulerHarness]:
+    h: SchedulerHarness = request.param()
     yield h
     h.close()
 
 
 @pytest.fixture(params=REAL_HARNESSES, ids=lambda h: h.name)
-def real_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    h: Harness = request.param()
+def real_harness(request: pytest.FixtureRequest) -> Iterator[SchedulerHarness]:
+    h: SchedulerHarness = request.param()
     yield h
     h.close()
 
@@ -202,7 +207,7 @@ SCENARIOS: dict[str, tuple[list[Op], list[str]]] = {
 }
 
 
-def play(h: Harness, ops: list[Op]) -> None:
+def play(h: SchedulerHarness, ops: list[Op]) -> None:
     for op, execution_id, ms in ops:
         if op == "schedule":
             h.scheduler.schedule(execution_id, h.now() + timedelta(milliseconds=ms))
@@ -210,7 +215,7 @@ def play(h: Harness, ops: list[Op]) -> None:
             h.scheduler.cancel(execution_id)
 
 
-def test_every_adapter_satisfies_the_protocol(harness: Harness) -> None:
+def test_every_adapter_satisfies_the_protocol(harness: SchedulerHarness) -> None:
     """Each adapter is a ``Scheduler`` by the runtime-checkable protocol."""
     assert isinstance(harness.scheduler, Scheduler)
 
@@ -228,7 +233,9 @@ def test_manual_reference_scenarios(scenario: str) -> None:
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_real_adapters_match_the_manual_reference(real_harness: Harness, scenario: str) -> None:
+def test_real_adapters_match_the_manual_reference(
+    real_harness: SchedulerHarness, scenario: str
+) -> None:
     """A real adapter fires the same ids in the same order as the manual reference."""
     reference, reference_recorder = ManualHarness(), Recorder()
     reference.scheduler.start(reference_recorder)
@@ -243,7 +250,7 @@ def test_real_adapters_match_the_manual_reference(real_harness: Harness, scenari
     assert recorder.ids == reference_recorder.ids
 
 
-def test_fire_carries_only_the_execution_id(harness: Harness) -> None:
+def test_fire_carries_only_the_execution_id(harness: SchedulerHarness) -> None:
     """The fire callback gets exactly one positional argument: the execution id string."""
     recorder = Recorder()
     harness.start(recorder)
@@ -252,7 +259,7 @@ def test_fire_carries_only_the_execution_id(harness: Harness) -> None:
     assert recorder.calls == [(("exec-1",), {})]
 
 
-def test_alarm_armed_before_start_fires_after_start(harness: Harness) -> None:
+def test_alarm_armed_before_start_fires_after_start(harness: SchedulerHarness) -> None:
     """An alarm scheduled before ``start`` waits for it and then fires."""
     recorder = Recorder()
     harness.scheduler.schedule("early", harness.now() + timedelta(milliseconds=30))
@@ -261,7 +268,7 @@ def test_alarm_armed_before_start_fires_after_start(harness: Harness) -> None:
     assert recorder.ids == ["early"]
 
 
-def test_fire_may_rearm_its_own_execution_for_now(harness: Harness) -> None:
+def test_fire_may_rearm_its_own_execution_for_now(harness: SchedulerHarness) -> None:
     """A callback that re-arms its own id for now (a 0 ms retry) is fired again, not skipped."""
 
     def rearm_once(execution_id: str) -> None:
@@ -275,7 +282,7 @@ def test_fire_may_rearm_its_own_execution_for_now(harness: Harness) -> None:
     assert recorder.ids == ["again", "again"]
 
 
-def test_shutdown_drops_pending_alarms_and_start_works_again(harness: Harness) -> None:
+def test_shutdown_drops_pending_alarms_and_start_works_again(harness: SchedulerHarness) -> None:
     """After ``shutdown`` a pending alarm never fires, and the adapter can be started again."""
     first = Recorder()
     harness.start(first)
@@ -289,7 +296,7 @@ def test_shutdown_drops_pending_alarms_and_start_works_again(harness: Harness) -
     assert (first.ids, second.ids) == ([], ["sentinel"])
 
 
-def test_naive_due_at_is_refused(harness: Harness) -> None:
+def test_naive_due_at_is_refused(harness: SchedulerHarness) -> None:
     """A naive (or non-datetime) ``due_at`` raises an ``InvalidSettingsError`` naming the fix."""
     with pytest.raises(InvalidSettingsError, match="naive") as caught:
         harness.scheduler.schedule("x", datetime(2030, 1, 1))  # noqa: DTZ001 - the bad input
@@ -318,17 +325,8 @@ def test_importing_scheduling_never_imports_apscheduler() -> None:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(START)
-
-
-@pytest.fixture
 def manual(clock: ManualClock) -> ManualScheduler:
     return ManualScheduler(clock)
-
-
-def at(seconds: float) -> datetime:
-    return START + timedelta(seconds=seconds)
 
 
 def test_manual_steps_the_clock_to_each_due_time(
@@ -359,10 +357,10 @@ def test_manual_overdue_alarm_fires_at_the_current_now(
     """An alarm armed already overdue fires at the current now: the clock never goes back."""
     seen: list[datetime] = []
     manual.start(lambda eid: seen.append(clock()))
-    manual.schedule("overdue", START - timedelta(hours=1))
+    manual.schedule("overdue", T0 - timedelta(hours=1))
     assert manual.advance(0) == ["overdue"]
-    assert seen == [START]
-    assert clock() == START
+    assert seen == [T0]
+    assert clock() == T0
 
 
 def test_manual_fires_alarms_armed_during_the_same_advance(
@@ -410,7 +408,7 @@ def test_manual_run_due_fires_only_what_is_due_without_moving_the_clock(
     manual.schedule("now", at(0))
     manual.schedule("future", at(1))
     assert manual.run_due() == ["past", "now"]
-    assert clock() == START
+    assert clock() == T0
     assert manual.pending() == [("future", at(1))]
 
 
@@ -444,7 +442,7 @@ def test_manual_firing_before_start_raises_and_keeps_the_alarm(
     with pytest.raises(SchedulerStateError, match=r"start\(fire\)"):
         manual.advance(2)
     assert manual.pending() == [("x", at(1))]
-    assert clock() == START
+    assert clock() == T0
 
 
 def test_manual_advance_before_start_with_nothing_due_moves_the_clock(
@@ -519,7 +517,7 @@ ops_strategy = st.lists(
 @given(ops=ops_strategy, window=st.integers(0, 25))
 def test_manual_matches_a_sorted_model(ops: list[tuple[str, str, int]], window: int) -> None:
     """For any script of schedules and cancels, advance fires the model's ids in due order."""
-    clock = ManualClock(START)
+    clock = ManualClock(T0)
     manual = ManualScheduler(clock)
     times: list[datetime] = []
     manual.start(lambda eid: times.append(clock()))
@@ -533,7 +531,7 @@ def test_manual_matches_a_sorted_model(ops: list[tuple[str, str, int]], window: 
             model.pop(eid, None)
     expected = sorted((key for key in model.items() if key[1][0] <= window), key=lambda i: i[1])
     assert manual.advance(window) == [eid for eid, _ in expected]
-    assert times == [max(START, at(seconds)) for _, (seconds, _) in expected]
+    assert times == [max(T0, at(seconds)) for _, (seconds, _) in expected]
     assert times == sorted(times)
     assert clock() == at(window)
 
@@ -558,7 +556,7 @@ def test_manual_rearming_during_advance_matches_a_sorted_model(
     window: int,
 ) -> None:
     """Alarms armed, replaced or cancelled by callbacks fire exactly as a sorted model says."""
-    clock = ManualClock(START)
+    clock = ManualClock(T0)
     manual = ManualScheduler(clock)
     seq = 0
     model: dict[str, tuple[datetime, int]] = {}
@@ -594,7 +592,7 @@ def test_manual_rearming_during_advance_matches_a_sorted_model(
     expected_pending = dict(model)
     replay = {eid: list(steps) for eid, steps in reactions.items()}
     expected: list[tuple[str, datetime]] = []
-    now, end, model_seq = START, at(window), seq
+    now, end, model_seq = T0, at(window), seq
     while expected_pending:
         eid, (due, _) = min(expected_pending.items(), key=lambda item: item[1])
         if due > end:
@@ -619,7 +617,7 @@ def test_manual_rearming_during_advance_matches_a_sorted_model(
 
 def test_manual_compacting_inside_a_callback_keeps_firing_in_order() -> None:
     """A callback that re-arms an alarm many times (compacting the queue) loses no alarm."""
-    clock = ManualClock(START)
+    clock = ManualClock(T0)
     manual = ManualScheduler(clock)
     fired: list[str] = []
 
@@ -629,7 +627,7 @@ def test_manual_compacting_inside_a_callback_keeps_firing_in_order() -> None:
             for _ in range(60):  # each replaces the last: stale entries pile up, compacted
                 manual.schedule("z", at(3))
             manual.schedule("z", at(4))  # due times first seen after compacting
-            manual.schedule("y", START + timedelta(seconds=1.5))
+            manual.schedule("y", T0 + timedelta(seconds=1.5))
 
     manual.start(fire)
     for eid, seconds in (("a", 1), ("b", 1), ("c", 2), ("d", 5), ("e", 9)):

@@ -10,6 +10,7 @@ import attrs
 import orjson
 import pytest
 import yaml
+from doubles import T0, conn, raising, returning, trigger, webhook_node, workflow
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ from prana import (
     NodeStatus,
     ParentRef,
     RecordError,
+    Registry,
     RetryData,
     RetryPolicy,
     SubWorkflowData,
@@ -39,17 +41,19 @@ from prana import (
     WebhookData,
     Workflow,
     WorkflowExecution,
+    cancel_execution,
     dumps,
     dumps_workflow,
+    execute_workflow,
     loads,
     loads_workflow,
     make_converter,
+    resume_workflow,
 )
 from prana._fast_hooks import gen_row_hooks
 from prana._model import slot_twin
 from prana._serialization import dumps_outcome, loads_outcome
-
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+from prana.testing import ManualClock
 
 
 class FlakyError(ConnectionError):
@@ -574,6 +578,132 @@ def test_loads_refuses_non_text(value: Any) -> None:
         loads(value)
 
 
+PLUS2 = timezone(timedelta(hours=2))
+
+
+@pytest.mark.parametrize(
+    "suspension",
+    [
+        Suspend("timer", TimerData(resume_at=datetime(2030, 1, 2, tzinfo=PLUS2))),
+        Suspend("webhook", WebhookData(expires_at=None)),
+        Suspend("webhook", WebhookData(expires_at=datetime(2030, 1, 2, 3, 4, 5, 6, tzinfo=PLUS2))),
+        Suspend(
+            "sub_workflow",
+            SubWorkflowData(
+                workflow_id="child",
+                input={"q": [1, None, {"r": 1.5}]},
+                mode="async",
+                version=2,
+                timeout_ms=5000,
+                child_execution_id="c1",
+                expires_at=datetime(2030, 1, 1, 0, 0, 5, tzinfo=PLUS2),
+            ),
+        ),
+        Suspend("approval", {"who": ["ann", {"b": None}], "n": 1.5, "ok": True}),
+        Suspend("approval", None),
+        Suspend("custom.kind", [1, "two", [3]]),
+    ],
+    ids=[
+        "timer",
+        "webhook-never",
+        "webhook",
+        "sub_workflow",
+        "custom",
+        "custom-none",
+        "custom-list",
+    ],
+)
+def test_every_suspension_kind_round_trips_and_resumes_identically(
+    suspension: Suspend,
+) -> None:
+    """loads(dumps(x)) == x for each kind, and the reloaded execution resumes the same way."""
+    registry = Registry()
+    registry.register("t.pause", returning(suspension), lambda params, ctx, data: {"resumed": data})
+    wf = workflow(Node(key="p", type="t.pause"))
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=PLUS2))
+    paused = execute_workflow(wf, {"in": 1}, registry=registry, clock=clock, execution_id="e1")
+    assert isinstance(paused, Suspend)
+    execution = paused.execution
+    assert execution is not None
+    reloaded = loads(dumps(execution))
+    assert reloaded == execution
+    assert reloaded.suspension == Suspend(suspension.kind, suspension.data)
+    assert reloaded.due_at == execution.due_at
+    data: Any = (
+        {"status": "completed", "output": [1]} if suspension.kind == "sub_workflow" else {"d": 1}
+    )
+    clock.advance(1)
+    a = resume_workflow(execution, data, workflow=wf, registry=registry, clock=clock)
+    b = resume_workflow(reloaded, data, workflow=wf, registry=registry, clock=clock)
+    assert a == b
+    assert isinstance(a, Completed)
+
+
+def test_failed_and_cancelled_executions_round_trip(registry: Registry, clock: ManualClock) -> None:
+    """Final executions (failed with an error, cancelled mid-retry) reload equal."""
+    failed = execute_workflow(
+        workflow(Node(key="x", type="test.down")), None, registry=registry, clock=clock
+    )
+    assert isinstance(failed, Failed)
+    assert loads(dumps(failed.execution)) == failed.execution
+    wf = workflow(Node(key="x", type="test.down", settings=NodeSettings(retry=RetryPolicy())))
+    paused = execute_workflow(wf, None, registry=registry, clock=clock)
+    assert paused.execution is not None
+    cancelled = cancel_execution(paused.execution, "stop", clock=clock)
+    assert loads(dumps(cancelled)) == cancelled
+
+
+def test_tuple_in_an_output_does_not_break_the_round_trip(
+    registry: Registry, clock: ManualClock
+) -> None:
+    """An output that is accepted reloads equal (or a non-JSON output fails the node)."""
+    registry.register("t.tuple", lambda params, ctx: {"pair": (1, 2)})
+    wf = Workflow(
+        id="w",
+        nodes=[
+            trigger(),
+            Node(key="x", type="t.tuple"),
+            Node(key="w", type="wait.wait", params={"mode": "webhook"}),
+        ],
+        connections=[conn("start", "x"), conn("x", "w")],
+    )
+    outcome = execute_workflow(wf, None, registry=registry, clock=clock)
+    assert outcome.execution is not None
+    assert loads(dumps(outcome.execution)) == outcome.execution
+
+
+class DetailedError(Exception):
+    def __init__(self) -> None:
+        super().__init__("with details")
+        self.details = {"pair": (1, 2)}
+
+
+def test_error_details_with_a_tuple_round_trip(registry: Registry, clock: ManualClock) -> None:
+    """A retry suspension whose error carries details reloads equal."""
+    registry.register("t.detailed", raising(DetailedError()))
+    wf = workflow(Node(key="x", type="t.detailed", settings=NodeSettings(retry=RetryPolicy())))
+    outcome = execute_workflow(wf, None, registry=registry, clock=clock)
+    assert isinstance(outcome, Suspend)
+    assert outcome.execution is not None
+    assert loads(dumps(outcome.execution)) == outcome.execution
+
+
+class PendulumLike(datetime):
+    """A datetime subclass, as ``pendulum.DateTime`` is."""
+
+
+def test_execution_from_a_datetime_subclass_clock_round_trips() -> None:
+    """A clock returning an aware datetime subclass gives executions that dumps/loads."""
+    outcome = execute_workflow(
+        workflow(webhook_node()),
+        None,
+        registry=Registry(),
+        clock=lambda: PendulumLike(2030, 1, 1, tzinfo=timezone.utc),
+    )
+    assert outcome.execution is not None
+    assert loads(dumps(outcome.execution)) == outcome.execution
+
+
 # -- executions: bad records -----------------------------------------------------------------
 
 
@@ -1051,3 +1181,79 @@ def test_slot_twin_is_refused_for_a_weakref_slot() -> None:
         a: int
 
     assert slot_twin(WithWeakref) is None
+
+
+SETTINGS_FORMS = [
+    NodeSettings(),
+    NodeSettings(retry_on_failed=True, max_retries=10, retry_delay_ms=0, on_error="continue"),
+    NodeSettings(
+        retry="[(ConnectionError, TimeoutError) -> retry: 3, backoff: 2s] [retry: 1] [timeout: 5s]",
+        on_error="continue_error_output",
+    ),
+    NodeSettings(
+        retry=[
+            RetryPolicy(
+                retry_on=(ConnectionError,),
+                exclude=("ConnectionResetError",),
+                jitter=0.25,
+                backoff="fibonacci",
+            ),
+            RetryPolicy(enabled=False),
+        ]
+    ),
+    NodeSettings(
+        retry=RetryPolicy(
+            max_attempts=None,
+            retry_timeout=timedelta(minutes=5),
+            retry_on_result="{{ $output.status == 'pending' }}",
+            retry_when="{{ $attempt < 4 }}",
+            timeout="500ms",
+            hint_exceeds_max_delay=True,
+            seed="s",
+            initial_delay="250ms",
+            max_delay="2m",
+            multiplier=3,
+            backoff="linear",
+            jitter="decorrelated",
+        )
+    ),
+    NodeSettings(retry=3, timeout=timedelta(seconds=2)),
+    NodeSettings(retry=True),
+    NodeSettings(retry=False),
+    NodeSettings(retry={"max_retries": 2, "delay": "1s"}),
+]
+
+
+@pytest.mark.parametrize("settings", SETTINGS_FORMS)
+def test_workflow_with_every_settings_form_round_trips(settings: NodeSettings) -> None:
+    """loads_workflow(dumps_workflow(wf)) == wf for each way of writing node settings."""
+    wf = Workflow(
+        id="w",
+        name="every form",
+        version=2,
+        variables={"v": [1, {"a": None}]},
+        nodes=[trigger(), Node(key="x", type="test.inputs", settings=settings, name="X")],
+        connections=[conn("start", "x")],
+        retry_defaults={
+            "*": RetryPolicy(enabled=False),
+            "http.request": "[retry: 2]",
+            "test.inputs": 2,
+        },
+        max_iterations=7,
+    )
+    assert loads_workflow(dumps_workflow(wf)) == wf
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RetryPolicy(retry_on=("builtins:ConnectionError",)),
+        RetryPolicy(stop_when="json:loads"),
+        RetryPolicy(retry_on_result="json:loads"),
+    ],
+    ids=["retry_on", "stop_when", "retry_on_result"],
+)
+def test_reference_strings_round_trip(policy: RetryPolicy) -> None:
+    """A policy written with 'module:qualname' text reloads equal to itself."""
+    wf = workflow(Node(key="x", type="test.inputs", settings=NodeSettings(retry=policy)))
+    assert loads_workflow(dumps_workflow(wf)) == wf

@@ -17,6 +17,7 @@ import attrs
 import orjson
 import psycopg
 import pytest
+from doubles import T0, Harness, at, flaky_node, workflow
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -57,13 +58,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 BOOM = ErrorInfo(code="action_error", type="RuntimeError", module="builtins", message="boom")
-
-
-def at(seconds: float) -> datetime:
-    """``T0`` plus ``seconds``."""
-    return T0 + timedelta(seconds=seconds)
 
 
 def node_run(status: NodeStatus = NodeStatus.COMPLETED) -> NodeExecution:
@@ -436,6 +431,22 @@ def test_bad_arguments_raise_a_clear_error(
     with pytest.raises(InvalidSettingsError, match=field.replace("(", r"\(")):
         call(store)
     assert list(store.list()) == []
+
+
+def test_a_stale_save_keeps_the_due_time_and_status(store: ExecutionStore) -> None:
+    """A refused save through a runner's record leaves version, status and alarm untouched."""
+    h = Harness(store, fails=1)
+    eid = h.runner.start(workflow(flaky_node()))
+    execution, version = store.load(eid)
+    cancelled_elsewhere = h.runner.cancel(eid)
+    with pytest.raises(StaleVersionError):
+        store.save(execution, version)
+    stored, now_version = store.load(eid)
+    assert now_version == version + 1
+    assert stored.status is ExecutionStatus.CANCELLED
+    assert stored == cancelled_elsewhere
+    assert list(store.alarms()) == []
+    assert list(store.find_due(T0 + timedelta(days=1))) == []
 
 
 # -- a property: the store behaves like a map of versions -----------------------------------

@@ -9,9 +9,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from doubles import T0, conn, if_node, trigger, value_node, workflow
 from hypothesis import given
 from hypothesis import strategies as st
 
+from prana import Completed, Node, Registry, Workflow, execute_workflow
 from prana._templates import (
     CompiledParams,
     TemplateError,
@@ -19,6 +21,7 @@ from prana._templates import (
     compile_params,
     evaluate,
 )
+from prana.testing import ManualClock
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
@@ -236,6 +239,61 @@ def test_a_root_missing_from_the_scope_is_none() -> None:
     scope = make_scope()
     del scope["env"]
     assert render_one("{{ $env.TOKEN }}", scope) is None
+
+
+def test_templates_see_latest_loop_run_workflow_and_run_index(
+    registry: Registry, clock: ManualClock
+) -> None:
+    """After a loop $nodes.x is the latest run; $workflow and $execution.run_index render."""
+    wf = Workflow(
+        id="t",
+        name="named",
+        version=3,
+        nodes=[
+            trigger(),
+            Node(
+                key="inc",
+                type="workflow.set_state",
+                params={"state": {"n": "{{ ($execution.state.n or 0) + 1 }}"}},
+            ),
+            value_node("val", "{{ $execution.state.n * 10 }}"),
+            if_node("chk", "{{ $execution.state.n < 3 }}"),
+            value_node(
+                "out",
+                {
+                    "last": "{{ $nodes.val.output }}",
+                    "run": "{{ $nodes.val.run_index }}",
+                    "wf": "{{ $workflow }}",
+                    "own_run": "{{ $execution.run_index }}",
+                    "text": "at {{ $now }}",
+                },
+            ),
+        ],
+        connections=[
+            conn("start", "inc"),
+            conn("inc", "val"),
+            conn("val", "chk"),
+            conn("chk", "inc", "true"),
+            conn("chk", "out", "false"),
+        ],
+    )
+    outcome = execute_workflow(wf, None, registry=registry, clock=clock)
+    assert isinstance(outcome, Completed)
+    assert outcome.output == {
+        "last": 30,
+        "run": 2,
+        "wf": {"id": "t", "name": "named", "version": 3},
+        "own_run": 0,
+        "text": f"at {T0.isoformat()}",
+    }
+
+
+def test_now_as_a_value_is_json_native(registry: Registry, clock: ManualClock) -> None:
+    """A node can store the current time with value '{{ $now }}'."""
+    wf = workflow(value_node("stamp", {"at": "{{ $now }}"}))
+    outcome = execute_workflow(wf, None, registry=registry, clock=clock)
+    assert isinstance(outcome, Completed)
+    assert outcome.output == {"at": T0.isoformat()}
 
 
 # --- the ``$`` rewrite -------------------------------------------------------------------

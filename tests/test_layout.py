@@ -1,0 +1,65 @@
+"""Layout rules, checked on the source: each rule here broke once without any test noticing.
+
+- Tests are filed by subject, and every helper shared by test modules is defined once, in
+  ``doubles.py`` (builders and doubles) or ``conftest.py`` (fixtures).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import conftest
+import doubles
+import pytest
+
+TESTS = Path(__file__).parent
+TEST_MODULES = sorted(TESTS.glob("test_*.py"))
+
+
+def top_level_names(path: Path) -> set[str]:
+    """The names a module binds at its top level (functions, classes, assignments)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def shared_names() -> set[str]:
+    """What ``doubles.py`` defines and the fixtures ``conftest.py`` offers."""
+    defined = {
+        name
+        for name, value in vars(doubles).items()
+        if not name.startswith("_")
+        and getattr(value, "__module__", doubles.__name__) == doubles.__name__
+        and (inspect.isfunction(value) or inspect.isclass(value) or name.isupper())
+    }
+    fixtures = {
+        name
+        for name, value in vars(conftest).items()
+        if not name.startswith("_") and hasattr(value, "_fixture_function_marker")
+    }
+    return defined | fixtures
+
+
+def test_shared_names_cover_the_common_helpers() -> None:
+    """The helpers several modules used to copy are among the shared names."""
+    expected = {"T0", "trigger", "conn", "chain", "workflow", "Flaky", "Harness", "clock"}
+    assert expected <= shared_names()
+
+
+@pytest.mark.parametrize("path", TEST_MODULES, ids=lambda p: p.name)
+def test_no_test_module_defines_its_own_copy_of_a_shared_helper(path: Path) -> None:
+    """A test module imports the shared builders, doubles and fixtures; it never redefines one."""
+    assert top_level_names(path) & shared_names() == set()
+
+
+def test_tests_are_filed_by_subject_not_by_review_round() -> None:
+    """No module collects tests by the review that found them (``test_review_*.py``)."""
+    assert sorted(p.name for p in TESTS.glob("test_review*.py")) == []
