@@ -69,7 +69,7 @@ class Switch:
         return {"node": ctx.node_key, "input": dict(ctx.input), "key": ctx.idempotency_key}
 
 
-def chain(policy: RetryPolicy | None = None) -> Workflow:
+def dead_letters(policy: RetryPolicy | None = None) -> Workflow:
     """start -> fetch -> store -> notify; ``store`` is the flaky one."""
     settings = NodeSettings(retry=policy)
     return Workflow(
@@ -140,7 +140,7 @@ def test_redrive_resumes_the_failed_node_and_keeps_the_ledger() -> None:
 
     clock = ManualClock()
     flaky = Switch()
-    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    workflow = dead_letters(RetryPolicy(max_attempts=2, initial_delay=1))
     failed, registry = failed_run(workflow, flaky, clock)
     assert flaky.calls == [1, 2]
     flaky.broken = False
@@ -184,7 +184,7 @@ def test_without_reset_one_more_attempt_with_reset_the_policy_restarts() -> None
     """
     from prana import redrive_execution
 
-    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    workflow = dead_letters(RetryPolicy(max_attempts=2, initial_delay=1))
     clock = ManualClock()
     flaky = Switch()
     failed, registry = failed_run(workflow, flaky, clock)
@@ -232,7 +232,7 @@ def test_redrive_from_a_named_upstream_node_reruns_it_and_what_follows() -> None
     """``node=`` re-runs an upstream node as a new run; the failed node then runs anew too."""
     from prana import redrive_execution
 
-    workflow = chain()
+    workflow = dead_letters()
     clock = ManualClock()
     flaky = Switch()
     failed, registry = failed_run(workflow, flaky, clock)
@@ -265,7 +265,7 @@ def test_redrive_refuses_a_node_it_cannot_start_from(node: str, match: str) -> N
     """An unknown node, or one that never ran, is refused with the reason."""
     from prana import redrive_execution
 
-    workflow = chain()
+    workflow = dead_letters()
     failed, _ = failed_run(workflow, Switch(), ManualClock())
     with pytest.raises(ResumeError, match=match):
         redrive_execution(failed.execution, workflow=workflow, node=node)
@@ -299,7 +299,7 @@ def test_redrive_refuses_executions_that_did_not_fail() -> None:
     """Completed, waiting and cancelled executions are refused, each with its reason."""
     from prana import redrive_execution
 
-    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    workflow = dead_letters(RetryPolicy(max_attempts=2, initial_delay=1))
     clock = ManualClock()
     registry = registry_with(Switch())
     waiting = execute_workflow(workflow, {}, registry=registry, clock=clock)
@@ -321,7 +321,7 @@ def test_redrive_through_dumps_and_loads_matches_the_in_memory_redrive() -> None
     """A failed execution reloaded from JSON redrives to the same end as the live one."""
     from prana import redrive_execution
 
-    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    workflow = dead_letters(RetryPolicy(max_attempts=2, initial_delay=1))
     ends: list[WorkflowExecution] = []
     for reload in (False, True):
         clock = ManualClock()
@@ -454,7 +454,7 @@ def test_runner_redrive_completes_a_failed_execution(store: ExecutionStore) -> N
         clock=clock,
         observers=[events.append],
     )
-    workflow = chain(RetryPolicy(max_attempts=2, initial_delay=1))
+    workflow = dead_letters(RetryPolicy(max_attempts=2, initial_delay=1))
     with runner:
         eid = runner.start(workflow, {"order": 7})
         scheduler.advance(10)
