@@ -5,7 +5,7 @@ each retry, min / typical / max with jitter, and the running totals) before anyt
 
 - Rappel: bracket text such as ``[NetworkError -> retry: 5, backoff: 2m]``, and its Python
   ``RetryPolicy(attempts, exception_types, backoff_seconds)`` with a timeout;
-- NoETL: YAML ``retry:`` blocks (``true``, a number, the full mapping);
+- NoETL: YAML ``retry:`` blocks (``true``, a number of attempts, the full mapping);
 - rh_agents: ``RetryConfig`` objects (max_retries, initial_delay, backoff_multiplier, ...);
 - Prana: ``NodeSettings(retry_on_failed=True, max_retries=3, retry_delay_ms=1000)``.
 """

@@ -28,6 +28,42 @@ from prana._policy import (
 )
 from prana.testing import _testing_state
 
+# --- what a condition may name -----------------------------------------------------------
+
+CONDITION_SCOPE: Mapping[str, str] = {
+    "$error": "the failed attempt's error: type, module, message, details, code",
+    "$output": "the attempt's output (a rejected result), else None",
+    "$attempt": "the number of the attempt that just ended, 1-based",
+    "$elapsed": "seconds since the node run's first attempt started",
+    "result": "NoETL: the output, or {success: false, error, error_type} if the attempt raised",
+    "status_code": "NoETL: status_code (or status) from the error's details or the output",
+    "error": "NoETL: the error message, or None",
+    "success": "NoETL: false if the attempt raised, else the output's success (default true)",
+    "data": "NoETL: the result's data, or None",
+    "attempt": "NoETL: the number of the attempt that just ended, 1-based",
+    "execution_id": "NoETL: the execution id",
+    "node_id": "NoETL: the node's key",
+}
+"""Every name a retry condition template may use, in one table: the ``$`` roots are prana's,
+the bare names NoETL's retry context variables (noetl/noetl docs, "Retry Context
+Variables"), so a condition pasted from a NoETL playbook reads as it does there."""
+
+CONDITION_ROOTS: tuple[str, ...] = tuple(k[1:] for k in CONDITION_SCOPE if k.startswith("$"))
+"""The ``$`` roots of a condition's scope (without their ``$``)."""
+NOETL_NAMES: tuple[str, ...] = tuple(k for k in CONDITION_SCOPE if not k.startswith("$"))
+"""The bare names a condition may use, as NoETL's templates write them."""
+
+
+def _status_code(value: Any) -> Any:
+    """``status_code`` (or an int ``status``, as ``http.request`` records it) of a mapping."""
+    if not isinstance(value, Mapping):
+        return None
+    code = value.get("status_code")
+    if code is None and isinstance(value.get("status"), int):
+        code = value["status"]
+    return code
+
+
 # --- the executor's view of an attempt ----------------------------------------------------
 
 
@@ -38,7 +74,8 @@ class AttemptView:
     ``attempt`` is the attempt that just ended (1-based); ``elapsed_seconds`` the time from
     the start of the node run's first attempt until now; ``exception`` the live exception
     when there is one (``None`` after a reload or for a rejected result);
-    ``retry_after_seconds`` carries a ``RetryAfter`` hint when the exception is not live.
+    ``retry_after_seconds`` carries a ``RetryAfter`` hint when the exception is not live;
+    ``execution_id`` and ``node_key`` say whose attempt it was.
     """
 
     attempt: int
@@ -47,9 +84,40 @@ class AttemptView:
     output: Any = None
     elapsed_seconds: float = 0.0
     retry_after_seconds: float | None = None
+    execution_id: str | None = None
+    node_key: str | None = None
+
+    def names(self) -> dict[str, Any]:
+        """NoETL's names for the attempt (see ``CONDITION_SCOPE``), written without ``$``.
+
+        As NoETL builds them: an attempt that raised has the result ``{"success": False,
+        "error": message, "error_type": type}``; otherwise the result is the output.
+        ``status_code`` comes from the error's details, else from the output.
+        """
+        info = self.error
+        raised = info is not None and info.type != RESULT_REJECTED
+        if raised:
+            assert info is not None
+            result: Any = {"success": False, "error": info.message, "error_type": info.type}
+        else:
+            result = self.output
+        status_code = _status_code(info.details) if info is not None else None
+        if status_code is None:
+            status_code = _status_code(self.output)
+        mapping = result if isinstance(result, Mapping) else {}
+        return {
+            "result": result,
+            "status_code": status_code,
+            "error": info.message if raised and info is not None else None,
+            "success": mapping.get("success", True),
+            "data": mapping.get("data"),
+            "attempt": self.attempt,
+            "execution_id": self.execution_id,
+            "node_id": self.node_key,
+        }
 
     def scope(self) -> dict[str, Any]:
-        """The names templates see: ``$error``, ``$output``, ``$attempt``, ``$elapsed``."""
+        """The ``$`` roots templates see: ``$error``, ``$output``, ``$attempt``, ``$elapsed``."""
         error = None
         if self.error is not None:
             error = {
@@ -120,14 +188,14 @@ def explain_retry(
     chosen: float | None = None
     if policy.stop_when is not None:
         try:
-            verdict = _verdict(_evaluate(policy.stop_when, view, view.scope()))
+            verdict = _verdict(_evaluate(policy.stop_when, view, view))
         except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
             return None, f"stop_when failed: {exc_}"
         if verdict is not False:
             return None, "stop_when"
     if policy.retry_when is not None:
         try:
-            verdict = _verdict(_evaluate(policy.retry_when, view, view.scope()))
+            verdict = _verdict(_evaluate(policy.retry_when, view, view))
         except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
             return None, f"retry_when failed: {exc_}"
         if verdict is False:
@@ -192,20 +260,20 @@ def rejects_result(policies: Sequence[RetryPolicy], view: AttemptView) -> bool:
         return False
     predicate = policy.retry_on_result
     try:
-        value = _evaluate(predicate, view.output, view.scope())
+        value = _evaluate(predicate, view.output, view)
         return _truthy(value)
     except Exception:  # noqa: BLE001 - a broken predicate must not crash a run
         return False
 
 
-def _evaluate(condition: Callable[..., Any] | str, arg: Any, scope: Mapping[str, Any]) -> Any:
+def _evaluate(condition: Callable[..., Any] | str, arg: Any, view: AttemptView) -> Any:
     if callable(condition) and not isinstance(condition, str):
         return condition(arg)
     if REFERENCE.match(condition):
         return resolve_reference(condition)(arg)
     from prana._templates import evaluate
 
-    return evaluate(condition, scope)
+    return evaluate(condition, view.scope(), names=view.names())
 
 
 def _verdict(value: Any) -> bool | float:

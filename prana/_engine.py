@@ -511,6 +511,8 @@ class Run(Frontier):
                 error=None,
                 output=output,
                 elapsed_seconds=self.elapsed(node_run),
+                execution_id=self.id,
+                node_key=key,
             )
             if rejects_result(cn.policies, view):
                 error = _prana_error(
@@ -663,6 +665,8 @@ class Run(Frontier):
                 exception=exception,
                 output=output,
                 elapsed_seconds=(now - node_run.started_at).total_seconds(),
+                execution_id=self.id,
+                node_key=key,
             )
             decision, reason = explain_retry(
                 cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"

@@ -766,9 +766,10 @@ def coerce_policies(value: Any, *, field: str) -> tuple[RetryPolicy, ...] | None
     """Turn what users write into a tuple of policies (``None`` stays ``None``).
 
     Accepted: a ``RetryPolicy``; Rappel bracket text; NoETL shorthands (``True``: the
-    default policy, ``False``: retry off, an int N: N retries after the first try, a
-    mapping of policy fields, where ``backoff_multiplier`` and ``max_retries`` are
-    aliases); or a non-empty list of any of these.
+    default policy, ``False``: retry off, an int N: N attempts in all, the first try
+    included, as NoETL's ``retry: 3`` means "max attempts only"; a mapping of policy
+    fields, where ``backoff_multiplier`` and ``max_retries`` are aliases); or a non-empty
+    list of any of these.
     """
     if value is None:
         return None
@@ -800,9 +801,10 @@ def _coerce_one(value: Any, *, field: str, top: bool) -> list[RetryPolicy]:
     if isinstance(value, int):
         if value < 0:
             raise InvalidSettingsError(
-                f"{field}={value!r}: a number of retries must be >= 0 (0 = no retry)"
+                f"{field}={value!r}: use a whole number >= 0, the attempts in all with the "
+                "first try included (0 or 1 = no retry)"
             )
-        return [RetryPolicy(max_attempts=value + 1)]
+        return [RetryPolicy(max_attempts=max(value, 1))]
     if isinstance(value, str):
         return RetryPolicy.parse(value)
     if isinstance(value, Mapping):

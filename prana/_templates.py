@@ -215,15 +215,22 @@ _STEP = re.compile(
 _MISSING = object()
 
 
-def _check_names(names: set[str], roots: tuple[str, ...] = ROOTS) -> None:
-    """Refuse free names that are neither scope roots nor Jinja globals."""
+def _check_names(
+    names: set[str], roots: tuple[str, ...] = ROOTS, bare: tuple[str, ...] = ()
+) -> None:
+    """Refuse free names that are neither scope roots, allowed bare names nor Jinja globals."""
     roots_text = _ROOTS_TEXT if roots is ROOTS else ", ".join(f"${r}" for r in roots)
     for name in sorted(names):
         if name.startswith(_PREFIX):
             root = name[len(_PREFIX) :]
             if root not in roots:
                 raise _CompileError(f"unknown root ${root}; use one of {roots_text}")
-        elif name not in _GLOBALS:
+        elif name not in _GLOBALS and name not in bare:
+            if bare:
+                raise _CompileError(
+                    f"unknown name {name!r}; use a root with '$' ({roots_text}) or one of "
+                    f"{', '.join(bare)}"
+                )
             raise _CompileError(
                 f"unknown name {name!r}; scope roots start with '$' ({roots_text}), "
                 f"e.g. $input.main.{name}"
@@ -240,7 +247,9 @@ class _Expression:
 
     __slots__ = ("_path", "_root", "_template")
 
-    def __init__(self, source: str, roots: tuple[str, ...] = ROOTS) -> None:
+    def __init__(
+        self, source: str, roots: tuple[str, ...] = ROOTS, bare: tuple[str, ...] = ()
+    ) -> None:
         try:
             parser = Parser(_ENV, source, state="variable")
             expr = parser.parse_expression()
@@ -252,7 +261,7 @@ class _Expression:
         except TemplateSyntaxError as exc:
             raise _CompileError(_syntax_message(exc, source)) from None
         names = [expr] if isinstance(expr, nodes.Name) else list(expr.find_all(nodes.Name))
-        _check_names({n.name for n in names if n.ctx == "load"}, roots)
+        _check_names({n.name for n in names if n.ctx == "load"}, roots, bare)
         expr.set_environment(_ENV)
         body = [nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)]
         self._template = _ENV.from_string(nodes.Template(body, lineno=1))
@@ -307,12 +316,14 @@ class _Text:
 
     __slots__ = ("_template",)
 
-    def __init__(self, source: str, roots: tuple[str, ...] = ROOTS) -> None:
+    def __init__(
+        self, source: str, roots: tuple[str, ...] = ROOTS, bare: tuple[str, ...] = ()
+    ) -> None:
         try:
             tree = _ENV.parse(source)
         except TemplateSyntaxError as exc:
             raise _CompileError(_syntax_message(exc, source)) from None
-        _check_names(meta.find_undeclared_variables(tree), roots)
+        _check_names(meta.find_undeclared_variables(tree), roots, bare)
         self._template = _ENV.from_string(tree)
 
     def __call__(self, context: dict[str, Any]) -> Any:
@@ -324,21 +335,25 @@ _Compiled = _Expression | _Text
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _compile_string(text: str, roots: tuple[str, ...] = ROOTS) -> _Compiled:
-    """Compile one template string (cached by its text and the roots it may use)."""
+def _compile_string(
+    text: str, roots: tuple[str, ...] = ROOTS, bare: tuple[str, ...] = ()
+) -> _Compiled:
+    """Compile one template string (cached by its text and the names it may use)."""
     rewritten, single = _rewrite_template(text)
     if single is not None:
-        return _Expression(single, roots)
-    return _Text(rewritten, roots)
+        return _Expression(single, roots, bare)
+    return _Text(rewritten, roots, bare)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _compile_condition(text: str, roots: tuple[str, ...] = ROOTS) -> _Compiled:
+def _compile_condition(
+    text: str, roots: tuple[str, ...] = ROOTS, bare: tuple[str, ...] = ()
+) -> _Compiled:
     """Compile a condition: a template string, or a bare expression (cached by its text)."""
     if "{{" in text or "{%" in text:
-        return _compile_string(text, roots)
+        return _compile_string(text, roots, bare)
     code, _ = _rewrite_code(text, 0, None)
-    return _Expression(code, roots)
+    return _Expression(code, roots, bare)
 
 
 def _context(scope: Mapping[str, Any]) -> dict[str, Any]:
@@ -461,17 +476,28 @@ def compile_params(params: Any) -> CompiledParams | None:
     return None if root is None else CompiledParams(root)
 
 
-def evaluate(text: Any, scope: Mapping[str, Any], *, path: str = "condition") -> Any:
+def evaluate(
+    text: Any,
+    scope: Mapping[str, Any],
+    *,
+    path: str = "condition",
+    names: Mapping[str, Any] | None = None,
+) -> Any:
     """Evaluate a condition, ``"{{ expr }}"`` or a bare ``"expr"``, to its native value.
 
     A value that is not a string is returned as it is (a condition may be a plain bool).
-    Its roots are the keys of ``scope`` (a retry condition sees ``$error``, ``$attempt``...).
+    Its roots are the keys of ``scope`` (a retry condition sees ``$error``, ``$attempt``...);
+    ``names`` are names written without ``$`` (NoETL's ``status_code``, ``error``, ...).
     """
     if not isinstance(text, str):
         return text
     roots = ROOTS if scope.keys() <= _ROOT_SET else tuple(sorted(scope))
+    bare = tuple(sorted(names)) if names else ()
     try:
-        compiled = _compile_condition(text, roots)
+        compiled = _compile_condition(text, roots, bare)
     except _CompileError as exc:
         raise TemplateError(path, str(exc)) from None
-    return _StringPart(compiled, path).render(_context(scope))
+    context = _context(scope)
+    if names:
+        context.update(names)
+    return _StringPart(compiled, path).render(context)

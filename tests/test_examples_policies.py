@@ -114,9 +114,9 @@ def test_rappel_python_policy_equals_its_bracket_text(
 
 
 def test_noetl_blocks(found: dict[str, tuple[RetryPolicy, ...]]) -> None:
-    """retry: true is the default policy, retry: 3 four attempts, the mapping its fields."""
+    """retry: true is the default policy, retry: 3 three attempts, the mapping its fields."""
     assert found["noetl: retry true"] == (RetryPolicy(),)
-    assert found["noetl: retry 3"] == (RetryPolicy(max_attempts=4),)
+    assert found["noetl: retry 3"] == (RetryPolicy(max_attempts=3),)
     (full,) = found["noetl: full mapping"]
     assert (full.max_attempts, full.initial_delay, full.multiplier, full.max_delay) == (
         5,

@@ -774,13 +774,13 @@ def test_set_testing_validates(bad: dict[str, Any]) -> None:
 
 
 def test_coerce_accepts_every_shorthand() -> None:
-    """Policies, bracket text, True/False, a retry count, mappings and lists all coerce."""
+    """Policies, bracket text, True/False, an attempt count, mappings and lists all coerce."""
     p = RetryPolicy(max_attempts=5)
     assert coerce_policies(None, field="f") is None
     assert coerce_policies(p, field="f") == (p,)
     assert coerce_policies(True, field="f") == (RetryPolicy(),)
     assert coerce_policies(False, field="f") == (RetryPolicy(enabled=False),)
-    assert coerce_policies(3, field="f") == (RetryPolicy(max_attempts=4),)
+    assert coerce_policies(3, field="f") == (RetryPolicy(max_attempts=3),)
     assert coerce_policies(0, field="f") == (RetryPolicy(max_attempts=1),)
     text = coerce_policies("[retry: 2, backoff: 10s]", field="f")
     assert text is not None
@@ -843,7 +843,7 @@ def test_node_settings_take_text_and_shorthands() -> None:
     assert NodeSettings(retry="[retry: 1]").retry == (
         RetryPolicy(max_attempts=2, initial_delay=1, max_delay=1),
     )
-    assert NodeSettings(retry=2).retry == (RetryPolicy(max_attempts=3),)
+    assert NodeSettings(retry=2).retry == (RetryPolicy(max_attempts=2),)
 
 
 # --- seam helpers ----------------------------------------------------------------------------

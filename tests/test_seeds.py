@@ -34,7 +34,13 @@ from prana import (
     loads_workflow,
     resume_workflow,
 )
-from prana._decision import AttemptView, decide_retry
+from prana._decision import (
+    CONDITION_SCOPE,
+    NOETL_NAMES,
+    AttemptView,
+    decide_retry,
+    explain_retry,
+)
 from prana._policy import coerce_policies, resolve
 from prana.testing import ManualClock
 
@@ -116,7 +122,6 @@ def failed_view(exc: BaseException, attempt: int = 1, **kw: Any) -> AttemptView:
 # -- NoETL ---------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="NoETL's retry: 3 means 3 attempts; prana made it 4")
 def test_noetl_integer_retry_is_max_attempts_only() -> None:
     """NoETL ``retry: 3`` is three attempts in all.
 
@@ -148,7 +153,6 @@ retry:
 """NoETL's "Full Retry Configuration" example, as its playbooks write it."""
 
 
-@pytest.mark.xfail(strict=True, reason="NoETL's condition names are unknown to prana today")
 def test_noetl_retry_when_sees_status_code_and_error_from_the_error() -> None:
     """A NoETL ``retry_when`` reads ``status_code`` and ``error`` as NoETL names them.
 
@@ -166,7 +170,6 @@ def test_noetl_retry_when_sees_status_code_and_error_from_the_error() -> None:
     assert outcome.data.max_attempts == 5
 
 
-@pytest.mark.xfail(strict=True, reason="NoETL's condition names are unknown to prana today")
 def test_noetl_condition_scope_has_every_noetl_name() -> None:
     """Each of NoETL's retry context variables is defined for a failed attempt.
 
@@ -174,7 +177,9 @@ def test_noetl_condition_scope_has_every_noetl_name() -> None:
     `success`, `data`, `attempt`, `execution_id`, `node_id`".
     """
     view = failed_view(HTTPError(502), attempt=2, execution_id="e-7", node_key="fetch_data")
-    scope = view.scope()
+    scope = view.names()
+    assert set(scope) == set(NOETL_NAMES)
+    assert set(NOETL_NAMES) <= set(CONDITION_SCOPE)
     assert scope["status_code"] == 502
     assert scope["error"] == "HTTP 502"
     assert scope["success"] is False
@@ -184,9 +189,13 @@ def test_noetl_condition_scope_has_every_noetl_name() -> None:
     assert scope["result"] == {"success": False, "error": "HTTP 502", "error_type": "HTTPError"}
     policy = RetryPolicy(retry_when="{{ status_code >= 500 and node_id == 'fetch_data' }}")
     assert decide_retry([policy], view, seed=SEED) is not None
+    typo = RetryPolicy(retry_when="{{ statuscode >= 500 }}")
+    decision, reason = explain_retry([typo], view, seed=SEED)
+    assert decision is None
+    assert "unknown name 'statuscode'" in reason
+    assert "status_code" in reason
 
 
-@pytest.mark.xfail(strict=True, reason="NoETL's condition names are unknown to prana today")
 def test_noetl_stop_when_reads_status_code_and_success_from_the_output() -> None:
     """``stop_when`` stops on a 200 with ``success == True`` read from the output.
 

@@ -1006,7 +1006,7 @@ retry_defaults:
         RetryPolicy(initial_delay=0.5, max_delay=60.0, retry_on=(ConnectionError,)),
     )
     assert d.settings.retry is not None
-    assert d.settings.retry[0].max_attempts == 5
+    assert d.settings.retry[0].max_attempts == 4
     assert workflow.retry_defaults == {"*": (RetryPolicy(),)}
 
 
