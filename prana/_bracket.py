@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from prana._durations import to_seconds
 from prana._errors import DurationError, InvalidSettingsError
-from prana._policy import RetryPolicy
+from prana._policy import CATCH_ALL, RetryPolicy
 
 # --- Rappel bracket text ------------------------------------------------------------------
 
@@ -206,7 +206,7 @@ class _Parser:
                     initial_delay=backoff,
                     multiplier=2.0,
                     max_delay=max(largest, backoff),
-                    retry_on=filters,
+                    retry_on=filters if filters is not None else CATCH_ALL,
                     timeout=timeout,
                 )
             )

@@ -49,6 +49,10 @@ PROGRAMMING_ERRORS: tuple[str, ...] = (
 )
 """Retrying these cannot help: under the smart defaults they never retry (through the MRO)."""
 
+CATCH_ALL: tuple[str, ...] = ("Exception",)
+"""The filter of a Rappel bracket without error types: "Catch all exceptions" (Rappel's
+docs), programming errors included; ``NonRetryable`` still stops at once."""
+
 HINT_CEILING_SECONDS = 86_400.0
 """No server hint (``RetryAfter``) may delay a retry by more than a day."""
 
@@ -486,8 +490,9 @@ class RetryPolicy:
 
         ``retry: N`` allows N retries after the first try; ``backoff: D`` waits ``D * 2 **
         (k - 1)`` before retry k, no jitter, no cap below that; ``[timeout: D]`` is the
-        per-attempt timeout of every policy of the text. Brackets without a filter use the
-        smart defaults. Malformed text raises ``InvalidSettingsError`` naming the column.
+        per-attempt timeout of every policy of the text. A bracket without a filter catches
+        every exception, as in Rappel (``retry_on=("Exception",)``). Malformed text raises
+        ``InvalidSettingsError`` naming the column.
         """
         from prana._bracket import parse_brackets
 

@@ -841,7 +841,7 @@ def test_coerce_refuses_bad_values_naming_the_field(value: Any, needle: str) -> 
 def test_node_settings_take_text_and_shorthands() -> None:
     """NodeSettings(retry=...) goes through coerce_policies."""
     assert NodeSettings(retry="[retry: 1]").retry == (
-        RetryPolicy(max_attempts=2, initial_delay=1, max_delay=1),
+        RetryPolicy(max_attempts=2, initial_delay=1, max_delay=1, retry_on=("Exception",)),
     )
     assert NodeSettings(retry=2).retry == (RetryPolicy(max_attempts=2),)
 

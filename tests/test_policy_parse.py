@@ -8,6 +8,9 @@ import pytest
 
 from prana import InvalidSettingsError, RetryPolicy
 
+CATCH_ALL = ("Exception",)
+"""A bracket without error types: "Catch all exceptions" (Rappel's docs)."""
+
 
 def shape(p: RetryPolicy) -> tuple[Any, ...]:
     """The fields the bracket text sets, for compact comparisons."""
@@ -15,10 +18,10 @@ def shape(p: RetryPolicy) -> tuple[Any, ...]:
 
 
 VALID: list[tuple[str, list[tuple[Any, ...]]]] = [
-    ("[retry: 3, backoff: 60]", [(None, 4, 60.0, 240.0, None)]),
-    ("[retry: 3]", [(None, 4, 1.0, 4.0, None)]),
-    ("[retry: 0, backoff: 5s]", [(None, 1, 5.0, 5.0, None)]),
-    ("[retry: 1, backoff: 500ms]", [(None, 2, 0.5, 0.5, None)]),
+    ("[retry: 3, backoff: 60]", [(CATCH_ALL, 4, 60.0, 240.0, None)]),
+    ("[retry: 3]", [(CATCH_ALL, 4, 1.0, 4.0, None)]),
+    ("[retry: 0, backoff: 5s]", [(CATCH_ALL, 1, 5.0, 5.0, None)]),
+    ("[retry: 1, backoff: 500ms]", [(CATCH_ALL, 2, 0.5, 0.5, None)]),
     ("[NetworkError -> retry: 5, backoff: 2m]", [(("NetworkError",), 6, 120.0, 1920.0, None)]),
     (
         "[(ValueError, KeyError) -> retry: 3, backoff: 30s]",
@@ -38,12 +41,12 @@ VALID: list[tuple[str, list[tuple[Any, ...]]]] = [
     ),
     (
         "[timeout: 1h][retry: 2, backoff: 10][mod.sub.Err -> retry: 1, backoff: 1]",
-        [(None, 3, 10.0, 20.0, 3600.0), (("mod.sub.Err",), 2, 1.0, 1.0, 3600.0)],
+        [(CATCH_ALL, 3, 10.0, 20.0, 3600.0), (("mod.sub.Err",), 2, 1.0, 1.0, 3600.0)],
     ),
-    ("[retry: 2, backoff: 1s, timeout: 5s]", [(None, 3, 1.0, 2.0, 5.0)]),
-    ("  [ retry :3 ,backoff:  1.5s ]  ", [(None, 4, 1.5, 6.0, None)]),
+    ("[retry: 2, backoff: 1s, timeout: 5s]", [(CATCH_ALL, 3, 1.0, 2.0, 5.0)]),
+    ("  [ retry :3 ,backoff:  1.5s ]  ", [(CATCH_ALL, 4, 1.5, 6.0, None)]),
     ("[ ( A ,B ) -> retry: 1 ]", [(("A", "B"), 2, 1.0, 1.0, None)]),
-    ("[retry: 2]\n[X -> retry: 1]", [(None, 3, 1.0, 2.0, None), (("X",), 2, 1.0, 1.0, None)]),
+    ("[retry: 2]\n[X -> retry: 1]", [(CATCH_ALL, 3, 1.0, 2.0, None), (("X",), 2, 1.0, 1.0, None)]),
 ]
 
 
@@ -60,11 +63,11 @@ def test_backoff_is_exponential_doubling_without_jitter() -> None:
     assert [p.delay_for(k, seed="any") for k in range(1, 6)] == [120, 240, 480, 960, 1920]
 
 
-def test_parsed_brackets_use_the_smart_default_filter() -> None:
-    """A bracket without error types retries everything but programming errors."""
+def test_parsed_brackets_without_types_catch_all_exceptions() -> None:
+    """A bracket without error types retries every exception, programming errors too."""
     (p,) = RetryPolicy.parse("[retry: 3, backoff: 60]")
     assert p.matches(ConnectionError("x"))
-    assert not p.matches(ValueError("x"))
+    assert p.matches(ValueError("x"))
 
 
 INVALID: list[tuple[str, str]] = [

@@ -221,7 +221,7 @@ def test_parse_reads_what_was_written(brackets: list[tuple[list[str], int, int]]
     parsed = RetryPolicy.parse(" ".join(parts))
     assert len(parsed) == len(brackets)
     for policy, (filters, retries, seconds) in zip(parsed, brackets, strict=True):
-        assert policy.retry_on == (tuple(filters) if filters else None)
+        assert policy.retry_on == (tuple(filters) if filters else ("Exception",))
         assert policy.max_attempts == retries + 1
         assert [policy.delay_for(k) for k in range(1, retries + 1)] == [
             seconds * 2 ** (k - 1) for k in range(1, retries + 1)

@@ -220,7 +220,6 @@ def test_noetl_stop_when_reads_status_code_and_success_from_the_output() -> None
 # -- Rappel / Waymark ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a bracket without a filter used the smart defaults")
 def test_rappel_bracket_without_filter_catches_all_exceptions() -> None:
     """``[retry: 3, backoff: 60]`` retries every exception, programming errors too.
 
