@@ -20,12 +20,15 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
+
 from prana._builtins import SubWorkflowFailed
 from prana._decision import AttemptView, explain_retry, rejects_result
 from prana._errors import AttemptTimeout, NonRetryable, WebhookTimeout
 from prana._events import Event, EventType, Observer, emit
 from prana._frontier import Frontier, Pending
 from prana._graph import CompiledGraph, CompiledNode
+from prana._hooks import mint_token, token_digest
 from prana._jsoncheck import iso_datetimes, json_problem, jsonable
 from prana._model import (
     AttemptOutcome,
@@ -624,6 +627,14 @@ class Run(Frontier):
         now = self.clock()
         node_run.close_attempt(AttemptOutcome.SUSPENDED, now)
         self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED))
+        given = None
+        if kind == "webhook":
+            # The record keeps the token's digest; the plaintext goes only to the caller.
+            token, secret = mint_token(self.id)
+            data = WebhookData(
+                expires_at=data.expires_at, token_digest=token_digest(self.id, key, secret)
+            )
+            given = attrs.evolve(data, token=token)
         suspension = Suspend(kind, data)
         if self.observers:
             self.event(
@@ -633,15 +644,17 @@ class Run(Frontier):
                 attempt=node_run.attempt_number,
                 kind=kind,
             )
-        return self.suspend_execution(key, suspension)
+        return self.suspend_execution(key, suspension, given)
 
-    def suspend_execution(self, key: str, suspension: Suspend) -> Suspend:
+    def suspend_execution(self, key: str, suspension: Suspend, given: Any = None) -> Suspend:
+        """Freeze the execution suspended; the outcome carries ``given`` data if there is any."""
         execution = self.freeze(
             ExecutionStatus.SUSPENDED, suspended_node=key, suspension=suspension
         )
         if self.observers:
             self.event(EventType.EXECUTION_SUSPENDED, node_key=key, kind=suspension.kind)
-        return new_suspend(suspension.kind, suspension.data, execution)
+        data = suspension.data if given is None else given
+        return new_suspend(suspension.kind, data, execution)
 
     def settle_failure(
         self,

@@ -1,13 +1,14 @@
 """Events: what observers see of a run, one typed record per transition.
 
 An observer is any callable taking an ``Event``. Observers run in the order given; one
-that raises is skipped for that event (the run goes on), since watching must never
-change what is watched.
+that raises is logged at ERROR with its traceback (logger ``prana.events``) and the run
+goes on, since watching must never change what is watched.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -64,11 +65,25 @@ class Event:
 
 Observer = Callable[[Event], object]
 
+logging.getLogger("prana").addHandler(logging.NullHandler())  # a library never prints
+logger = logging.getLogger("prana.events")
+
 
 def emit(observers: Sequence[Observer], event: Event) -> None:
-    """Send ``event`` to every observer; an observer that raises is skipped, not fatal."""
+    """Send ``event`` to every observer; one that raises is logged at ERROR, never fatal."""
     for observer in observers:
         try:
             observer(event)
-        except Exception:  # noqa: BLE001, S112 - an observer must never break a run
-            continue
+        except Exception:
+            logger.exception(
+                "observer %r raised on %s of execution %s; the run goes on",
+                observer,
+                event.name,
+                event.execution_id,
+                extra={
+                    "prana_event": event.name,
+                    "execution_id": event.execution_id,
+                    "node_key": event.node_key,
+                    "observer": repr(observer),
+                },
+            )

@@ -352,9 +352,23 @@ class TimerData:
 
 @attrs.frozen(kw_only=True)
 class WebhookData:
-    """What a ``Suspend(kind="webhook")`` carries: when the wait expires (``None``: never)."""
+    """What a ``Suspend(kind="webhook")`` carries: when the wait expires (``None``: never).
+
+    The executor adds the wait's resume token: ``token_digest`` is what the record keeps;
+    ``token`` (and ``path``, ``/hooks/<token>``) is set only on the ``Suspend`` outcome the
+    executor returns, in memory: it is never stored, compared or shown in ``repr``. Both
+    are left out of ``==``: they are random per suspension, not part of what the wait means
+    (so an interrupted run compares equal to an uninterrupted one).
+    """
 
     expires_at: datetime | None = None
+    token_digest: str | None = attrs.field(default=None, eq=False)
+    token: str | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def path(self) -> str | None:
+        """The relative resume path ``/hooks/<token>``, where the token is known."""
+        return None if self.token is None else f"/hooks/{self.token}"
 
 
 @attrs.frozen(kw_only=True)

@@ -40,7 +40,7 @@ from cattrs.errors import (
     ForbiddenExtraKeysError,
     IterableValidationNote,
 )
-from cattrs.gen import make_dict_structure_fn, override
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.orjson import OrjsonConverter
 from cattrs.preconf.orjson import make_converter as _make_orjson_converter
 from cattrs.v import format_exception as _cattrs_format_exception
@@ -62,6 +62,7 @@ from prana._model import (
     Failed,
     Outcome,
     Suspend,
+    WebhookData,
     Workflow,
     WorkflowExecution,
 )
@@ -546,6 +547,24 @@ def make_converter(
     conv.register_structure_hook_factory(attrs.has, _attrs_structure_factory(conv))
     conv.register_unstructure_hook(Suspend, _unstructure_suspend(conv))
     conv.register_structure_hook(Suspend, _structure_suspend(conv))
+    # A webhook token's plaintext is never written (only its digest), nor read back; unset
+    # fields are left out, so a wait without a token reads and writes as before tokens.
+    conv.register_unstructure_hook(
+        WebhookData,
+        make_dict_unstructure_fn(
+            WebhookData, conv, _cattrs_omit_if_default=True, token=override(omit=True)
+        ),
+    )
+    conv.register_structure_hook(
+        WebhookData,
+        make_dict_structure_fn(
+            WebhookData,
+            conv,
+            _cattrs_forbid_extra_keys=True,
+            _cattrs_detailed_validation=detailed_validation,
+            token=override(omit=True),
+        ),
+    )
     register_rows(conv)
     if hand_tuned:
         register_hand_tuned(conv)

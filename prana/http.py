@@ -1,4 +1,4 @@
-"""The ``http.request`` built-in action (installed with ``pip install 'prana[http]'``).
+"""The ``http.request`` built-in action (installed with ``pip install 'prana-workflows[http]'``).
 
 ``Registry()`` registers it on its own when httpx is installed; import from here to
 register it with a test transport, or to match its errors::

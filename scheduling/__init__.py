@@ -1,9 +1,15 @@
 """scheduling: the imperative shell that waits out prana's suspensions and resumes them."""
 
+import logging as _logging
+
 from scheduling import _ownership
 from scheduling._console import ConsoleView, RetryStats
 from scheduling._errors import (
     ExecutionNotFound,
+    HookConflict,
+    HookError,
+    HookGone,
+    HookNotFound,
     SchedulerStateError,
     StaleVersionError,
     StoreError,
@@ -15,6 +21,7 @@ from scheduling.abc import ExecutionStore, ExecutionSummary, Fire, Scheduler
 
 __prana_shell__ = True  # tells this package from the unrelated PyPI `scheduling` (_ownership)
 _ownership.check()
+_logging.getLogger("scheduling").addHandler(_logging.NullHandler())
 
 __all__ = [
     "ConsoleView",
@@ -22,6 +29,10 @@ __all__ = [
     "ExecutionStore",
     "ExecutionSummary",
     "Fire",
+    "HookConflict",
+    "HookError",
+    "HookGone",
+    "HookNotFound",
     "RetryStats",
     "Runner",
     "Scheduler",

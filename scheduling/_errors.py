@@ -36,3 +36,30 @@ class SchedulerStateError(PranaError, RuntimeError):
 
     The message names the call to make first.
     """
+
+
+class HookError(PranaError):
+    """Base of the errors a delivery by resume token gets; ``status`` is its HTTP status."""
+
+    status = 400
+
+
+class HookNotFound(HookError, LookupError):  # noqa: N818 - reads as what happened
+    """No webhook wait answers to this token (malformed, unknown, or not this wait's token)."""
+
+    status = 404
+
+
+class HookGone(HookError):  # noqa: N818 - reads as what happened
+    """The token's wait is over: used already, expired, or its execution moved on or ended.
+
+    Nothing changed; the sender should stop retrying this delivery.
+    """
+
+    status = 410
+
+
+class HookConflict(HookError):  # noqa: N818 - reads as what happened
+    """A cancel, an expiry or another delivery won the race for this wait; nothing changed."""
+
+    status = 409

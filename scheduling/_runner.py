@@ -41,6 +41,8 @@ from prana import (
     Registry,
     ResumeError,
     SubWorkflowData,
+    Suspend,
+    WebhookData,
     Workflow,
     WorkflowExecution,
     cancel_execution,
@@ -49,12 +51,18 @@ from prana import (
     resume_workflow,
     validate,
 )
+from prana._hooks import parse_token
+from prana._hooks import verify as verify_token
 from scheduling._errors import (
     ExecutionNotFound,
+    HookConflict,
+    HookGone,
+    HookNotFound,
     StaleVersionError,
     WorkflowConflictError,
     WorkflowNotFound,
 )
+from scheduling._eventlog import log_event
 from scheduling.abc import ExecutionStore, Scheduler
 
 if TYPE_CHECKING:
@@ -75,6 +83,8 @@ SELF_RESUMING_KINDS = frozenset({"retry", "timer", "sub_workflow"})
 """Suspension kinds the runner resumes by itself; any other kind waits for ``deliver``."""
 
 _STRIPES = 64
+_MAX_HOOK_PATHS = 10_000
+"""How many plaintext resume paths of waits begun here ``hook_path`` remembers."""
 _WAIT_RECHECK_SECONDS = 0.25
 """How often ``wait`` re-reads the store for progress made by other processes."""
 
@@ -260,6 +270,8 @@ class Runner:
         self.clock: Clock = clock
         self.env: Mapping[str, Any] | None = env
         self.observers: tuple[Callable[[Event], object], ...] = checked_observers
+        self._emit: tuple[Callable[[Event], object], ...] = (*checked_observers, log_event)
+        """What every run reports to: the observers given, then the log (``scheduling.events``)."""
         self.recover = recover
         self._definitions: dict[tuple[str, int], Workflow] = {}
         self._latest: dict[str, int] = {}
@@ -269,6 +281,7 @@ class Runner:
         self._saves = 0
         self._waiters = 0
         self._local = threading.local()
+        self._hook_paths: dict[str, str] = {}
         self._open = False
         self._arms_on_save = False
         for workflow in workflows:
@@ -285,6 +298,19 @@ class Runner:
         return self
 
     def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Runner:
+        """``async with runner:`` opens it on the running loop (an asyncio scheduler needs that)."""
+        self.open()
+        return self
+
+    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
@@ -449,8 +475,89 @@ class Runner:
         not suspended or waits on a retry, timer or sub-workflow (those resume on their
         own), and ``StaleVersionError`` if another process resumed it first.
         """
+        return self._deliver(execution_id, resume_data, None)
+
+    def deliver_hook(self, token: str, resume_data: Any = None) -> Outcome:
+        """Resume the one webhook wait ``token`` names with ``resume_data``; return the outcome.
+
+        What ``POST /hooks/{token}`` calls: it needs no execution id, only the token. Raises
+        ``HookNotFound`` (404) for a malformed or unknown token or one that is not this
+        wait's; ``HookGone`` (410) when the wait is over (delivered, expired, cancelled; an
+        expired wait is failed with ``WebhookTimeout`` first); ``HookConflict`` (409) when a
+        cancel, an expiry or another delivery saved first. Nothing changes on any of them.
+        """
+        parsed = parse_token(token)
+        if parsed is None:
+            raise HookNotFound("no webhook wait answers to this token")
+        execution_id, secret = parsed
+
+        def check(execution: WorkflowExecution) -> None:
+            suspension = execution.suspension
+            data = suspension.data if suspension is not None else None
+            if (
+                execution.status is not ExecutionStatus.SUSPENDED
+                or suspension is None
+                or suspension.kind != "webhook"
+                or not isinstance(data, WebhookData)
+            ):
+                raise HookGone(
+                    f"this wait is over: the execution is {execution.status.value} and waits "
+                    "for no webhook delivery"
+                )
+            if not verify_token(
+                data.token_digest, execution_id, execution.suspended_node or "", secret
+            ):
+                raise HookNotFound("no webhook wait answers to this token")
+
+        try:
+            return self._deliver(execution_id, resume_data, check)
+        except ExecutionNotFound:
+            raise HookNotFound("no webhook wait answers to this token") from None
+        except StaleVersionError:
+            raise HookConflict(
+                "a cancel, an expiry or another delivery changed this execution first; "
+                "nothing was delivered"
+            ) from None
+
+    def hook_path(self, execution_id: str) -> str | None:
+        """The resume path (``/hooks/<token>``) of the webhook wait this runner saw begin.
+
+        Known only in the process whose run reached the wait (the store keeps a digest);
+        ``None`` otherwise, or once the wait is over.
+        """
+        path = self._hook_paths.get(execution_id)
+        if path is None:
+            return None
+        try:
+            execution, _ = self.store.load(execution_id)
+        except ExecutionNotFound:
+            return None
+        suspension = execution.suspension
+        if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
+            return None
+        return path if suspension.kind == "webhook" else None
+
+    def _note_hook(self, outcome: Outcome) -> None:
+        """Keep the plaintext resume path of a webhook wait begun here (memory only, bounded)."""
+        data = outcome.data if type(outcome) is Suspend else None
+        if type(data) is WebhookData and data.path is not None and outcome.execution is not None:
+            paths = self._hook_paths
+            with self._meta_lock:
+                paths.pop(outcome.execution.id, None)
+                paths[outcome.execution.id] = data.path
+                while len(paths) > _MAX_HOOK_PATHS:
+                    del paths[next(iter(paths))]
+
+    def _deliver(
+        self,
+        execution_id: str,
+        resume_data: Any,
+        check: Callable[[WorkflowExecution], None] | None,
+    ) -> Outcome:
         with self._lock_for(execution_id):
             execution, version = self.store.load(execution_id)
+            if check is not None:
+                check(execution)
             suspension = execution.suspension
             if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
                 raise ResumeError(
@@ -472,11 +579,15 @@ class Runner:
                 outcome = self._resume(execution, resume_data, workflow)
             new = _execution_of(outcome)
             new_version = self.store.save(new, version)
+        self._hook_paths.pop(execution_id, None)
+        self._note_hook(outcome)
         if new.due_at is None and not self._arms_on_save:
             self.scheduler.cancel(execution_id)
         self._settle(new, new_version)
         if expired:
             assert expires_at is not None
+            if check is not None:
+                raise HookGone(f"this wait expired at {expires_at.isoformat()}")
             raise ResumeError(
                 f"execution {execution_id!r}: the webhook wait expired at "
                 f"{expires_at.isoformat()}; its node failed with WebhookTimeout"
@@ -496,7 +607,7 @@ class Runner:
                 if execution.status is ExecutionStatus.CANCELLED:
                     return execution
                 cancelled = cancel_execution(
-                    execution, reason, clock=self.clock, observers=self.observers
+                    execution, reason, clock=self.clock, observers=self._emit
                 )
                 try:
                     new_version = self.store.save(cancelled, version)
@@ -663,7 +774,7 @@ class Runner:
             registry=self.registry,
             clock=self.clock,
             env=self.env,
-            observers=self.observers,
+            observers=self._emit,
         )
 
     def _start(
@@ -685,12 +796,13 @@ class Runner:
             registry=self.registry,
             clock=self.clock,
             env=self.env,
-            observers=self.observers,
+            observers=self._emit,
             execution_id=execution_id,
             parent=parent,
         )
         new = _execution_of(outcome)
         version = self.store.save(new, None)
+        self._note_hook(outcome)
         self._settle(new, version)
         return new
 
@@ -739,7 +851,7 @@ class Runner:
                         registry=self.registry,
                         clock=self.clock,
                         env=self.env,
-                        observers=self.observers,
+                        observers=self._emit,
                     )
                 new = outcome.execution
                 assert new is not None, "the executor returns outcomes with the execution set"
@@ -748,6 +860,8 @@ class Runner:
                 except StaleVersionError:
                     logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
                     return
+                if type(outcome) is Suspend:
+                    self._note_hook(outcome)
         if new is None:
             self._sub_workflow_alarm(execution)
         else:
@@ -787,7 +901,7 @@ class Runner:
             registry=self.registry,
             clock=self.clock,
             env=self.env,
-            observers=self.observers,
+            observers=self._emit,
         )
 
     # -- follow-ups --------------------------------------------------------------------
@@ -945,6 +1059,7 @@ class Runner:
                 new_version = self.store.save(new, version)
             except StaleVersionError:
                 return
+        self._note_hook(outcome)
         self._settle(new, new_version)
 
     def _reconcile_parents(self) -> None:

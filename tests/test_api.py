@@ -27,6 +27,7 @@ PRANA_PUBLIC = {
 
 SCHEDULING_PUBLIC = {
     "ConsoleView", "ExecutionNotFound", "ExecutionStore", "ExecutionSummary", "Fire",
+    "HookConflict", "HookError", "HookGone", "HookNotFound",
     "RetryStats", "Runner", "Scheduler", "SchedulerStateError", "StaleVersionError",
     "StoreError", "WorkflowConflictError", "WorkflowNotFound",
 }  # fmt: skip

@@ -226,6 +226,12 @@ def finish(runner: Runner, execution_id: str, view: ConsoleView) -> int:
             f"execution {execution.id} waits on {waiting_on} at {execution.suspended_node}; "
             f"resume it with: prana deliver {execution.id} --data JSON --actions MODULE"
         )
+        path = runner.hook_path(execution.id)
+        if path is not None:
+            print(
+                f"or over HTTP, once (prana serve): curl -X POST -H 'Content-Type: "
+                f"application/json' -d JSON http://127.0.0.1:8000{path}"
+            )
     print(view.summary())
     print(f"execution {execution.id}: {execution.status.value}")
     if execution.status is ExecutionStatus.COMPLETED:

@@ -1,0 +1,70 @@
+"""Webhook resume tokens: minted when a wait suspends, checked by the shell on delivery.
+
+A token is ``<execution id, base64url>.<secret>``: the secret is 32 bytes from
+``secrets`` (256 bits, URL-safe base64), and the execution id lets the shell find the
+record without an index. The record keeps only ``token_digest``, a SHA-256 over the
+execution id, the waiting node's key and the secret, so reading the store does not give
+the power to resume, and a digest copied to another wait does not verify there. The
+digest lives in exactly one suspension (execution, node, run, attempt): once that wait
+resumes, expires or is cancelled, the token verifies against nothing (single use).
+
+The plaintext exists only in memory, on the ``WebhookData`` of the ``Suspend`` outcome
+the executor returns; the execution's own record never holds it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+
+__all__ = ["HOOK_PATH_PREFIX", "SECRET_BYTES", "mint_token", "parse_token", "token_digest"]
+
+SECRET_BYTES = 32
+"""Random bytes in a token's secret part (256 bits; the floor is 128)."""
+HOOK_PATH_PREFIX = "/hooks/"
+"""A token's resume path, relative to where the web app is mounted: ``/hooks/<token>``."""
+_MAX_TOKEN_CHARS = 2048
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def mint_token(execution_id: str) -> tuple[str, str]:
+    """A fresh token for a wait of ``execution_id``: ``(token, secret)``."""
+    secret = _b64(secrets.token_bytes(SECRET_BYTES))
+    return f"{_b64(execution_id.encode())}.{secret}", secret
+
+
+def token_digest(execution_id: str, node_key: str, secret: str) -> str:
+    """What the record keeps: SHA-256 (hex) over execution id, node key and secret."""
+    material = "\x00".join(("prana-webhook-v1", execution_id, node_key, secret))
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def parse_token(token: str) -> tuple[str, str] | None:
+    """``(execution_id, secret)`` from a token, or ``None`` when it is not one."""
+    if not isinstance(token, str) or len(token) > _MAX_TOKEN_CHARS:
+        return None
+    head, sep, secret = token.rpartition(".")
+    if not sep or not head or len(secret) < 22:  # 22 base64 characters carry 128 bits
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(head + "=" * (-len(head) % 4))
+        execution_id = raw.decode()
+    except (binascii.Error, ValueError):
+        return None
+    if not execution_id or _b64(raw) != head:
+        return None
+    return execution_id, secret
+
+
+def verify(token_digest_stored: str | None, execution_id: str, node_key: str, secret: str) -> bool:
+    """Whether ``secret`` is the one a stored digest was made from (constant-time compare)."""
+    if not token_digest_stored:
+        return False
+    expected = token_digest(execution_id, node_key, secret)
+    return hmac.compare_digest(expected, token_digest_stored)

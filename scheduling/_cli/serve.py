@@ -1,0 +1,72 @@
+"""``prana serve``: the web app (webhook route, operator view and API) over uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from typing import TYPE_CHECKING
+
+from scheduling._cli._common import EXIT_OK, CLIError, load_actions, make_runner, open_store, where
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scheduling._cli._common import AddCommand
+
+_NEEDS_WEB = "prana serve needs the web extra: pip install 'prana-workflows[web]'"
+
+
+def register(add: AddCommand) -> None:
+    """Add ``serve`` to the parser."""
+    serve = add(
+        "serve",
+        "serve POST /hooks/{token}, the read-only view and the JSON API (and resume due work)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    serve.add_argument("--actions", help="module (or .py file) registering your actions")
+    serve.add_argument(
+        "--max-body",
+        type=int,
+        default=1 << 20,
+        metavar="BYTES",
+        help="largest webhook body accepted (default 1 MiB)",
+    )
+    serve.set_defaults(handler=_cmd_serve)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from scheduling.web import create_app
+    except ImportError:
+        raise CLIError(_NEEDS_WEB) from None
+    token = os.environ.get("PRANA_WEB_TOKEN") or None
+    if token is None and not _is_loopback(args.host):
+        raise CLIError(
+            f"--host {args.host}: without an operator token the view and API answer loopback "
+            "clients only; set PRANA_WEB_TOKEN to serve beyond this machine, or bind 127.0.0.1"
+        )
+    if not 0 <= args.port <= 65535:
+        raise CLIError(f"--port {args.port}: use a port from 0 to 65535")
+    registry = load_actions(args.actions)
+    store = open_store(args, must_exist=False)
+    try:
+        runner = make_runner(registry, store, None, recover=True)
+        app = create_app(runner, token=token, max_body_bytes=args.max_body, open_runner=True)
+        access = "operator token required" if token else "no operator token: loopback only"
+        print(f"prana serve on http://{args.host}:{args.port} over {where(args)} ({access})")
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    finally:
+        store.close()
+    return EXIT_OK

@@ -1,0 +1,97 @@
+"""Log lines for a run's events: one line per meaningful event, its fields in ``extra``.
+
+The runner hands ``log_event`` to the executor with its own observers, so a workflow run
+by a ``Runner`` logs through the stdlib without any setup beyond configuring logging:
+
+================================  ========  =============================================
+event                             level     message
+================================  ========  =============================================
+``execution_started``             INFO      ``execution <id> of <workflow> started``
+``node_retry_scheduled``          INFO      ``... node <key> failed (<error>); attempt
+                                            <next>/<max> retrying in <delay>s``
+``node_retry_exhausted``          WARNING   ``... node <key> gave up after <n> attempt(s)``
+``node_failed``                   WARNING   ``... node <key> failed: <error>``
+``execution_suspended``           INFO      ``... waits on <kind> at <key>`` (DEBUG: retry)
+``execution_completed``           INFO
+``execution_failed``              WARNING
+``execution_cancelled``           INFO
+other node and resume events      DEBUG
+================================  ========  =============================================
+
+``attempt`` is the event's: for a scheduled retry, the attempt that will run next.
+Fields (``LogRecord`` attributes): ``prana_event``, ``execution_id``, ``workflow_id``,
+``node_key``, ``run_index``, ``attempt``, ``max_attempts``, ``delay_ms``, ``kind``,
+``error_type``, ``error_message``; absent values are ``None``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prana import Event, EventType
+
+__all__ = ["LOGGER_NAME", "log_event"]
+
+LOGGER_NAME = "scheduling.events"
+logger = logging.getLogger(LOGGER_NAME)
+
+_LEVELS = {
+    EventType.EXECUTION_STARTED: logging.INFO,
+    EventType.NODE_RETRY_SCHEDULED: logging.INFO,
+    EventType.NODE_RETRY_EXHAUSTED: logging.WARNING,
+    EventType.NODE_FAILED: logging.WARNING,
+    EventType.EXECUTION_SUSPENDED: logging.INFO,
+    EventType.EXECUTION_COMPLETED: logging.INFO,
+    EventType.EXECUTION_FAILED: logging.WARNING,
+    EventType.EXECUTION_CANCELLED: logging.INFO,
+}
+
+
+def _message(event: Event) -> str:
+    head = f"execution {event.execution_id}"
+    error = f"{event.error.type}: {event.error.message}" if event.error is not None else ""
+    kind = event.type
+    if kind is EventType.EXECUTION_STARTED:
+        return f"{head} of {event.workflow_id} started"
+    if kind is EventType.NODE_RETRY_SCHEDULED:
+        of = f"/{event.max_attempts}" if event.max_attempts is not None else ""
+        delay = (event.delay_ms or 0) / 1000
+        return (
+            f"{head}: node {event.node_key} failed ({error}); attempt {event.attempt}{of} "
+            f"retrying in {delay:g}s"
+        )
+    if kind is EventType.NODE_RETRY_EXHAUSTED:
+        return f"{head}: node {event.node_key} gave up after {event.attempt} attempt(s): {error}"
+    if kind is EventType.NODE_FAILED:
+        return f"{head}: node {event.node_key} failed: {error}"
+    if kind is EventType.EXECUTION_SUSPENDED:
+        return f"{head} waits on {event.kind} at {event.node_key}"
+    if kind is EventType.EXECUTION_FAILED:
+        return f"{head} failed: {error}" if error else f"{head} failed"
+    where = f" node {event.node_key}" if event.node_key is not None else ""
+    return f"{head}:{where} {event.name}"
+
+
+def log_event(event: Event) -> None:
+    """Log ``event`` at its level on ``scheduling.events`` (nothing if that level is off)."""
+    level = _LEVELS.get(event.type, logging.DEBUG)
+    if event.kind == "retry" and event.type is EventType.EXECUTION_SUSPENDED:
+        level = logging.DEBUG  # the retry's own line (node_retry_scheduled) says it all
+    if not logger.isEnabledFor(level):
+        return
+    error = event.error
+    extra: dict[str, Any] = {
+        "prana_event": event.name,
+        "execution_id": event.execution_id,
+        "workflow_id": event.workflow_id,
+        "node_key": event.node_key,
+        "run_index": event.run_index,
+        "attempt": event.attempt,
+        "max_attempts": event.max_attempts,
+        "delay_ms": event.delay_ms,
+        "kind": event.kind,
+        "error_type": error.type if error is not None else None,
+        "error_message": error.message if error is not None else None,
+    }
+    logger.log(level, "%s", _message(event), extra=extra)

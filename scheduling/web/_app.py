@@ -1,0 +1,418 @@
+"""The ASGI app: webhook deliveries by resume token, and an operator's read-only view.
+
+Routes (relative to where the app is mounted):
+
+==========================================  ==========  ===================================
+``POST /hooks/{token}``                     token       resume the one wait the token names
+``GET  /api/executions``                    operator    JSON list, newest first, paginated
+``GET  /api/executions/{id}``               operator    JSON view of one execution
+``GET  /executions``                        operator    HTML list (``/`` redirects here)
+``GET  /executions/{id}``                   operator    HTML timeline (``?fragment=1``: part)
+``GET  /executions/{id}/events``            operator    SSE: ``execution`` events, ``end``
+``GET|POST /login``                         -           operator token form (sets a cookie)
+==========================================  ==========  ===================================
+
+The operator credential is a bearer token (``Authorization: Bearer ...``, or the cookie
+the login form sets, holding an HMAC of it). With no token configured, operator routes
+answer loopback clients only, and the app says so at startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlencode
+
+import orjson
+from starlette.applications import Starlette
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+
+from prana import ExecutionStatus, PranaError
+from scheduling._errors import ExecutionNotFound, HookError, WorkflowNotFound
+from scheduling.web import _html
+from scheduling.web._views import FINAL, execution_view, summary_view
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from starlette.requests import Request
+
+    from scheduling._runner import Runner
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
+
+logger = logging.getLogger("scheduling.web")
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+"""The largest webhook body accepted (1 MiB); larger is 413."""
+MAX_PAGE = 200
+"""The most rows one list request returns."""
+MAX_SCAN = 10_000
+"""How far back the list looks (offset + limit, and rows scanned for a workflow filter)."""
+HEARTBEAT_SECONDS = 15.0
+"""An SSE comment is sent this often, so proxies keep an idle stream open."""
+COOKIE = "prana_operator"
+TOKEN_ENV = "PRANA_WEB_TOKEN"  # noqa: S105 - the name of the variable, not a secret
+
+
+def _error(status: int, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers or None)
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Operator:
+    """Checks the operator credential: a bearer token, or the login cookie (its HMAC)."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+        self.cookie_value = (
+            None
+            if token is None
+            else hmac.new(token.encode(), b"prana-operator-cookie", hashlib.sha256).hexdigest()
+        )
+
+    def check_token(self, candidate: str) -> bool:
+        return self.token is not None and hmac.compare_digest(
+            candidate.encode(), self.token.encode()
+        )
+
+    def allowed(self, request: Request) -> bool:
+        if self.token is None:
+            return _is_loopback(request.client.host if request.client else None)
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and self.check_token(value.strip()):
+            return True
+        cookie = request.cookies.get(COOKIE)
+        assert self.cookie_value is not None
+        return cookie is not None and hmac.compare_digest(cookie, self.cookie_value)
+
+
+def create_app(
+    runner: Runner,
+    *,
+    token: str | None = None,
+    view: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    poll_seconds: float = 0.5,
+    open_runner: bool = False,
+) -> Starlette:
+    """The Starlette app for ``runner``: mount it in FastAPI/Starlette or serve it alone.
+
+    ``token`` (default: ``$PRANA_WEB_TOKEN``) is the operator's bearer token for the view
+    and the API; without one they answer loopback clients only. ``view=False`` serves only
+    ``POST /hooks/{token}``. ``poll_seconds`` is how often an SSE stream re-reads the
+    store (it sees progress made by any process). ``open_runner=True`` opens the runner
+    when the app starts and closes it when the app stops (``prana serve`` does this).
+    """
+    if token is None:
+        token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and (not isinstance(token, str) or len(token) < 16):
+        raise PranaError(
+            "create_app(token=...): use a random operator token of at least 16 characters, "
+            'e.g. python -c "import secrets; print(secrets.token_urlsafe(32))"'
+        )
+    if (
+        isinstance(max_body_bytes, bool)
+        or not isinstance(max_body_bytes, int)
+        or max_body_bytes < 1
+    ):
+        raise PranaError(f"create_app(max_body_bytes={max_body_bytes!r}): use a whole number >= 1")
+    if (
+        isinstance(poll_seconds, bool)
+        or not isinstance(poll_seconds, int | float)
+        or poll_seconds <= 0
+    ):
+        raise PranaError(f"create_app(poll_seconds={poll_seconds!r}): use seconds > 0")
+    operator = _Operator(token)
+
+    def root(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    # -- the webhook route ----------------------------------------------------------------
+
+    async def hook(request: Request) -> Response:
+        resume_token = request.path_params["token"]
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            return _error(413, f"the body is over the limit of {max_body_bytes} bytes")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body_bytes:
+                return _error(413, f"the body is over the limit of {max_body_bytes} bytes")
+        data: Any = None
+        if body.strip():
+            media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if media != "application/json" and not media.endswith("+json"):
+                return _error(
+                    415, f"send JSON with Content-Type: application/json (got {media or 'none'})"
+                )
+            try:
+                data = orjson.loads(bytes(body))
+            except orjson.JSONDecodeError as exc:
+                return _error(422, f"the body is not valid JSON: {exc}")
+        try:
+            outcome = await asyncio.to_thread(runner.deliver_hook, resume_token, data)
+        except HookError as exc:
+            return _error(exc.status, str(exc))
+        execution = outcome.execution
+        assert execution is not None
+        return JSONResponse(
+            {"ok": True, "execution_id": execution.id, "status": execution.status.value}
+        )
+
+    routes = [Route("/hooks/{token}", hook, methods=["POST"])]
+
+    # -- operator routes -----------------------------------------------------------------
+
+    def guarded(
+        handler: Callable[[Request], Awaitable[Response]], *, html: bool
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            if operator.allowed(request):
+                return await handler(request)
+            if operator.token is None:
+                return _error(403, "no operator token is configured: loopback clients only")
+            if html:
+                query = urlencode({"next": request.url.path})
+                return RedirectResponse(f"{root(request)}/login?{query}", status_code=303)
+            return _error(
+                401,
+                "send the operator token: Authorization: Bearer <token>",
+                **{"WWW-Authenticate": 'Bearer realm="prana"'},
+            )
+
+        return endpoint
+
+    def list_args(request: Request) -> tuple[str | None, str | None, int, int] | Response:
+        query = request.query_params
+        status = query.get("status") or None
+        if status is not None and status not in _html.STATUSES:
+            return _error(400, f"status={status!r}: use one of {', '.join(_html.STATUSES)}")
+        workflow = query.get("workflow") or None
+        try:
+            limit = int(query.get("limit", "50"))
+            offset = int(query.get("offset", "0"))
+        except ValueError:
+            return _error(400, "limit and offset are whole numbers")
+        if not 1 <= limit <= MAX_PAGE or offset < 0 or offset + limit > MAX_SCAN:
+            return _error(
+                400, f"use 1 <= limit <= {MAX_PAGE} and 0 <= offset, offset + limit <= {MAX_SCAN}"
+            )
+        return status, workflow, limit, offset
+
+    def list_rows(
+        status: str | None, workflow: str | None, limit: int, offset: int
+    ) -> tuple[list[dict[str, Any]], bool]:
+        wanted = ExecutionStatus(status) if status else None
+        scan = MAX_SCAN if workflow else offset + limit + 1
+        rows = runner.store.list(wanted, limit=scan)
+        if workflow:
+            rows = [row for row in rows if row.workflow_id == workflow]
+        page = rows[offset : offset + limit]
+        return [summary_view(row) for row in page], len(rows) > offset + limit
+
+    def load_view(execution_id: str) -> dict[str, Any]:
+        execution, version = runner.store.load(execution_id)
+        try:
+            workflow = runner._definition(execution.workflow_id, execution.workflow_version)
+        except WorkflowNotFound:
+            workflow = None
+        return execution_view(execution, version, workflow, runner.registry)
+
+    async def view_or_404(request: Request) -> dict[str, Any] | Response:
+        execution_id = request.path_params["execution_id"]
+        try:
+            return await asyncio.to_thread(load_view, execution_id)
+        except ExecutionNotFound:
+            return _error(404, f"no execution {execution_id!r}")
+
+    async def api_list(request: Request) -> Response:
+        args = list_args(request)
+        if isinstance(args, Response):
+            return args
+        status, workflow, limit, offset = args
+        items, more = await asyncio.to_thread(list_rows, status, workflow, limit, offset)
+        return JSONResponse(
+            {
+                "items": items,
+                "limit": limit,
+                "offset": offset,
+                "next_offset": offset + limit if more else None,
+            }
+        )
+
+    async def api_one(request: Request) -> Response:
+        found = await view_or_404(request)
+        return found if isinstance(found, Response) else JSONResponse(found)
+
+    async def page_list(request: Request) -> Response:
+        args = list_args(request)
+        if isinstance(args, Response):
+            return args
+        status, workflow, limit, offset = args
+        items, more = await asyncio.to_thread(list_rows, status, workflow, limit, offset)
+        return HTMLResponse(
+            _html.list_page(
+                items,
+                root=root(request),
+                status=status,
+                workflow=workflow,
+                limit=limit,
+                offset=offset,
+                has_more=more,
+            )
+        )
+
+    async def page_one(request: Request) -> Response:
+        found = await view_or_404(request)
+        if isinstance(found, Response):
+            return found
+        if request.query_params.get("fragment"):
+            return HTMLResponse(_html.execution_fragment(found))
+        return HTMLResponse(_html.execution_page(found, root=root(request)))
+
+    async def events(request: Request) -> Response:
+        execution_id = request.path_params["execution_id"]
+        try:
+            first = await asyncio.to_thread(load_view, execution_id)
+        except ExecutionNotFound:
+            return _error(404, f"no execution {execution_id!r}")
+        last_seen = request.headers.get("last-event-id")
+
+        async def stream() -> AsyncIterator[bytes]:
+            view = first
+            sent = last_seen
+            idle = 0.0
+            while True:
+                version = str(view["version"])
+                if version != sent:
+                    sent = version
+                    idle = 0.0
+                    yield _sse("execution", view, version)
+                if view["status"] in FINAL:
+                    yield _sse("end", {"status": view["status"]}, version)
+                    return
+                await asyncio.sleep(poll_seconds)  # the stream's own pace, not a test's wait
+                idle += poll_seconds
+                if idle >= HEARTBEAT_SECONDS:
+                    idle = 0.0
+                    yield b": keep-alive\n\n"
+                if await request.is_disconnected():
+                    return
+                try:
+                    view = await asyncio.to_thread(load_view, execution_id)
+                except ExecutionNotFound:
+                    return
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse(f"{root(request)}/executions", status_code=303)
+
+    async def login(request: Request) -> Response:
+        next_path = request.query_params.get("next", "")
+        if request.method == "GET":
+            return HTMLResponse(
+                _html.login_page(root=root(request), next_path=next_path, failed=False)
+            )
+        raw = await request.body()
+        if len(raw) > 4096:
+            return _error(413, "the login form is over 4096 bytes")
+        form = parse_qs(raw.decode("utf-8", "replace"))
+        candidate = (form.get("token") or [""])[0]
+        next_path = (form.get("next") or [""])[0]
+        if not next_path.startswith("/") or next_path.startswith("//"):
+            next_path = f"{root(request)}/executions"
+        if not operator.check_token(candidate):
+            logger.warning("operator login refused", extra={"client": _client(request)})
+            return HTMLResponse(
+                _html.login_page(root=root(request), next_path=next_path, failed=True),
+                status_code=401,
+            )
+        response = RedirectResponse(next_path, status_code=303)
+        assert operator.cookie_value is not None
+        response.set_cookie(
+            COOKIE,
+            operator.cookie_value,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path=root(request) or "/",
+        )
+        return response
+
+    if view:
+        routes += [
+            Route("/", guarded(home, html=True)),
+            Route("/api/executions", guarded(api_list, html=False)),
+            Route("/api/executions/{execution_id}", guarded(api_one, html=False)),
+            Route("/executions", guarded(page_list, html=True)),
+            Route(
+                "/executions/{execution_id}/events",
+                guarded(events, html=False),
+            ),
+            Route("/executions/{execution_id}", guarded(page_one, html=True)),
+        ]
+        if token is not None:
+            routes.append(Route("/login", login, methods=["GET", "POST"]))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if view and token is None:
+            logger.warning(
+                "no operator token (PRANA_WEB_TOKEN): the view and API answer loopback clients only"
+            )
+        if open_runner:
+            await asyncio.to_thread(runner.open)
+        try:
+            yield
+        finally:
+            if open_runner:
+                await asyncio.to_thread(runner.close)
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.runner = runner
+    app.state.operator_token_configured = token is not None
+    return app
+
+
+def _client(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+def _sse(event: str, data: Any, event_id: str) -> bytes:
+    """One Server-Sent Event: its name, id, and JSON data on one line."""
+    return b"event: %s\nid: %s\ndata: %s\n\n" % (
+        event.encode(),
+        event_id.encode(),
+        orjson.dumps(data),
+    )

@@ -1,0 +1,333 @@
+"""Server-rendered HTML for the view: the list of executions and one execution's timeline.
+
+Plain HTML and CSS with a few lines of JavaScript: ``<time>`` elements are rewritten into
+the viewer's time zone, and the execution page listens to its SSE stream and swaps in the
+server-rendered fragment when the execution changes. Every value from a record is escaped.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+__all__ = ["execution_fragment", "execution_page", "list_page", "login_page"]
+
+STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
+
+_CSS = """
+:root{--bg:#f7f7f9;--fg:#1d1f24;--muted:#6b7180;--line:#e2e4ea;--card:#fff;
+--completed:#1f8f4e;--failed:#c53030;--suspended:#b7791f;--running:#2b6cb0;
+--pending:#718096;--cancelled:#4a5568}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;
+background:var(--bg);color:var(--fg)}
+header{background:#1d1f24;color:#fff;padding:10px 24px;display:flex;gap:16px;align-items:center}
+header a{color:#fff;text-decoration:none;font-weight:600}
+main{max-width:1200px;margin:0 auto;padding:20px 24px}
+h1{font-size:20px;margin:0 0 12px}h2{font-size:16px;margin:20px 0 8px}
+table{border-collapse:collapse;width:100%;background:var(--card);border:1px solid var(--line)}
+th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th{font-weight:600;color:var(--muted);font-size:12px;text-transform:uppercase}
+a{color:#2b6cb0}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12.5px}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-size:12px;
+font-weight:600}
+.s-completed{background:var(--completed)}.s-failed{background:var(--failed)}
+.s-suspended{background:var(--suspended)}.s-running{background:var(--running)}
+.s-pending{background:var(--pending)}.s-cancelled{background:var(--cancelled)}
+.card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:12px 16px;
+margin:12px 0}
+.meta{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px}
+.meta dt{color:var(--muted)}.meta dd{margin:0}
+.muted{color:var(--muted)}.err{color:var(--failed)}
+.retry{color:var(--suspended);font-weight:700}
+.bar{position:relative;height:14px;background:#eef0f4;border-radius:3px;margin:6px 0 10px}
+.bar span{position:absolute;top:0;height:14px;border-radius:3px;min-width:3px}
+form.filters{display:flex;gap:8px;margin:0 0 12px;align-items:center}
+input,select,button{font:inherit;padding:4px 8px}
+.pager{display:flex;gap:12px;margin:10px 0}
+.live{font-size:12px;color:var(--muted)}
+"""
+
+_JS = """
+function localTimes(root){
+  for (const t of root.querySelectorAll('time[datetime]')) {
+    const d = new Date(t.getAttribute('datetime'));
+    if (!isNaN(d)) { t.textContent = d.toLocaleString(); t.title = t.getAttribute('datetime'); }
+  }
+}
+localTimes(document);
+const live = document.querySelector('[data-events]');
+if (live && window.EventSource) {
+  const status = document.getElementById('live');
+  const source = new EventSource(live.dataset.events);
+  let shown = live.dataset.version;
+  source.addEventListener('execution', async (ev) => {
+    const view = JSON.parse(ev.data);
+    if (String(view.version) === shown) return;
+    shown = String(view.version);
+    const res = await fetch(live.dataset.fragment, {credentials: 'same-origin'});
+    if (res.ok) {
+      live.innerHTML = await res.text();
+      live.dataset.version = shown;
+      localTimes(live);
+    }
+  });
+  source.addEventListener('end', () => { source.close(); status.textContent = 'final'; });
+  source.onopen = () => { status.textContent = 'live'; };
+  source.onerror = () => { status.textContent = 'reconnecting…'; };
+}
+"""
+
+
+def _page(title: str, body: str, root: str) -> str:
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width,initial-scale=1">'
+        f"<title>{escape(title)} · prana</title><style>{_CSS}</style></head><body>"
+        f'<header><a href="{escape(root)}/executions">prana</a>'
+        "<span class=muted>executions</span></header>"
+        f"<main>{body}</main><script>{_JS}</script></body></html>"
+    )
+
+
+def _time(value: str | None) -> str:
+    if value is None:
+        return '<span class="muted">-</span>'
+    return f'<time datetime="{escape(value)}">{escape(value)}</time>'
+
+
+def _badge(status: str) -> str:
+    return f'<span class="badge s-{escape(status)}">{escape(status)}</span>'
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    if abs(seconds) < 1:
+        return f"{ms} ms"
+    if abs(seconds) < 120:
+        return f"{seconds:.1f} s"
+    if abs(seconds) < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _seconds(value: float) -> str:
+    return _duration(round(value * 1000))
+
+
+def _error_text(error: dict[str, Any] | None) -> str:
+    if not error:
+        return ""
+    return f'<span class="err">{escape(error["type"])}: {escape(error["message"])}</span>'
+
+
+def _json(value: Any, limit: int = 600) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return f"<code>{escape(text)}</code>"
+
+
+def list_page(
+    rows: list[dict[str, Any]],
+    *,
+    root: str,
+    status: str | None,
+    workflow: str | None,
+    limit: int,
+    offset: int,
+    has_more: bool,
+) -> str:
+    """The executions list: filters, a table newest first, and previous/next links."""
+    options = ['<option value="">any status</option>'] + [
+        f'<option value="{s}"{" selected" if s == status else ""}>{s}</option>' for s in STATUSES
+    ]
+    filters = (
+        '<form class="filters" method="get">'
+        f'<select name="status">{"".join(options)}</select>'
+        f'<input name="workflow" placeholder="workflow id" value="{escape(workflow or "")}">'
+        '<button type="submit">Filter</button></form>'
+    )
+    body_rows = []
+    for row in rows:
+        link = f"{root}/executions/{escape(row['id'], quote=True)}"
+        body_rows.append(
+            "<tr>"
+            f'<td><a class="mono" href="{link}">{escape(row["id"])}</a></td>'
+            f"<td>{escape(row['workflow_id'])} <span class=muted>v{row['workflow_version']}</span>"
+            "</td>"
+            f"<td>{_badge(row['status'])}</td>"
+            f"<td>{_time(row['updated_at'])}</td>"
+            f"<td>{_time(row['due_at'])}</td>"
+            "</tr>"
+        )
+    if not body_rows:
+        body_rows.append('<tr><td colspan=5 class="muted">No executions.</td></tr>')
+    table = (
+        "<table id=executions><thead><tr><th>execution</th><th>workflow</th><th>status</th>"
+        f"<th>updated</th><th>due</th></tr></thead><tbody>{''.join(body_rows)}</tbody></table>"
+    )
+    base = {k: v for k, v in (("status", status), ("workflow", workflow)) if v}
+    pager = []
+    if offset > 0:
+        query = urlencode({**base, "limit": limit, "offset": max(0, offset - limit)})
+        pager.append(f'<a href="?{escape(query)}">← newer</a>')
+    if has_more:
+        query = urlencode({**base, "limit": limit, "offset": offset + limit})
+        pager.append(f'<a href="?{escape(query)}">older →</a>')
+    body = f"<h1>Executions</h1>{filters}{table}<div class=pager>{''.join(pager)}</div>"
+    return _page("Executions", body, root)
+
+
+def _timeline_bar(node: dict[str, Any], origin: datetime, span_s: float) -> str:
+    """A bar with one segment per attempt, placed by its start and end on the run's span."""
+    parts = []
+    for attempt in node["attempts"]:
+        start = datetime.fromisoformat(attempt["started_at"])
+        end_text = attempt["ended_at"]
+        end = datetime.fromisoformat(end_text) if end_text else start
+        left = max(0.0, (start - origin).total_seconds() / span_s * 100)
+        width = max(0.3, (end - start).total_seconds() / span_s * 100)
+        outcome = attempt["outcome"]
+        colour = {
+            "completed": "completed",
+            "failed": "failed",
+            "suspended": "suspended",
+            "cancelled": "cancelled",
+        }.get(outcome, "running")
+        parts.append(
+            f'<span class="s-{colour}" style="left:{min(left, 99.5):.2f}%;'
+            f'width:{min(width, 100 - min(left, 99.5)):.2f}%" '
+            f'title="attempt {attempt["number"]}: {escape(outcome)}"></span>'
+        )
+    return f'<div class="bar">{"".join(parts)}</div>'
+
+
+def _node_card(node: dict[str, Any], origin: datetime | None, span_s: float) -> str:
+    port = f" → <code>{escape(node['output_port'])}</code>" if node["output_port"] else ""
+    head = (
+        f'<div class="card node" data-node="{escape(node["node_key"])}">'
+        f"<h2>{escape(node['node_key'])} <span class=muted>run {node['run_index']}</span> "
+        f"{_badge(node['status'])}{port}</h2>"
+        f"<div class=muted>{_time(node['started_at'])} → {_time(node['completed_at'])}</div>"
+    )
+    bar = _timeline_bar(node, origin, span_s) if origin is not None and node["attempts"] else ""
+    rows = []
+    for attempt in node["attempts"]:
+        mark = '<span class="retry" title="retry">↻</span> ' if attempt["retry"] else ""
+        due = _time(attempt["due_at"]) if attempt["due_at"] else "-"
+        rows.append(
+            f'<tr class="attempt" data-outcome="{escape(attempt["outcome"])}">'
+            f"<td>{mark}{attempt['number']}</td>"
+            f"<td>{_badge(attempt['outcome'])}</td>"
+            f"<td>{_time(attempt['started_at'])}</td>"
+            f"<td>{_time(attempt['ended_at'])}</td>"
+            f"<td>{_duration(attempt['duration_ms'])}</td>"
+            f"<td>{_duration(attempt['retry_delay_ms'])}</td>"
+            f"<td>{due}</td>"
+            f"<td>{_duration(attempt['lateness_ms'])}</td>"
+            f"<td>{_error_text(attempt['error'])}</td>"
+            "</tr>"
+        )
+    attempts = (
+        "<table class=attempts><thead><tr><th>#</th><th>outcome</th><th>start</th><th>end</th>"
+        "<th>took</th><th>delay</th><th>due</th><th>late</th><th>error</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+        if rows
+        else ""
+    )
+    previews = []
+    for policy in node["retry_policies"]:
+        cells = "".join(
+            f"<tr><td>{r['retry']}</td><td>{_seconds(r['min_delay_s'])}</td>"
+            f"<td>{_seconds(r['typical_delay_s'])}</td><td>{_seconds(r['max_delay_s'])}</td>"
+            f"<td>{_seconds(r['cumulative_typical_s'])}</td></tr>"
+            for r in policy["rows"]
+        )
+        table = (
+            "<table class=schedule><thead><tr><th>retry</th><th>min</th><th>typical</th>"
+            f"<th>max</th><th>total</th></tr></thead><tbody>{cells}</tbody></table>"
+            if cells
+            else ""
+        )
+        previews.append(
+            f"<details><summary class=muted>policy: {escape(policy['policy'])}</summary>"
+            f"{table}</details>"
+        )
+    extra = ""
+    if node["error"] and not node["attempts"]:
+        extra += f"<p>{_error_text(node['error'])}</p>"
+    if node["output"] is not None:
+        extra += f"<p class=muted>output {_json(node['output'])}</p>"
+    return head + bar + attempts + "".join(previews) + extra + "</div>"
+
+
+def execution_fragment(view: dict[str, Any]) -> str:
+    """The live part of the execution page: header facts and every node run's timeline."""
+    waiting = view["waiting"]
+    facts = [
+        ("status", _badge(view["status"])),
+        ("workflow", f"{escape(view['workflow_id'])} v{view['workflow_version']}"),
+        ("started", _time(view["started_at"])),
+        ("updated", _time(view["updated_at"])),
+        ("ended", _time(view["completed_at"])),
+    ]
+    if waiting is not None:
+        due = f", due {_time(waiting['due_at'])}" if waiting["due_at"] else ""
+        where = f"<code>{escape(waiting['node_key'] or '')}</code>"
+        facts.append(("waiting", f"{escape(waiting['kind'])} at {where}{due}"))
+    if view["error"]:
+        facts.append(("error", _error_text(view["error"])))
+    if view["output"] is not None:
+        facts.append(("output", _json(view["output"])))
+    meta = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
+    origin = datetime.fromisoformat(view["started_at"]) if view["started_at"] else None
+    span_s = 1.0
+    if origin is not None:
+        ends = [
+            datetime.fromisoformat(a["ended_at"] or a["started_at"])
+            for n in view["nodes"]
+            for a in n["attempts"]
+        ]
+        if ends:
+            span_s = max(1e-3, (max(ends) - origin).total_seconds())
+    cards = "".join(_node_card(node, origin, span_s) for node in view["nodes"])
+    return (
+        f'<dl class="meta card" data-status="{escape(view["status"])}" '
+        f'data-version="{view["version"]}">{meta}</dl>{cards}'
+    )
+
+
+def execution_page(view: dict[str, Any], *, root: str) -> str:
+    """One execution: its fragment, kept live over ``/executions/{id}/events``."""
+    base = f"{root}/executions/{escape(view['id'], quote=True)}"
+    final = view["status"] in ("completed", "failed", "cancelled")
+    body = (
+        f"<h1>Execution <code>{escape(view['id'])}</code> "
+        f"<span id=live class=live>{'final' if final else 'connecting…'}</span></h1>"
+        f'<div id=execution data-version="{view["version"]}"'
+        f"{'' if final else f' data-events={chr(34)}{base}/events{chr(34)}'}"
+        f' data-fragment="{base}?fragment=1">{execution_fragment(view)}</div>'
+    )
+    return _page(f"Execution {view['id']}", body, root)
+
+
+def login_page(*, root: str, next_path: str, failed: bool) -> str:
+    """The operator token form; the token is kept in an HttpOnly cookie as an HMAC of it."""
+    note = '<p class="err">That token is not valid.</p>' if failed else ""
+    body = (
+        "<h1>Operator token</h1>"
+        "<p class=muted>The view and the API need the operator token "
+        "(<code>PRANA_WEB_TOKEN</code>).</p>"
+        f'{note}<form method="post" action="{escape(root)}/login" class="filters">'
+        f'<input type="hidden" name="next" value="{escape(next_path)}">'
+        '<input type="password" name="token" placeholder="token" autofocus>'
+        '<button type="submit">Sign in</button></form>'
+    )
+    return _page("Sign in", body, root)

@@ -1,0 +1,178 @@
+"""The web view in a real browser: headless Chromium (Debian's) driven by Playwright.
+
+The app serves a SQLite store on a loopback port; a flaky workflow's retries are driven
+by a manual clock from the test, and the open execution page must show each retry land
+over its SSE stream. Every wait is on a page condition with a bounded timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from servers import serve
+
+from prana import Connection, Node, NodeSettings, Registry, RetryPolicy, Workflow
+from prana.testing import ManualClock
+from scheduling import Runner
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.sqlite import SQLiteStore
+from scheduling.web import create_app
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from playwright.sync_api import Browser, Page
+
+CHROMIUM = os.environ.get("PRANA_TEST_CHROMIUM", "/usr/bin/chromium")
+TIMEOUT_MS = 15_000
+"""The bound on every wait for a page condition."""
+OPERATOR_TOKEN = "operator-token-for-the-browser-test"
+LAUNCH_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+class Flaky:
+    """Fails its first ``fails`` calls with a ConnectionError, then succeeds."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+        self.calls = 0
+
+    def __call__(self, params: Any, ctx: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.fails:
+            raise ConnectionError(f"upstream refused (call {self.calls})")
+        return {"ok": True}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium, headless, with a fresh profile; CI installs it, locally it may skip."""
+    if not shutil.which(CHROMIUM):
+        message = f"no Chromium at {CHROMIUM}: apt-get install chromium (.ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="prana-chromium-")
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=LAUNCH_FLAGS,
+        )
+        try:
+            yield context  # type: ignore[misc]
+        finally:
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+def _workflow() -> Workflow:
+    return Workflow(
+        id="flaky-approval",
+        name="Flaky call, then approval",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="call",
+                type="test.flaky",
+                settings=NodeSettings(
+                    retry=RetryPolicy(max_attempts=3, backoff="constant", initial_delay=5)
+                ),
+            ),
+            Node(key="approve", type="wait.wait", params={"mode": "webhook", "timeout_hours": 1}),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="call"),
+            Connection(from_node="call", to_node="approve"),
+        ],
+    )
+
+
+def _advance(scheduler: ManualScheduler, seconds: float) -> None:
+    """Fire what falls due, from a plain thread (Playwright's sync API runs a loop in this one)."""
+    worker = threading.Thread(target=scheduler.advance, args=(seconds,))
+    worker.start()
+    worker.join(TIMEOUT_MS / 1000)
+    assert not worker.is_alive()
+
+
+def _attempts(page: Page) -> int:
+    return page.locator("div.node[data-node=call] tr.attempt").count()
+
+
+def test_list_and_live_execution_page(browser: Any, tmp_path: Path) -> None:
+    """Sign in, find the execution in the list, watch two retries land live, then resume it."""
+    clock = ManualClock()
+    scheduler = ManualScheduler(clock=clock)
+    registry = Registry()
+    registry.register("test.flaky", Flaky(fails=2))
+    store = SQLiteStore(tmp_path / "web.sqlite3")
+    runner = Runner(registry=registry, store=store, scheduler=scheduler)
+    with runner:
+        execution_id = runner.start(_workflow(), {"order": 1})
+        app = create_app(runner, token=OPERATOR_TOKEN, poll_seconds=0.05)
+        with serve(app) as url:
+            page = browser.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"{url}/executions")
+            page.wait_for_url("**/login**")
+            page.fill("input[name=token]", OPERATOR_TOKEN)
+            page.click("button[type=submit]")
+            row = page.locator("#executions tbody tr", has_text=execution_id)
+            row.wait_for()
+            assert "suspended" in row.inner_text()
+
+            row.locator("a").click()
+            page.wait_for_url(f"**/executions/{execution_id}")
+            page.wait_for_selector("#live:text('live')")
+            assert _attempts(page) == 1
+            first = page.locator("div.node[data-node=call] tr.attempt").nth(0)
+            assert first.get_attribute("data-outcome") == "failed"
+            assert "ConnectionError" in first.inner_text()
+
+            _advance(scheduler, 5)  # the first retry falls due and fails again
+            page.wait_for_function(
+                "document.querySelectorAll('div.node[data-node=call] tr.attempt').length === 2",
+                timeout=TIMEOUT_MS,
+            )
+            second = page.locator("div.node[data-node=call] tr.attempt").nth(1)
+            assert "↻" in second.inner_text()
+
+            _advance(scheduler, 5)  # the second retry succeeds; the workflow waits for approval
+            page.wait_for_selector("dl.meta[data-status=suspended] >> text=webhook")
+            assert _attempts(page) == 3
+            outcomes = [
+                a.get_attribute("data-outcome")
+                for a in page.locator("div.node[data-node=call] tr.attempt").all()
+            ]
+            assert outcomes == ["failed", "failed", "completed"]
+
+            path = runner.hook_path(execution_id)
+            assert path is not None
+            response = httpx.post(url + path, json={"approved": True})
+            assert response.status_code == 200
+            page.wait_for_selector("dl.meta[data-status=completed]")
+            page.wait_for_selector("#live:text('final')")
+            again = httpx.post(url + path, json={"approved": True})
+            assert again.status_code == 410
+            page.close()
+    store.close()

@@ -1,0 +1,130 @@
+"""``prana serve`` and the resume path ``prana run`` prints, as a new user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from scheduling._cli import main
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+READY_TIMEOUT_SECONDS = 30.0
+
+ACTIONS = textwrap.dedent(
+    """
+    def flaky(params, ctx):
+        if ctx.attempt <= params.get("fails", 0):
+            raise ConnectionError(f"down on attempt {ctx.attempt}")
+        return {"attempt": ctx.attempt}
+
+    def register(registry):
+        registry.register("cli.flaky", flaky)
+    """
+)
+
+WORKFLOW = {
+    "id": "serve-demo",
+    "nodes": [
+        {"key": "start", "type": "manual.trigger"},
+        {
+            "key": "call",
+            "type": "cli.flaky",
+            "params": {"fails": 1},
+            "settings": {"retry_on_failed": True, "max_retries": 2, "retry_delay_ms": 20},
+        },
+        {"key": "approve", "type": "wait.wait", "params": {"mode": "webhook"}},
+    ],
+    "connections": [
+        {"from_node": "start", "to_node": "call"},
+        {"from_node": "call", "to_node": "approve"},
+    ],
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_serve_refuses_a_public_host_without_a_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Binding beyond loopback needs PRANA_WEB_TOKEN: one line, exit 2."""
+    monkeypatch.delenv("PRANA_WEB_TOKEN", raising=False)
+    code = main(["serve", "--host", "0.0.0.0", "--db", str(tmp_path / "x.db")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "PRANA_WEB_TOKEN" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_run_prints_the_path_and_serve_resumes_it_once(tmp_path: Path) -> None:
+    """prana run prints /hooks/<token>; prana serve accepts it once, then answers 410."""
+    (tmp_path / "actions.py").write_text(ACTIONS)
+    (tmp_path / "wf.json").write_text(json.dumps(WORKFLOW))
+    db = str(tmp_path / "p.db")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("PRANA_WEB_TOKEN", None)
+    run = subprocess.run(
+        [sys.executable, "-m", "scheduling._cli", "run", "wf.json", "--db", db,
+         "--actions", "actions.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    found = re.search(r"(/hooks/[A-Za-z0-9_\-.]+)", run.stdout)
+    assert found is not None, run.stdout
+    path = found.group(1)
+
+    port = _free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "scheduling._cli", "serve", "--db", db, "--port", str(port),
+         "--actions", "actions.py"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert serve.stdout is not None
+        for line in serve.stdout:
+            lines.put(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        seen = []
+        while True:
+            line = lines.get(timeout=READY_TIMEOUT_SECONDS)
+            seen.append(line)
+            if "Application startup complete" in line:
+                break
+        assert any("loopback only" in line for line in seen), seen
+        base = f"http://127.0.0.1:{port}"
+        listed = httpx.get(base + "/api/executions").json()
+        assert listed["items"][0]["status"] == "suspended"
+        first = httpx.post(base + path, json={"approved": True})
+        assert first.status_code == 200, first.text
+        assert first.json()["status"] == "completed"
+        second = httpx.post(base + path, json={"approved": True})
+        assert second.status_code == 410
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.wait(timeout=READY_TIMEOUT_SECONDS)
+        reader.join(READY_TIMEOUT_SECONDS)
+        assert serve.stdout is not None
+        serve.stdout.close()

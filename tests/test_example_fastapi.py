@@ -1,0 +1,38 @@
+"""examples/fastapi_app.py, driven through HTTP on a loopback port."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+from typing import Any
+
+import httpx
+from servers import serve
+
+from scheduling.stores.sqlite import SQLiteStore
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "fastapi_app.py"
+
+
+def test_order_waits_for_approval_then_ships(tmp_path: Path) -> None:
+    """POST /orders starts and returns the approval path; POSTing it once ships the order."""
+    build_app: Any = runpy.run_path(str(EXAMPLE))["build_app"]
+    store = SQLiteStore(tmp_path / "orders.db")
+    with serve(build_app(store)) as url, httpx.Client(base_url=url) as client:
+        started = client.post("/orders", json={"item": "book"})
+        assert started.status_code == 200, started.text
+        body = started.json()
+        assert body["status"] == "suspended"
+        approve = body["approve"]
+        assert approve.startswith("/prana/hooks/")
+        assert client.get(f"/orders/{body['execution_id']}").json()["status"] == "suspended"
+        listed = client.get("/prana/api/executions").json()
+        assert listed["items"][0]["id"] == body["execution_id"]
+        done = client.post(approve, json={"approved": True})
+        assert done.status_code == 200
+        assert done.json()["status"] == "completed"
+        order = client.get(f"/orders/{body['execution_id']}").json()
+        assert order == {"status": "completed", "output": {"approved": True, "shipped": "book"}}
+        assert client.post(approve, json={"approved": True}).status_code == 410
+        assert client.get("/orders/nope").status_code == 404
+    store.close()

@@ -1,0 +1,136 @@
+"""Logging: named loggers with a NullHandler, one line per meaningful event, loud observers."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from prana import (
+    Completed,
+    Connection,
+    Event,
+    ExecutionStatus,
+    Node,
+    NodeSettings,
+    Registry,
+    RetryPolicy,
+    Workflow,
+    execute_workflow,
+)
+from prana.testing import ManualClock
+from scheduling import Runner
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.memory import MemoryStore
+
+
+def _failing(fails: int) -> Registry:
+    registry = Registry()
+    calls = {"n": 0}
+
+    def flaky(params: Any, ctx: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] <= fails:
+            raise ConnectionError(f"down {calls['n']}")
+        return {"ok": True}
+
+    registry.register("test.flaky", flaky)
+    return registry
+
+
+def _workflow(max_attempts: int = 2) -> Workflow:
+    return Workflow(
+        id="logged",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="call",
+                type="test.flaky",
+                settings=NodeSettings(
+                    retry=RetryPolicy(max_attempts=max_attempts, initial_delay=2)
+                ),
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+
+
+def test_library_loggers_have_a_null_handler() -> None:
+    """``prana`` and ``scheduling`` never print on their own."""
+    import scheduling  # noqa: F401 - importing installs the handler
+
+    for name in ("prana", "scheduling"):
+        handlers = logging.getLogger(name).handlers
+        assert any(isinstance(h, logging.NullHandler) for h in handlers)
+
+
+def test_an_observer_that_raises_is_logged_at_error(caplog: pytest.LogCaptureFixture) -> None:
+    """The run goes on; the observer's exception is logged with its traceback."""
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("observer bug")
+
+    seen: list[str] = []
+    with caplog.at_level(logging.ERROR, logger="prana.events"):
+        outcome = execute_workflow(
+            _workflow(), registry=_failing(0), observers=[broken, lambda e: seen.append(e.name)]
+        )
+    assert isinstance(outcome, Completed)
+    assert "execution_completed" in seen  # the next observer still ran
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors
+    assert errors[0].exc_info is not None
+    assert "observer bug" in caplog.text
+    assert errors[0].prana_event == "execution_started"  # type: ignore[attr-defined]
+
+
+def test_runner_logs_retries_and_failures_with_fields(caplog: pytest.LogCaptureFixture) -> None:
+    """A retry at INFO, the exhausted retry and the failed execution at WARNING, fields in extra."""
+    clock = ManualClock()
+    runner = Runner(
+        registry=_failing(5),
+        store=MemoryStore(),
+        scheduler=ManualScheduler(clock=clock),
+    )
+    with caplog.at_level(logging.INFO, logger="scheduling.events"), runner:
+        execution_id = runner.start(_workflow(max_attempts=2), None)
+        scheduler = runner.scheduler
+        assert isinstance(scheduler, ManualScheduler)
+        scheduler.advance(2)
+    assert runner.get(execution_id).status is ExecutionStatus.FAILED
+    records = [r for r in caplog.records if r.name == "scheduling.events"]
+    by_event = {r.prana_event: r for r in records}  # type: ignore[attr-defined]
+    retry = by_event["node_retry_scheduled"]
+    assert retry.levelno == logging.INFO
+    assert retry.execution_id == execution_id  # type: ignore[attr-defined]
+    assert retry.node_key == "call"  # type: ignore[attr-defined]
+    assert retry.attempt == 2  # type: ignore[attr-defined]
+    assert retry.delay_ms == 2000  # type: ignore[attr-defined]
+    assert retry.error_type == "ConnectionError"  # type: ignore[attr-defined]
+    assert "retrying in 2s" in retry.getMessage()
+    assert by_event["node_retry_exhausted"].levelno == logging.WARNING
+    assert by_event["execution_failed"].levelno == logging.WARNING
+    assert by_event["execution_started"].levelno == logging.INFO
+    assert "node_started" not in by_event  # DEBUG, below the captured level
+    assert len([r for r in records if r.prana_event == "node_retry_scheduled"]) == 1  # type: ignore[attr-defined]
+
+
+def test_apscheduler_job_lines_are_quiet_by_default() -> None:
+    """APScheduler's per-job INFO loggers go to WARNING, unless the application set them."""
+    from scheduling.adapters.apscheduler import APSchedulerAdapter
+
+    executors = logging.getLogger("apscheduler.executors")
+    chatty = logging.getLogger("apscheduler.scheduler")
+    saved = executors.level, chatty.level
+    try:
+        executors.setLevel(logging.NOTSET)
+        chatty.setLevel(logging.DEBUG)  # set by the application: left alone
+        adapter = APSchedulerAdapter()
+        adapter.start(lambda execution_id: None)
+        adapter.shutdown()
+        assert executors.level == logging.WARNING
+        assert chatty.level == logging.DEBUG
+    finally:
+        executors.setLevel(saved[0])
+        chatty.setLevel(saved[1])

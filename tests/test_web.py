@@ -1,0 +1,560 @@
+"""scheduling.web: resume tokens, POST /hooks/{token}, the operator API, pages and SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from servers import serve
+
+from prana import (
+    Connection,
+    ExecutionStatus,
+    Node,
+    NodeSettings,
+    Registry,
+    RetryPolicy,
+    Suspend,
+    WebhookData,
+    Workflow,
+    dumps,
+    execute_workflow,
+)
+from prana._hooks import SECRET_BYTES, parse_token
+from prana.testing import ManualClock
+from scheduling import HookConflict, HookGone, HookNotFound, Runner
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.memory import MemoryStore
+from scheduling.web import create_app
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from scheduling.abc import ExecutionStore
+
+OPERATOR = "an-operator-token-long-enough"
+
+
+class Flaky:
+    """Fails its first ``fails`` calls, then succeeds."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+        self.calls = 0
+
+    def __call__(self, params: Any, ctx: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.fails:
+            raise ConnectionError(f"refused {self.calls}")
+        return {"ok": True}
+
+
+def approval(timeout_hours: float = 1) -> Workflow:
+    """trigger -> flaky call (3 attempts, 5 s apart) -> webhook wait."""
+    return Workflow(
+        id="approval",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="call",
+                type="test.flaky",
+                settings=NodeSettings(
+                    retry=RetryPolicy(max_attempts=3, backoff="constant", initial_delay=5)
+                ),
+            ),
+            Node(
+                key="approve",
+                type="wait.wait",
+                params={"mode": "webhook", "timeout_hours": timeout_hours},
+            ),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="call"),
+            Connection(from_node="call", to_node="approve"),
+        ],
+    )
+
+
+def make_runner(store: ExecutionStore | None = None, fails: int = 0) -> Runner:
+    clock = ManualClock()
+    registry = Registry()
+    registry.register("test.flaky", Flaky(fails))
+    return Runner(
+        registry=registry,
+        store=store if store is not None else MemoryStore(serialize=True),
+        scheduler=ManualScheduler(clock=clock),
+    )
+
+
+@pytest.fixture
+def runner() -> Iterator[Runner]:
+    with make_runner() as r:
+        yield r
+
+
+def waiting(runner: Runner, workflow: Workflow | None = None) -> tuple[str, str]:
+    """Start the approval workflow until it waits; return its id and resume path."""
+    execution_id = runner.start(workflow or approval(), {"n": 1})
+    path = runner.hook_path(execution_id)
+    assert path is not None
+    return execution_id, path
+
+
+# --- the token ------------------------------------------------------------------------------
+
+
+def test_token_format_and_digest_only_in_the_record() -> None:
+    """The outcome carries a URL-safe token of >= 128 random bits; the record only a digest."""
+    workflow = Workflow(
+        id="w",
+        nodes=[
+            Node(key="t", type="manual.trigger"),
+            Node(key="w", type="wait.wait", params={"mode": "webhook"}),
+        ],
+        connections=[Connection(from_node="t", to_node="w")],
+    )
+    outcome = execute_workflow(workflow)
+    assert isinstance(outcome, Suspend)
+    data = outcome.data
+    assert isinstance(data, WebhookData)
+    assert data.token is not None
+    assert data.path == f"/hooks/{data.token}"
+    parsed = parse_token(data.token)
+    assert parsed is not None
+    execution_id, secret = parsed
+    assert execution_id == outcome.execution.id  # type: ignore[union-attr]
+    assert len(secret) * 6 >= 128
+    assert len(secret) == -(-SECRET_BYTES * 8 // 6)
+    assert set(data.token) <= set(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_."
+    )
+    assert data.token not in repr(data)
+    stored = outcome.execution.suspension.data  # type: ignore[union-attr]
+    assert isinstance(stored, WebhookData)
+    assert stored.token is None
+    assert stored.token_digest is not None
+    text = dumps(outcome.execution)  # type: ignore[arg-type]
+    assert secret not in text
+    assert stored.token_digest in text
+    again = execute_workflow(workflow)
+    assert isinstance(again, Suspend)
+    assert again.data.token != data.token
+
+
+def test_old_webhook_records_still_load() -> None:
+    """A stored webhook wait written before tokens (no digest) loads; it has no token."""
+    from prana import loads
+
+    workflow = Workflow(
+        id="w",
+        nodes=[
+            Node(key="t", type="manual.trigger"),
+            Node(key="w", type="wait.wait", params={"mode": "webhook"}),
+        ],
+        connections=[Connection(from_node="t", to_node="w")],
+    )
+    outcome = execute_workflow(workflow)
+    doc = json.loads(dumps(outcome.execution))  # type: ignore[arg-type]
+    doc["execution"]["suspension"]["data"] = {"expires_at": None}
+    old = loads(json.dumps(doc))
+    assert old.suspension is not None
+    assert old.suspension.data == WebhookData(expires_at=None)
+
+
+@pytest.mark.parametrize(
+    "token", ["", "nodot", "!!!.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "YQ.short", "x" * 5000]
+)
+def test_malformed_tokens_parse_to_none(token: str) -> None:
+    """Anything that is not a token is refused before the store is read."""
+    assert parse_token(token) is None
+
+
+def test_deliver_hook_resumes_once(runner: Runner) -> None:
+    """The token resumes its wait once; the second use is gone, and nothing changes."""
+    execution_id, path = waiting(runner)
+    token = path.removeprefix("/hooks/")
+    outcome = runner.deliver_hook(token, {"approved": True})
+    assert outcome.execution is not None
+    assert outcome.execution.status is ExecutionStatus.COMPLETED
+    assert outcome.execution.output == {"approved": True}
+    before = runner.store.load(execution_id)
+    with pytest.raises(HookGone):
+        runner.deliver_hook(token, {"approved": False})
+    assert runner.store.load(execution_id) == before
+    assert runner.hook_path(execution_id) is None
+
+
+def test_wrong_secret_is_not_found_and_changes_nothing(runner: Runner) -> None:
+    """A token with the right execution id but another secret is refused (404)."""
+    execution_id, path = waiting(runner)
+    token = path.removeprefix("/hooks/")
+    head = token.rpartition(".")[0]
+    before = runner.store.load(execution_id)
+    with pytest.raises(HookNotFound):
+        runner.deliver_hook(head + "." + "A" * 43, {"x": 1})
+    with pytest.raises(HookNotFound):
+        runner.deliver_hook("dW5rbm93bg." + "A" * 43, {"x": 1})  # no such execution
+    assert runner.store.load(execution_id) == before
+
+
+def test_digest_is_bound_to_the_node(runner: Runner) -> None:
+    """A stored digest moved to another node's wait does not verify there."""
+    from prana._hooks import token_digest, verify
+
+    execution_id, path = waiting(runner)
+    _, secret = parse_token(path.removeprefix("/hooks/"))  # type: ignore[misc]
+    digest = token_digest(execution_id, "approve", secret)
+    assert verify(digest, execution_id, "approve", secret)
+    assert not verify(digest, execution_id, "other", secret)
+    assert not verify(digest, "other-execution", "approve", secret)
+    assert not verify(None, execution_id, "approve", secret)
+
+
+def test_expired_wait_is_gone_and_fails_its_node(runner: Runner) -> None:
+    """Past expires_at the token gets 410 and the wait fails with WebhookTimeout."""
+    execution_id, path = waiting(runner)
+    clock = runner.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(3601)  # past the hour, before any alarm fired
+    with pytest.raises(HookGone, match="expired"):
+        runner.deliver_hook(path.removeprefix("/hooks/"), {"late": True})
+    execution = runner.get(execution_id)
+    assert execution.status is ExecutionStatus.FAILED
+    assert execution.error is not None
+    assert execution.error.code == "webhook_timeout"
+
+
+def test_cancelled_wait_is_gone(runner: Runner) -> None:
+    """After a cancel the token gets 410."""
+    execution_id, path = waiting(runner)
+    runner.cancel(execution_id)
+    with pytest.raises(HookGone):
+        runner.deliver_hook(path.removeprefix("/hooks/"), None)
+
+
+class RacingStore(MemoryStore):
+    """A store where, just before the first delivery's save, another runner cancels."""
+
+    def __init__(self) -> None:
+        super().__init__(serialize=True)
+        self.rival: Runner | None = None
+        self.target: str | None = None
+
+    def save(self, execution: Any, expected_version: int | None) -> int:
+        rival, self.rival = self.rival, None
+        if rival is not None and self.target is not None:
+            rival.cancel(self.target, "the rival won")
+        return super().save(execution, expected_version)
+
+
+def test_delivery_racing_a_cancel_gets_conflict() -> None:
+    """The cancel's compare-and-set wins; the delivery gets 409 and delivered nothing."""
+    store = RacingStore()
+    with make_runner(store) as first, make_runner(store) as second:
+        execution_id, path = waiting(first)
+        store.rival, store.target = second, execution_id
+        with pytest.raises(HookConflict):
+            first.deliver_hook(path.removeprefix("/hooks/"), {"approved": True})
+        execution = first.get(execution_id)
+        assert execution.status is ExecutionStatus.CANCELLED
+        assert execution.node("approve").output is None  # type: ignore[union-attr]
+
+
+def test_path_known_after_retries_fired_by_the_scheduler() -> None:
+    """A wait reached by a scheduler-fired retry still has its path in this runner."""
+    with make_runner(fails=2) as runner:
+        execution_id = runner.start(approval(), None)
+        assert runner.hook_path(execution_id) is None
+        scheduler = runner.scheduler
+        assert isinstance(scheduler, ManualScheduler)
+        scheduler.advance(5)
+        scheduler.advance(5)
+        path = runner.hook_path(execution_id)
+        assert path is not None
+        runner.deliver_hook(path.removeprefix("/hooks/"), {"ok": 1})
+        assert runner.get(execution_id).status is ExecutionStatus.COMPLETED
+
+
+def test_another_runner_over_the_same_store_accepts_the_token() -> None:
+    """The token is checked against the stored digest: any runner over the store resumes."""
+    store = MemoryStore(serialize=True)
+    with make_runner(store) as first, make_runner(store) as second:
+        execution_id, path = waiting(first)
+        assert second.hook_path(execution_id) is None  # plaintext never left the first
+        second.deliver_hook(path.removeprefix("/hooks/"), {"approved": True})
+        assert first.get(execution_id).status is ExecutionStatus.COMPLETED
+
+
+# --- POST /hooks/{token} over HTTP ------------------------------------------------------------
+
+
+@pytest.fixture
+def server(runner: Runner) -> Iterator[str]:
+    with serve(create_app(runner, token=OPERATOR, max_body_bytes=1000)) as url:
+        yield url
+
+
+def test_http_hook_status_codes(runner: Runner, server: str) -> None:
+    """200 once, then 410; 404 unknown; 413 too big; 415 not JSON; 422 bad JSON; one-line errors."""
+    execution_id, path = waiting(runner)
+    with httpx.Client(base_url=server) as client:
+        big = client.post(path, content=b"[" + b"1," * 600 + b"1]", headers=_json_type())
+        assert big.status_code == 413
+        form = client.post(path, content=b"a=1", headers={"content-type": "text/plain"})
+        assert form.status_code == 415
+        broken = client.post(path, content=b"{nope", headers=_json_type())
+        assert broken.status_code == 422
+        unknown = client.post("/hooks/" + "A" * 30 + "." + "B" * 43, json={})
+        assert unknown.status_code == 404
+        for response in (big, form, broken, unknown):
+            error = response.json()["error"]
+            assert isinstance(error, str)
+            assert "\n" not in error
+        assert runner.get(execution_id).status is ExecutionStatus.SUSPENDED
+        ok = client.post(path, json={"approved": True})
+        assert ok.status_code == 200
+        assert ok.json() == {"ok": True, "execution_id": execution_id, "status": "completed"}
+        again = client.post(path, json={"approved": True})
+        assert again.status_code == 410
+        assert "over" in again.json()["error"]
+    assert runner.get(execution_id).output == {"approved": True}
+
+
+def test_http_hook_empty_body_resumes_with_null(runner: Runner, server: str) -> None:
+    """A bare POST (no body) resumes with null, as ``curl -X POST URL`` sends it."""
+    execution_id, path = waiting(runner)
+    response = httpx.post(server + path)
+    assert response.status_code == 200
+    assert runner.get(execution_id).status is ExecutionStatus.COMPLETED
+
+
+def test_http_hook_chunked_body_over_limit(runner: Runner, server: str) -> None:
+    """A body without Content-Length is counted as it streams: over the limit is 413."""
+    execution_id, path = waiting(runner)
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(20):
+            yield b" " * 100
+
+    response = httpx.post(server + path, content=chunks(), headers=_json_type())
+    assert response.status_code == 413
+    assert runner.get(execution_id).status is ExecutionStatus.SUSPENDED
+
+
+def test_hook_needs_no_operator_token(runner: Runner, server: str) -> None:
+    """The hook route answers without the operator token; the API does not."""
+    _, path = waiting(runner)
+    assert httpx.get(server + "/api/executions").status_code == 401
+    assert httpx.post(server + path, json=1).status_code == 200
+
+
+def _json_type() -> dict[str, str]:
+    return {"content-type": "application/json"}
+
+
+# --- the operator API -------------------------------------------------------------------------
+
+
+def _auth() -> dict[str, str]:
+    return {"authorization": f"Bearer {OPERATOR}"}
+
+
+def test_api_list_filters_and_pages(runner: Runner, server: str) -> None:
+    """Newest first, filtered by status and workflow, paginated with next_offset."""
+    ids = [runner.start(approval(), {"n": n}) for n in range(5)]
+    other = Workflow(
+        id="other",
+        nodes=[Node(key="t", type="manual.trigger")],
+        connections=[],
+    )
+    done = runner.start(other, None)
+    with httpx.Client(base_url=server, headers=_auth()) as client:
+        everything = client.get("/api/executions").json()
+        assert [row["id"] for row in everything["items"]] == [done, *reversed(ids)]
+        assert everything["next_offset"] is None
+        page = client.get("/api/executions", params={"limit": 2, "offset": 1}).json()
+        assert [row["id"] for row in page["items"]] == list(reversed(ids))[:2]
+        assert page["next_offset"] == 3
+        completed = client.get("/api/executions", params={"status": "completed"}).json()
+        assert [row["id"] for row in completed["items"]] == [done]
+        mine = client.get("/api/executions", params={"workflow": "approval", "limit": 3}).json()
+        assert [row["id"] for row in mine["items"]] == list(reversed(ids))[:3]
+        assert mine["next_offset"] == 3
+        assert client.get("/api/executions", params={"status": "nope"}).status_code == 400
+        assert client.get("/api/executions", params={"limit": 0}).status_code == 400
+        assert client.get("/api/executions", params={"offset": "x"}).status_code == 400
+
+
+def test_api_one_execution_with_attempts_and_schedule() -> None:
+    """The view lists every attempt with delay, due time, lateness and the policy preview."""
+    with make_runner(fails=1) as runner:
+        execution_id = runner.start(approval(), None)
+        scheduler = runner.scheduler
+        assert isinstance(scheduler, ManualScheduler)
+        scheduler.advance(7)  # the retry was due at +5 s; it fires at its due time
+        with serve(create_app(runner, token=OPERATOR)) as url:
+            view = httpx.get(f"{url}/api/executions/{execution_id}", headers=_auth()).json()
+            missing = httpx.get(f"{url}/api/executions/nope", headers=_auth())
+    assert missing.status_code == 404
+    assert view["status"] == "suspended"
+    assert view["waiting"] == {
+        "kind": "webhook",
+        "node_key": "approve",
+        "due_at": view["waiting"]["due_at"],
+    }
+    call = next(n for n in view["nodes"] if n["node_key"] == "call")
+    first, second = call["attempts"]
+    assert first["outcome"] == "failed"
+    assert first["error"]["type"] == "ConnectionError"
+    assert second["outcome"] == "completed"
+    assert second["retry"] is True
+    assert second["retry_delay_ms"] == 5000 or first["retry_delay_ms"] == 5000
+    assert second["lateness_ms"] == 0
+    assert second["due_at"] is not None
+    preview = call["retry_policies"][0]
+    assert [row["typical_delay_s"] for row in preview["rows"]] == [5.0, 5.0]
+    assert "token" not in json.dumps(view)
+
+
+def test_operator_auth(runner: Runner, server: str) -> None:
+    """Bearer token or the login cookie; a wrong token is refused; HTML redirects to login."""
+    execution_id, _ = waiting(runner)
+    with httpx.Client(base_url=server, follow_redirects=False) as client:
+        assert client.get("/api/executions").status_code == 401
+        wrong = client.get("/api/executions", headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        page = client.get("/executions")
+        assert page.status_code == 303
+        assert page.headers["location"].startswith("/login")
+        refused = client.post("/login", data={"token": "nope", "next": "/executions"})
+        assert refused.status_code == 401
+        login = client.post("/login", data={"token": OPERATOR, "next": "/executions"})
+        assert login.status_code == 303
+        assert login.headers["location"] == "/executions"
+        cookie = login.cookies.get("prana_operator")
+        assert cookie is not None
+        assert OPERATOR not in cookie
+        assert "httponly" in login.headers["set-cookie"].lower()
+        listed = client.get("/executions")
+        assert listed.status_code == 200
+        assert execution_id in listed.text
+        outside = client.post("/login", data={"token": OPERATOR, "next": "//evil.test/"})
+        assert outside.headers["location"] == "/executions"
+
+
+def test_without_a_token_only_loopback_clients(caplog: pytest.LogCaptureFixture) -> None:
+    """No operator token: loopback clients read, others get 403; the start says so."""
+    with make_runner() as runner:
+        app = create_app(runner)
+        with caplog.at_level("WARNING", logger="scheduling.web"), serve(app) as url:
+            assert httpx.get(url + "/api/executions").status_code == 200
+        assert any("loopback" in r.getMessage() for r in caplog.records)
+
+        async def from_outside() -> int:
+            transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 4000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+                return (await client.get("/api/executions")).status_code
+
+        assert asyncio.run(from_outside()) == 403
+
+
+def test_create_app_checks_its_arguments(runner: Runner) -> None:
+    """A short operator token or a bad limit is refused in one line."""
+    from prana import PranaError
+
+    with pytest.raises(PranaError, match="at least 16"):
+        create_app(runner, token="short")
+    with pytest.raises(PranaError, match="max_body_bytes"):
+        create_app(runner, max_body_bytes=0)
+    with pytest.raises(PranaError, match="poll_seconds"):
+        create_app(runner, poll_seconds=0)
+
+
+def test_token_from_the_environment(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PRANA_WEB_TOKEN configures the operator token."""
+    monkeypatch.setenv("PRANA_WEB_TOKEN", OPERATOR)
+    with serve(create_app(runner)) as url:
+        assert httpx.get(url + "/api/executions").status_code == 401
+        assert httpx.get(url + "/api/executions", headers=_auth()).status_code == 200
+
+
+def test_view_false_serves_only_hooks(runner: Runner) -> None:
+    """view=False mounts only the hook route."""
+    _, path = waiting(runner)
+    with serve(create_app(runner, view=False)) as url:
+        assert httpx.get(url + "/api/executions").status_code == 404
+        assert httpx.post(url + path, json=True).status_code == 200
+
+
+# --- pages and SSE ----------------------------------------------------------------------------
+
+
+def test_pages_escape_and_show_the_timeline() -> None:
+    """The execution page shows each attempt, ↻ for retries, and escapes record values."""
+    with make_runner(fails=1) as runner:
+        execution_id = runner.start(approval(), {"note": "<script>alert(1)</script>"})
+        scheduler = runner.scheduler
+        assert isinstance(scheduler, ManualScheduler)
+        scheduler.advance(5)
+        with serve(create_app(runner, token=OPERATOR)) as url:
+            page = httpx.get(f"{url}/executions/{execution_id}", headers=_auth()).text
+            fragment = httpx.get(
+                f"{url}/executions/{execution_id}?fragment=1", headers=_auth()
+            ).text
+            listing = httpx.get(f"{url}/executions?status=suspended", headers=_auth()).text
+            root = httpx.get(url + "/", headers=_auth(), follow_redirects=False)
+    assert "<script>alert(1)</script>" not in page
+    assert page.count('class="attempt"') == 4  # start, call x2, approve
+    assert "↻" in page
+    assert "data-events=" in page
+    assert fragment.startswith('<dl class="meta card" data-status="suspended"')
+    assert execution_id in listing
+    assert root.status_code == 303
+
+
+def _events(response: httpx.Response) -> Iterator[tuple[str, Any]]:
+    name = None
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            assert name is not None
+            yield name, json.loads(line.removeprefix("data: "))
+
+
+def test_sse_streams_each_change_then_ends() -> None:
+    """The stream sends the execution now, again after a retry lands, then ``end``."""
+    with make_runner(fails=1) as runner:
+        execution_id = runner.start(approval(), None)
+        scheduler = runner.scheduler
+        assert isinstance(scheduler, ManualScheduler)
+        app = create_app(runner, token=OPERATOR, poll_seconds=0.02)
+        with (
+            serve(app) as url,
+            httpx.stream(
+                "GET", f"{url}/executions/{execution_id}/events", headers=_auth(), timeout=10
+            ) as response,
+        ):
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = _events(response)
+            name, first = next(events)
+            assert name == "execution"
+            assert len(first["nodes"][1]["attempts"]) == 1
+            scheduler.advance(5)  # the retry succeeds; the workflow waits on the webhook
+            name, second = next(events)
+            assert name == "execution"
+            assert second["version"] > first["version"]
+            assert len(second["nodes"][1]["attempts"]) == 2
+            path = runner.hook_path(execution_id)
+            assert path is not None
+            httpx.post(url + path, json={"done": True})
+            seen = [next(events) for _ in range(2)]
+            assert seen[0][0] == "execution"
+            assert seen[0][1]["status"] == "completed"
+            assert seen[1] == ("end", {"status": "completed"})
+        with serve(app) as url:
+            missing = httpx.get(f"{url}/executions/nope/events", headers=_auth())
+            assert missing.status_code == 404
