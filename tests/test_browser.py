@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from doubles import Flaky
 from servers import serve
 
 from prana import Connection, Node, NodeSettings, Registry, RetryPolicy, Workflow
@@ -44,20 +45,6 @@ LAUNCH_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-class Flaky:
-    """Fails its first ``fails`` calls with a ConnectionError, then succeeds."""
-
-    def __init__(self, fails: int) -> None:
-        self.fails = fails
-        self.calls = 0
-
-    def __call__(self, params: Any, ctx: Any) -> Any:
-        self.calls += 1
-        if self.calls <= self.fails:
-            raise ConnectionError(f"upstream refused (call {self.calls})")
-        return {"ok": True}
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from doubles import Flaky
 from servers import serve
 
 from prana import (
@@ -36,20 +37,6 @@ if TYPE_CHECKING:
     from scheduling.abc import ExecutionStore
 
 OPERATOR = "an-operator-token-long-enough"
-
-
-class Flaky:
-    """Fails its first ``fails`` calls, then succeeds."""
-
-    def __init__(self, fails: int) -> None:
-        self.fails = fails
-        self.calls = 0
-
-    def __call__(self, params: Any, ctx: Any) -> Any:
-        self.calls += 1
-        if self.calls <= self.fails:
-            raise ConnectionError(f"refused {self.calls}")
-        return {"ok": True}
 
 
 def approval(timeout_hours: float = 1) -> Workflow:
