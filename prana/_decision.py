@@ -8,6 +8,7 @@ seeded with text (see ``RetryPolicy.delay_for``).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -16,10 +17,9 @@ import attrs
 
 from prana._durations import to_seconds
 from prana._errors import DurationError, InvalidSettingsError, NonRetryable, RetryAfter
-from prana._model import ErrorInfo
+from prana._model import NEVER_RETRY_CODES, ErrorCode, ErrorInfo
 from prana._policy import (
     HINT_CEILING_SECONDS,
-    NEVER_RETRY_CODES,
     REFERENCE,
     RESULT_REJECTED,
     RetryPolicy,
@@ -135,6 +135,39 @@ class AttemptView:
         }
 
 
+class RetryReason(enum.Enum):
+    """Why a failed attempt retries or not: what control flow reads, never the text."""
+
+    RETRY = "retry"
+    """It retries (``RetryExplanation.decision`` says when)."""
+    NOTHING_FAILED = "nothing_failed"
+    """The view holds no error: there is nothing to retry."""
+    NON_RETRYABLE = "non_retryable"
+    """The action raised ``NonRetryable``: it wins over every policy."""
+    NEVER_RETRIES = "never_retries"
+    """The error's code is one that never retries (``prana._model.NEVER_RETRY_CODES``)."""
+    NOT_MATCHED = "not_matched"
+    """No policy's error filter covers the error."""
+    DISABLED = "disabled"
+    """The matched policy has ``enabled=False``."""
+    EXHAUSTED = "exhausted"
+    """The attempt was the last one ``max_attempts`` (or ``set_testing``) allows."""
+    STOP_WHEN = "stop_when"
+    """``stop_when`` said stop."""
+    STOP_WHEN_FAILED = "stop_when_failed"
+    """``stop_when`` raised, which counts as stop."""
+    RETRY_WHEN_FALSE = "retry_when_false"
+    """``retry_when`` said no."""
+    RETRY_WHEN_FAILED = "retry_when_failed"
+    """``retry_when`` raised, which counts as no."""
+    BUDGET = "budget"
+    """The next delay would end past ``retry_timeout``."""
+
+
+RAN_OUT: frozenset[RetryReason] = frozenset({RetryReason.EXHAUSTED, RetryReason.BUDGET})
+"""The reasons that mean the retries ran out (the ``node_retry_exhausted`` event)."""
+
+
 @attrs.frozen(kw_only=True)
 class RetryDecision:
     """Retry after ``delay_seconds``; ``max_attempts`` is the matched policy's (testing caps it).
@@ -155,51 +188,67 @@ def decide_retry(
 
     ``seed`` is ``"{execution_id}:{node_key}:{run_index}"``; jitter adds the attempt.
     """
-    return explain_retry(policies, view, seed=seed)[0]
+    return explain_retry(policies, view, seed=seed).decision
+
+
+@attrs.frozen
+class RetryExplanation:
+    """What ``explain_retry`` answers: the decision (``None``: no retry), why, and in words.
+
+    Code reads ``reason``; ``text`` is for people (timelines, logs) and may change.
+    """
+
+    decision: RetryDecision | None
+    reason: RetryReason
+    text: str
+
+
+def _no(reason: RetryReason, text: str) -> RetryExplanation:
+    return RetryExplanation(None, reason, text)
 
 
 def explain_retry(
     policies: Sequence[RetryPolicy], view: AttemptView, *, seed: str
-) -> tuple[RetryDecision | None, str]:
-    """``decide_retry`` plus a short reason, for timelines, logs and tests."""
+) -> RetryExplanation:
+    """``decide_retry`` plus why (a ``RetryReason``) and a short text, for timelines and logs."""
     info = view.error
     exc = view.exception
     if exc is None and info is None:
-        return None, "nothing failed"
+        return _no(RetryReason.NOTHING_FAILED, "nothing failed")
     if isinstance(exc, NonRetryable) or (
-        info is not None and (info.code == "non_retryable" or info.type == "NonRetryable")
+        info is not None and (info.code == ErrorCode.NON_RETRYABLE or info.type == "NonRetryable")
     ):
-        return None, "NonRetryable"
+        return _no(RetryReason.NON_RETRYABLE, "NonRetryable")
     if info is not None and info.code in NEVER_RETRY_CODES:
-        return None, f"{info.code} never retries"
+        return _no(RetryReason.NEVER_RETRIES, f"{info.code} never retries")
     selected = _select(policies, view)
     if selected is None:
-        return None, "no policy matches the error"
+        return _no(RetryReason.NOT_MATCHED, "no policy matches the error")
     index, policy = selected
     if not policy.enabled:
-        return None, "retry disabled"
+        return _no(RetryReason.DISABLED, "retry disabled")
     testing, testing_attempts = _testing_state()
     limit = policy.max_attempts
     if testing and testing_attempts is not None:
         limit = testing_attempts if limit is None else min(limit, testing_attempts)
     if limit is not None and view.attempt >= limit:
-        return None, f"attempts exhausted ({view.attempt} of {limit})"
+        return _no(RetryReason.EXHAUSTED, f"attempts exhausted ({view.attempt} of {limit})")
 
     chosen: float | None = None
     if policy.stop_when is not None:
         try:
             verdict = _verdict(_evaluate(policy.stop_when, view, view))
         except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
-            return None, f"stop_when failed: {exc_}"
+            return _no(RetryReason.STOP_WHEN_FAILED, f"stop_when failed: {exc_}")
         if verdict is not False:
-            return None, "stop_when"
+            return _no(RetryReason.STOP_WHEN, "stop_when")
     if policy.retry_when is not None:
         try:
             verdict = _verdict(_evaluate(policy.retry_when, view, view))
         except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
-            return None, f"retry_when failed: {exc_}"
+            return _no(RetryReason.RETRY_WHEN_FAILED, f"retry_when failed: {exc_}")
         if verdict is False:
-            return None, "retry_when is false"
+            return _no(RetryReason.RETRY_WHEN_FALSE, "retry_when is false")
         if verdict is not True:
             chosen = min(verdict, policy.max_delay, HINT_CEILING_SECONDS)
 
@@ -214,21 +263,22 @@ def explain_retry(
     if testing:
         delay = 0.0
     if policy.retry_timeout is not None and view.elapsed_seconds + delay > policy.retry_timeout:
-        return None, (
+        return _no(
+            RetryReason.BUDGET,
             f"retry_timeout: {view.elapsed_seconds:g}s elapsed + {delay:g}s delay > "
-            f"{policy.retry_timeout:g}s"
+            f"{policy.retry_timeout:g}s",
         )
     decision = RetryDecision(
         delay_seconds=delay, max_attempts=limit, policy=policy, policy_index=index
     )
-    return decision, "retry"
+    return RetryExplanation(decision, RetryReason.RETRY, "retry")
 
 
 def _is_rejected(view: AttemptView) -> bool:
     return (
         view.exception is None
         and view.error is not None
-        and (view.error.code == "result_rejected" or view.error.type == RESULT_REJECTED)
+        and (view.error.code == ErrorCode.RESULT_REJECTED or view.error.type == RESULT_REJECTED)
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from prana._builtins import SubWorkflowFailed
-from prana._decision import AttemptView, explain_retry, rejects_result
+from prana._decision import RAN_OUT, AttemptView, explain_retry, rejects_result
 from prana._errors import AttemptTimeout, NonRetryable, WebhookTimeout
 from prana._events import Event, EventType, Observer, emit
 from prana._frontier import Frontier, Pending
@@ -31,8 +31,10 @@ from prana._graph import CompiledGraph, CompiledNode
 from prana._hooks import mint_token, token_digest
 from prana._jsoncheck import iso_datetimes, json_problem, jsonable
 from prana._model import (
+    NEVER_RETRY_CODES,
     AttemptOutcome,
     Completed,
+    ErrorCode,
     ErrorInfo,
     ExecutionStatus,
     Failed,
@@ -76,27 +78,29 @@ Result = tuple[bool, Any]
 """``(True, value)`` when the call returned, ``(False, exception)`` when it raised."""
 
 
-def error_info(exc: BaseException, node_key: str | None, code: str | None = None) -> ErrorInfo:
+def error_info(
+    exc: BaseException, node_key: str | None, code: ErrorCode | None = None
+) -> ErrorInfo:
     """Turn a live exception into plain data; ``NonRetryable(exc)`` records ``exc``."""
     cause: BaseException = exc
     if code is None:
         if isinstance(exc, NonRetryable):
-            code = "non_retryable"
+            code = ErrorCode.NON_RETRYABLE
         elif isinstance(exc, AttemptTimeout):
-            code = "timeout"
+            code = ErrorCode.TIMEOUT
         else:
-            code = "action_error"
+            code = ErrorCode.ACTION_ERROR
     if isinstance(exc, NonRetryable) and isinstance(exc.error, BaseException):
         cause = exc.error
     details = getattr(cause, "details", None)
     if details is not None and json_problem(details) is not None:
         details = repr(details)
     cls = type(cause)
-    return new_error_info(code, cls.__name__, cls.__module__, str(cause), details, node_key)
+    return new_error_info(code.value, cls.__name__, cls.__module__, str(cause), details, node_key)
 
 
-def _prana_error(code: str, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
-    return new_error_info(code, type_name, "prana", message, None, node_key)
+def _prana_error(code: ErrorCode, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
+    return new_error_info(code.value, type_name, "prana", message, None, node_key)
 
 
 class _NodesView(Mapping[str, Any]):
@@ -343,7 +347,7 @@ class Run(Frontier):
                 f"max_iterations={self.workflow.max_iterations}; a loop does not end "
                 "(or raise Workflow.max_iterations)"
             )
-            error = _prana_error("iteration_limit", message, key, "IterationLimitExceeded")
+            error = _prana_error(ErrorCode.ITERATION_LIMIT, message, key, "IterationLimitExceeded")
             return self.fail_execution(error)
         # The previous step's end is this node's start: nothing but pure work lies between.
         started = self.now_hint or self.clock()
@@ -397,7 +401,7 @@ class Run(Frontier):
         else:
             params, problem = self.prepare_params(cn, node_run, ctx)
             if problem is not None:
-                return self.settle_failure(cn, node_run, problem, retryable=False)
+                return self.settle_failure(cn, node_run, problem)
         self.current = (cn, node_run, ctx, False)
         return (cn.spec.fn, (params, ctx), cn.timeout)
 
@@ -407,10 +411,12 @@ class Run(Frontier):
         if ok:
             return self.settle_value(cn, node_run, ctx, value, from_resume=from_resume)
         if from_resume:
-            code = "sub_workflow_failed" if isinstance(value, SubWorkflowFailed) else "resume_error"
-            return self.settle_failure(
-                cn, node_run, error_info(value, cn.key, code), retryable=False
+            code = (
+                ErrorCode.SUB_WORKFLOW_FAILED
+                if isinstance(value, SubWorkflowFailed)
+                else ErrorCode.RESUME_ERROR
             )
+            return self.settle_failure(cn, node_run, error_info(value, cn.key, code))
         return self.settle_failure(cn, node_run, error_info(value, cn.key), exception=value)
 
     def prepare_params(
@@ -425,7 +431,9 @@ class Run(Frontier):
                 params = iso_datetimes(cn.params_template.render(self.template_scope(ctx)))
             except TemplateError as exc:
                 message = f"params.{exc.path}: {exc.message}"
-                return None, _prana_error("template_error", message, cn.key, "TemplateError")
+                return None, _prana_error(
+                    ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError"
+                )
             node_run.params = jsonable(params)
         else:
             node_run.params = params
@@ -434,7 +442,9 @@ class Run(Frontier):
             try:
                 params = structure_params(params, schema)
             except ValueError as exc:
-                return None, _prana_error("params_invalid", str(exc), cn.key, "ParamsInvalid")
+                return None, _prana_error(
+                    ErrorCode.PARAMS_INVALID, str(exc), cn.key, "ParamsInvalid"
+                )
         return params, None
 
     def template_scope(self, ctx: ActionContext) -> dict[str, Any]:
@@ -478,10 +488,7 @@ class Run(Frontier):
                     f"({', '.join(ports)})"
                 )
                 return self.settle_failure(
-                    cn,
-                    node_run,
-                    _prana_error("invalid_port", message, key, "InvalidPort"),
-                    retryable=False,
+                    cn, node_run, _prana_error(ErrorCode.INVALID_PORT, message, key, "InvalidPort")
                 )
         else:
             port, output = "main", value
@@ -492,10 +499,7 @@ class Run(Frontier):
         if problem is not None:
             message = f"node {key!r} output is not JSON-native at {problem}"
             return self.settle_failure(
-                cn,
-                node_run,
-                _prana_error("output_not_json", message, key, "OutputNotJSON"),
-                retryable=False,
+                cn, node_run, _prana_error(ErrorCode.OUTPUT_NOT_JSON, message, key, "OutputNotJSON")
             )
         updates = ctx._state_updates
         if updates:
@@ -505,8 +509,7 @@ class Run(Frontier):
                 return self.settle_failure(
                     cn,
                     node_run,
-                    _prana_error("output_not_json", message, key, "StateNotJSON"),
-                    retryable=False,
+                    _prana_error(ErrorCode.OUTPUT_NOT_JSON, message, key, "StateNotJSON"),
                 )
         if retryable and cn.checks_results:
             view = AttemptView(
@@ -519,7 +522,7 @@ class Run(Frontier):
             )
             if rejects_result(cn.policies, view):
                 error = _prana_error(
-                    "result_rejected",
+                    ErrorCode.RESULT_REJECTED,
                     f"node {key!r} output matched retry_on_result",
                     key,
                     "ResultRejected",
@@ -621,9 +624,9 @@ class Run(Frontier):
                 problem = f"Suspend({kind!r}) data is not JSON-native at {json_issue}"
         if problem is not None:
             error = _prana_error(
-                "invalid_suspend", f"node {key!r}: {problem}", key, "InvalidSuspend"
+                ErrorCode.INVALID_SUSPEND, f"node {key!r}: {problem}", key, "InvalidSuspend"
             )
-            return self.settle_failure(cn, node_run, error, retryable=False)
+            return self.settle_failure(cn, node_run, error)
         now = self.clock()
         node_run.close_attempt(AttemptOutcome.SUSPENDED, now)
         self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED))
@@ -663,14 +666,17 @@ class Run(Frontier):
         error: ErrorInfo,
         *,
         exception: BaseException | None = None,
-        retryable: bool = True,
         output: Any = None,
     ) -> Outcome | None:
-        """An attempt failed: retry it (a suspension), or let ``on_error`` decide."""
+        """An attempt failed: retry it (a suspension), or let ``on_error`` decide.
+
+        Whether the policies are asked at all is the error code's to say
+        (``NEVER_RETRY_CODES``); whether retries ran out is the decision's reason.
+        """
         key = cn.key
         number = node_run.attempt_number
         exhausted = False
-        if retryable and cn.policies:
+        if cn.policies and error.code not in NEVER_RETRY_CODES:
             now = self.clock()  # one reading: the budget check and resume_at must agree
             view = AttemptView(
                 attempt=number,
@@ -681,10 +687,11 @@ class Run(Frontier):
                 execution_id=self.id,
                 node_key=key,
             )
-            decision, reason = explain_retry(
+            explanation = explain_retry(
                 cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"
             )
-            exhausted = reason.startswith(("attempts exhausted", "retry_timeout"))
+            exhausted = explanation.reason in RAN_OUT
+            decision = explanation.decision
             if decision is not None:
                 # floor, so rounding never puts resume_at past a retry_timeout budget
                 delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
@@ -792,15 +799,13 @@ class Run(Frontier):
             else "its deadline"
         )
         error = ErrorInfo(
-            code="webhook_timeout",
+            code=ErrorCode.WEBHOOK_TIMEOUT.value,
             type=WebhookTimeout.__name__,
             module=WebhookTimeout.__module__,
             message=f"webhook wait of node {key!r} expired at {expires} before any delivery",
             node_key=key,
         )
-        return self.drive(
-            self.settle_failure(self.graph.nodes[key], node_run, error, retryable=False)
-        )
+        return self.drive(self.settle_failure(self.graph.nodes[key], node_run, error))
 
     def resume_node(
         self, cn: CompiledNode, node_run: NodeRun, suspension: Suspend, resume_data: Any
@@ -837,7 +842,7 @@ class Run(Frontier):
         else:
             params, problem = self.prepare_params(cn, node_run, ctx)
             if problem is not None:
-                return self.settle_failure(cn, node_run, problem, retryable=False)
+                return self.settle_failure(cn, node_run, problem)
             self.current = (cn, node_run, ctx, True)
             return (resume_fn, (params, ctx, resume_data), cn.timeout)
         return self.settle_value(cn, node_run, ctx, value, from_resume=True)

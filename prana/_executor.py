@@ -31,6 +31,7 @@ from prana._errors import ResumeError
 from prana._events import Event, EventType, Observer, emit
 from prana._model import (
     AttemptOutcome,
+    ErrorCode,
     ErrorInfo,
     ExecutionStatus,
     NodeStatus,
@@ -178,7 +179,11 @@ def cancel_execution(
         status=ExecutionStatus.CANCELLED,
         node_executions=runs,
         error=ErrorInfo(
-            code="cancelled", type="Cancelled", module="prana", message=message, node_key=key
+            code=ErrorCode.CANCELLED.value,
+            type="Cancelled",
+            module="prana",
+            message=message,
+            node_key=key,
         ),
         updated_at=now,
         completed_at=now,

@@ -239,15 +239,74 @@ class Workflow:
     )
 
 
+class ErrorCode(str, enum.Enum):
+    """What kind of failure an ``ErrorInfo`` records: the values its ``code`` takes.
+
+    A string enum, so ``info.code == ErrorCode.TIMEOUT`` reads either form; records hold
+    the plain string value (``ErrorCode.TIMEOUT.value``), which is what JSON stores.
+    """
+
+    ACTION_ERROR = "action_error"
+    """The action raised."""
+    TIMEOUT = "timeout"
+    """The attempt ran past its ``timeout`` (``AttemptTimeout``)."""
+    NON_RETRYABLE = "non_retryable"
+    """The action raised ``NonRetryable``."""
+    RESULT_REJECTED = "result_rejected"
+    """The action returned, but ``retry_on_result`` turned the output into a failure."""
+    TEMPLATE_ERROR = "template_error"
+    """A param's template failed to render."""
+    PARAMS_INVALID = "params_invalid"
+    """The rendered params do not fit the action's params schema."""
+    OUTPUT_NOT_JSON = "output_not_json"
+    """The output (or a state update) is not JSON-native."""
+    INVALID_PORT = "invalid_port"
+    """The action completed on a port it does not declare."""
+    INVALID_SUSPEND = "invalid_suspend"
+    """The action returned a malformed ``Suspend``."""
+    RESUME_ERROR = "resume_error"
+    """The action's ``resume`` callback raised."""
+    SUB_WORKFLOW_FAILED = "sub_workflow_failed"
+    """The child workflow failed or timed out."""
+    WEBHOOK_TIMEOUT = "webhook_timeout"
+    """A webhook wait expired before any delivery."""
+    ITERATION_LIMIT = "iteration_limit"
+    """A node would run past the workflow's ``max_iterations``."""
+    CANCELLED = "cancelled"
+    """The execution was cancelled."""
+
+
+NEVER_RETRY_CODES: frozenset[str] = frozenset(
+    code.value
+    for code in (
+        ErrorCode.NON_RETRYABLE,
+        ErrorCode.TEMPLATE_ERROR,
+        ErrorCode.PARAMS_INVALID,
+        ErrorCode.OUTPUT_NOT_JSON,
+        ErrorCode.INVALID_PORT,
+        ErrorCode.INVALID_SUSPEND,
+        ErrorCode.RESUME_ERROR,
+        ErrorCode.SUB_WORKFLOW_FAILED,
+        ErrorCode.WEBHOOK_TIMEOUT,
+        ErrorCode.ITERATION_LIMIT,
+        ErrorCode.CANCELLED,
+    )
+)
+"""``ErrorInfo.code`` values that never retry, whatever the policy says (DESIGN §3).
+
+Every other code (``action_error``, ``timeout``, ``result_rejected``) is the policy's to
+decide. The engine and the retry decision both read this set; it holds the string values
+(an enum member hashes by its name, so a set of members would miss a plain string).
+"""
+
+
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class ErrorInfo:
     """A failure as plain data: never a live exception, so it survives a JSON round-trip.
 
-    ``code`` says what kind of failure it is (``action_error``, ``timeout``,
-    ``template_error``, ``params_invalid``, ``output_not_json``, ``non_retryable``,
-    ``resume_error``, ``webhook_timeout``, ``iteration_limit``, ``sub_workflow_failed``,
-    ``result_rejected``, ``invalid_port``, ``invalid_suspend``, ``cancelled``); ``type`` and
-    ``module`` name the exception class.
+    ``code`` says what kind of failure it is, one of ``ErrorCode``'s values
+    (``action_error``, ``timeout``, ``template_error``, ...); ``type`` and ``module`` name
+    the exception class.
     """
 
     code: str

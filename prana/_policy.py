@@ -59,19 +59,6 @@ HINT_CEILING_SECONDS = 86_400.0
 RESULT_REJECTED = "ResultRejected"
 """``ErrorInfo.type`` of an attempt whose output ``retry_on_result`` rejected."""
 
-NEVER_RETRY_CODES: frozenset[str] = frozenset(
-    {
-        "non_retryable",
-        "template_error",
-        "params_invalid",
-        "output_not_json",
-        "resume_error",
-        "webhook_timeout",
-        "iteration_limit",
-    }
-)
-"""``ErrorInfo.code`` values that never retry, whatever the policy says (DESIGN §3)."""
-
 _SCHEDULE_LIMIT = 1000
 _DECORRELATED_WINDOW = 16
 REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

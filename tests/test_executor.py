@@ -60,6 +60,8 @@ from prana import (
     loads,
     resume_workflow,
 )
+from prana._decision import RetryExplanation, explain_retry
+from prana._model import ErrorCode
 from prana.testing import ManualClock
 
 
@@ -754,6 +756,81 @@ def test_retry_exhaustion_fails_the_execution(registry: Registry, clock: ManualC
     names = [e.name for e in events]
     assert names.count("node_retry_scheduled") == 2
     assert names[-3:] == ["node_retry_exhausted", "node_failed", "execution_failed"]
+
+
+def _reworded(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """Make every retry explanation the engine reads carry ``text``, keeping its reason."""
+    real = explain_retry
+
+    def reworded(*args: Any, **kwargs: Any) -> RetryExplanation:
+        return attrs.evolve(real(*args, **kwargs), text=text)
+
+    monkeypatch.setattr("prana._engine.explain_retry", reworded)
+
+
+def test_retry_exhausted_follows_the_reason_not_its_wording(
+    registry: Registry, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retries that ran out emit node_retry_exhausted whatever the explanation's text says."""
+    _reworded(monkeypatch, "plus de tentatives")
+    registry.register("test.down", Flaky(10))
+    attempts = RetryPolicy(max_attempts=2, initial_delay=1)
+    budget = RetryPolicy(max_attempts=None, retry_timeout=1.5, initial_delay=1, backoff="constant")
+    for policy in (attempts, budget):  # each fails its second attempt, out of retries
+        wf = retry_workflow("test.down", NodeSettings(retry=policy))
+        events: list[Event] = []
+        paused = run(wf, None, registry, clock=clock, observers=[events.append])
+        assert isinstance(paused, Suspend)
+        assert paused.execution is not None
+        clock.advance(1)
+        outcome = resume_workflow(
+            paused.execution, workflow=wf, registry=registry, clock=clock, observers=[events.append]
+        )
+        assert isinstance(outcome, Failed)
+        names = [e.name for e in events]
+        assert names[-3:] == ["node_retry_exhausted", "node_failed", "execution_failed"]
+
+
+def test_other_refusals_never_read_as_exhausted_whatever_their_wording(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal that is not "ran out" emits no node_retry_exhausted, even worded like one."""
+    _reworded(monkeypatch, "attempts exhausted (1 of 1)")
+    registry.register("test.bad", Flaky(1, lambda _call: KeyError("k")))
+    wf = retry_workflow("test.bad", NodeSettings(retry=RetryPolicy()))
+    events: list[Event] = []
+    assert isinstance(run(wf, None, registry, observers=[events.append]), Failed)
+    assert "node_retry_exhausted" not in [e.name for e in events]
+
+
+def test_error_codes_are_stored_as_the_same_plain_strings(registry: Registry) -> None:
+    """Records hold each code as a plain str, and JSON writes it exactly as before."""
+    registry.register("test.odd", lambda p, ctx: {"when": {1, 2}})
+    registry.register("test.refuse", Flaky(1, lambda _call: NonRetryable(ValueError("no"))))
+    wf = Workflow(
+        id="codes",
+        nodes=[
+            trigger(),
+            Node(
+                key="odd", type="test.odd", settings=NodeSettings(on_error="continue_error_output")
+            ),
+            Node(key="refuse", type="test.refuse", settings=NodeSettings(on_error="continue")),
+        ],
+        connections=[conn("start", "odd"), conn("odd", "refuse", from_port="error")],
+    )
+    outcome = run(wf, None, registry, execution_id="e1")
+    assert isinstance(outcome, Completed)
+    errors = [r.error for runs in outcome.execution.node_executions.values() for r in runs]
+    codes = [e.code for e in errors if e is not None]
+    assert codes == [ErrorCode.OUTPUT_NOT_JSON, ErrorCode.NON_RETRYABLE]
+    assert {type(code) for code in codes} == {str}
+    text = dumps(outcome.execution)
+    assert '{"code":"output_not_json","type":"OutputNotJSON","module":"prana","message":' in text
+    assert (
+        '{"code":"non_retryable","type":"ValueError","module":"builtins","message":"no",'
+        '"details":null,"node_key":"refuse"}'
+    ) in text
+    assert dumps(loads(text)) == text
 
 
 def test_zero_delay_retry_still_suspends(registry: Registry) -> None:

@@ -21,7 +21,16 @@ from prana import (
     ScheduleRow,
     Workflow,
 )
-from prana._decision import AttemptView, decide_retry, explain_retry, rejects_result
+from prana._decision import (
+    RAN_OUT,
+    AttemptView,
+    RetryExplanation,
+    RetryReason,
+    decide_retry,
+    explain_retry,
+    rejects_result,
+)
+from prana._model import NEVER_RETRY_CODES, ErrorCode
 from prana._policy import (
     CURVES,
     HINT_CEILING_SECONDS,
@@ -564,18 +573,81 @@ def test_no_policies_means_no_retry() -> None:
 
 
 def test_explain_retry_names_the_reason() -> None:
-    """explain_retry says why a retry was refused."""
-    _, why = explain_retry([RetryPolicy(max_attempts=2)], view_of(OSError(), 2), seed=SEED)
-    assert why == "attempts exhausted (2 of 2)"
-    _, why = explain_retry([RetryPolicy()], view_of(KeyError()), seed=SEED)
-    assert why == "no policy matches the error"
-    decision, why = explain_retry([RetryPolicy()], view_of(OSError()), seed=SEED)
-    assert decision is not None
-    assert why == "retry"
-    assert explain_retry([], AttemptView(attempt=1, error=None), seed=SEED) == (
-        None,
-        "nothing failed",
+    """explain_retry says why a retry was refused, as a reason and in words."""
+    why = explain_retry([RetryPolicy(max_attempts=2)], view_of(OSError(), 2), seed=SEED)
+    assert (why.reason, why.text) == (RetryReason.EXHAUSTED, "attempts exhausted (2 of 2)")
+    why = explain_retry([RetryPolicy()], view_of(KeyError()), seed=SEED)
+    assert (why.reason, why.text) == (RetryReason.NOT_MATCHED, "no policy matches the error")
+    why = explain_retry([RetryPolicy()], view_of(OSError()), seed=SEED)
+    assert why.decision is not None
+    assert (why.reason, why.text) == (RetryReason.RETRY, "retry")
+    assert explain_retry([], AttemptView(attempt=1, error=None), seed=SEED) == RetryExplanation(
+        None, RetryReason.NOTHING_FAILED, "nothing failed"
     )
+
+
+def _raise(_view: AttemptView) -> bool:
+    raise RuntimeError("bug")
+
+
+REASON_CASES: dict[RetryReason, tuple[RetryPolicy | None, AttemptView]] = {
+    RetryReason.RETRY: (RetryPolicy(), view_of(OSError())),
+    RetryReason.NOTHING_FAILED: (RetryPolicy(), AttemptView(attempt=1, error=None)),
+    RetryReason.NON_RETRYABLE: (RetryPolicy(), view_of(NonRetryable("no"))),
+    RetryReason.NEVER_RETRIES: (
+        RetryPolicy(retry_on=("BaseException",)),
+        AttemptView(
+            attempt=1,
+            error=ErrorInfo(
+                code="template_error", type="TemplateError", module="prana", message="x"
+            ),
+        ),
+    ),
+    RetryReason.NOT_MATCHED: (RetryPolicy(retry_on=("TimeoutError",)), view_of(OSError())),
+    RetryReason.DISABLED: (RetryPolicy(enabled=False), view_of(OSError())),
+    RetryReason.EXHAUSTED: (RetryPolicy(max_attempts=2), view_of(OSError(), 2)),
+    RetryReason.STOP_WHEN: (RetryPolicy(stop_when=lambda v: True), view_of(OSError())),
+    RetryReason.STOP_WHEN_FAILED: (RetryPolicy(stop_when=_raise), view_of(OSError())),
+    RetryReason.RETRY_WHEN_FALSE: (RetryPolicy(retry_when=lambda v: False), view_of(OSError())),
+    RetryReason.RETRY_WHEN_FAILED: (RetryPolicy(retry_when=_raise), view_of(OSError())),
+    RetryReason.BUDGET: (RetryPolicy(retry_timeout=5), view_of(OSError(), elapsed=4.5)),
+}
+"""One attempt per reason, each built so that exactly that reason decides."""
+
+
+def test_every_retry_reason_has_a_case() -> None:
+    """Each member of RetryReason is reachable (the enum is the code's real set of reasons)."""
+    assert set(REASON_CASES) == set(RetryReason)
+
+
+@pytest.mark.parametrize("reason", list(REASON_CASES), ids=lambda r: r.value)
+def test_each_case_gives_its_reason(reason: RetryReason) -> None:
+    """explain_retry reports the reason its case was built for; only RETRY has a decision."""
+    policy, view = REASON_CASES[reason]
+    explanation = explain_retry([policy] if policy else [], view, seed=SEED)
+    assert explanation.reason is reason
+    assert (explanation.decision is not None) == (reason is RetryReason.RETRY)
+    assert explanation.text
+    assert {RetryReason.EXHAUSTED, RetryReason.BUDGET} == RAN_OUT
+
+
+# --- error codes -------------------------------------------------------------------------
+
+
+def test_never_retry_codes_are_error_code_values() -> None:
+    """The never-retry set is made of ErrorCode values (plain strings, as records hold them)."""
+    assert {type(code) for code in NEVER_RETRY_CODES} == {str}
+    assert {code.value for code in ErrorCode} > NEVER_RETRY_CODES
+
+
+@pytest.mark.parametrize("code", list(ErrorCode), ids=lambda c: c.value)
+def test_each_error_code_retries_exactly_when_the_set_allows(code: ErrorCode) -> None:
+    """Under a retry-everything policy, a code retries iff it is not in NEVER_RETRY_CODES."""
+    info = ErrorInfo(code=code.value, type="RuntimeError", module="builtins", message="x")
+    decision = decide_retry(
+        [RetryPolicy(retry_on=("BaseException",))], AttemptView(attempt=1, error=info), seed=SEED
+    )
+    assert (decision is None) == (code.value in NEVER_RETRY_CODES)
 
 
 # --- conditions -----------------------------------------------------------------------------
@@ -619,9 +691,9 @@ def test_a_condition_that_raises_means_no_retry() -> None:
     def broken(_view: AttemptView) -> bool:
         raise RuntimeError("bug")
 
-    decision, why = explain_retry([RetryPolicy(retry_when=broken)], view_of(OSError()), seed=SEED)
-    assert decision is None
-    assert why == "retry_when failed: bug"
+    why = explain_retry([RetryPolicy(retry_when=broken)], view_of(OSError()), seed=SEED)
+    assert why.decision is None
+    assert (why.reason, why.text) == (RetryReason.RETRY_WHEN_FAILED, "retry_when failed: bug")
     assert delay(RetryPolicy(stop_when=broken), OSError()) is None
     assert delay(RetryPolicy(retry_when=lambda v: "maybe"), OSError()) is None
 

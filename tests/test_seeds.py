@@ -190,10 +190,10 @@ def test_noetl_condition_scope_has_every_noetl_name() -> None:
     policy = RetryPolicy(retry_when="{{ status_code >= 500 and node_id == 'fetch_data' }}")
     assert decide_retry([policy], view, seed=SEED) is not None
     typo = RetryPolicy(retry_when="{{ statuscode >= 500 }}")
-    decision, reason = explain_retry([typo], view, seed=SEED)
-    assert decision is None
-    assert "unknown name 'statuscode'" in reason
-    assert "status_code" in reason
+    why = explain_retry([typo], view, seed=SEED)
+    assert why.decision is None
+    assert "unknown name 'statuscode'" in why.text
+    assert "status_code" in why.text
 
 
 def test_noetl_stop_when_reads_status_code_and_success_from_the_output() -> None:
