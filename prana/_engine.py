@@ -28,7 +28,13 @@ from prana._errors import AttemptTimeout, NonRetryable, WebhookTimeout
 from prana._events import Event, EventType, Observer, emit
 from prana._frontier import Frontier, Pending
 from prana._graph import CompiledGraph, CompiledNode
-from prana._hooks import mint_token, token_digest
+from prana._hooks import (
+    HOOK_PATH_PREFIX,
+    PENDING_TOKEN_PREFIX,
+    mint_token,
+    redact_tokens,
+    token_digest,
+)
 from prana._jsoncheck import iso_datetimes, json_problem, jsonable
 from prana._model import (
     NEVER_RETRY_CODES,
@@ -130,6 +136,40 @@ class _NodesView(Mapping[str, Any]):
         return sum(1 for v in self._runs.values() if v)
 
 
+class _WebhooksView(Mapping[str, str]):
+    """``$webhooks`` for templates: ``$webhooks.<wait node>`` is that wait's resume path.
+
+    Looking one up mints the token of the node's next webhook wait: its digest waits in
+    the shared state (``__webhook__:<key>``) for the wait to take it, the plaintext stays
+    in memory, and the executor redacts it from the params and output it records.
+    """
+
+    __slots__ = ("_paths", "_run")
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._paths: dict[str, str] = {}
+
+    def __getitem__(self, key: str) -> str:
+        path = self._paths.get(key)
+        if path is not None:
+            return path
+        run = self._run
+        if key not in run.graph.nodes:
+            raise KeyError(key)
+        token, secret = mint_token(run.id)
+        run.state[PENDING_TOKEN_PREFIX + key] = token_digest(run.id, key, secret)
+        run.issued[key] = token
+        path = self._paths[key] = HOOK_PATH_PREFIX + token
+        return path
+
+    def __iter__(self) -> Any:
+        return iter(self._run.graph.nodes)
+
+    def __len__(self) -> int:
+        return len(self._run.graph.nodes)
+
+
 class Run(Frontier):
     """One executor call's private, mutable working copy of an execution.
 
@@ -143,6 +183,7 @@ class Run(Frontier):
         "graph",
         "id",
         "input",
+        "issued",
         "last_output",
         "next_index",
         "now_hint",
@@ -190,6 +231,8 @@ class Run(Frontier):
         self.now_hint: datetime | None = None
         self.variables = graph.workflow.variables
         self.workflow_id = graph.workflow.id
+        self.issued: dict[str, str] = {}
+        """Resume tokens ``$webhooks`` minted in this call, by wait node (memory only)."""
 
     # -- loading and freezing ------------------------------------------------------------
 
@@ -435,6 +478,8 @@ class Run(Frontier):
                     ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError"
                 )
             node_run.params = jsonable(params)
+            if self.issued:
+                node_run.params = redact_tokens(node_run.params, self.issued.values())
         else:
             node_run.params = params
         schema = cn.spec.params
@@ -463,6 +508,7 @@ class Run(Frontier):
             },
             "workflow": {"id": workflow.id, "name": workflow.name, "version": workflow.version},
             "now": ctx.now,
+            "webhooks": _WebhooksView(self),
         }
 
     def settle_value(
@@ -528,6 +574,10 @@ class Run(Frontier):
                     "ResultRejected",
                 )
                 return self.settle_failure(cn, node_run, error, output=output)
+        if self.issued:
+            output = redact_tokens(output, self.issued.values())
+            if updates:
+                updates = redact_tokens(updates, self.issued.values())
         if updates:
             self.state.update(updates)
         self.complete_node(cn, node_run, output, port)
@@ -632,11 +682,14 @@ class Run(Frontier):
         self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED))
         given = None
         if kind == "webhook":
-            # The record keeps the token's digest; the plaintext goes only to the caller.
-            token, secret = mint_token(self.id)
-            data = WebhookData(
-                expires_at=data.expires_at, token_digest=token_digest(self.id, key, secret)
-            )
+            # The record keeps the token's digest; the plaintext goes only to the caller. A
+            # token handed out earlier through ``$webhooks.<key>`` is this wait's token.
+            digest = self.state.pop(PENDING_TOKEN_PREFIX + key, None)
+            token = self.issued.pop(key, None)
+            if not isinstance(digest, str):
+                token, secret = mint_token(self.id)
+                digest = token_digest(self.id, key, secret)
+            data = WebhookData(expires_at=data.expires_at, token_digest=digest)
             given = attrs.evolve(data, token=token)
         suspension = Suspend(kind, data)
         if self.observers:

@@ -19,13 +19,29 @@ import binascii
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["HOOK_PATH_PREFIX", "SECRET_BYTES", "mint_token", "parse_token", "token_digest"]
+__all__ = [
+    "HOOK_PATH_PREFIX",
+    "PENDING_TOKEN_PREFIX",
+    "REDACTED",
+    "SECRET_BYTES",
+    "mint_token",
+    "parse_token",
+    "redact_tokens",
+    "token_digest",
+]
 
 SECRET_BYTES = 32
 """Random bytes in a token's secret part (256 bits; the floor is 128)."""
 HOOK_PATH_PREFIX = "/hooks/"
 """A token's resume path, relative to where the web app is mounted: ``/hooks/<token>``."""
+PENDING_TOKEN_PREFIX = "__webhook__:"  # noqa: S105 - a state key prefix, not a secret
+"""A token handed out by ``$webhooks.<key>`` waits in the shared state under this prefix plus
+the node key (its digest only) until that node's webhook wait takes it."""
+REDACTED = "[webhook-token]"
+"""What a resume token is replaced with in recorded params, outputs and state."""
 _MAX_TOKEN_CHARS = 2048
 
 
@@ -68,3 +84,28 @@ def verify(token_digest_stored: str | None, execution_id: str, node_key: str, se
         return False
     expected = token_digest(execution_id, node_key, secret)
     return hmac.compare_digest(expected, token_digest_stored)
+
+
+def redact_tokens(value: Any, tokens: Iterable[str]) -> Any:
+    """``value`` with every occurrence of ``tokens`` in its strings replaced by ``REDACTED``.
+
+    Builds new containers where something changed; the original is left as it was (the
+    action still gets the real token).
+    """
+    found = tuple(tokens)
+    if not found:
+        return value
+    return _redact(value, found)
+
+
+def _redact(value: Any, tokens: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        for token in tokens:
+            if token in value:
+                value = value.replace(token, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {_redact(k, tokens): _redact(v, tokens) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, tokens) for v in value]
+    return value

@@ -44,7 +44,16 @@ from jinja2.utils import consume
 
 __all__ = ["CompiledParams", "TemplateError", "compile_params", "evaluate"]
 
-ROOTS: tuple[str, ...] = ("input", "nodes", "vars", "env", "execution", "workflow", "now")
+ROOTS: tuple[str, ...] = (
+    "input",
+    "nodes",
+    "vars",
+    "env",
+    "execution",
+    "workflow",
+    "now",
+    "webhooks",
+)
 """The scope roots a template may name, each written with a ``$``."""
 
 _PREFIX = "__prana_"

@@ -1,7 +1,8 @@
 """Log lines for a run's events: one line per meaningful event, its fields in ``extra``.
 
-The runner hands ``log_event`` to the executor with its own observers, so a workflow run
-by a ``Runner`` logs through the stdlib without any setup beyond configuring logging:
+The runner hands ``log_event`` to the executor with its own observers whenever logging is
+configured (a handler other than the library's ``NullHandler`` would receive the lines),
+so a workflow run by a ``Runner`` logs through the stdlib with no setup beyond that:
 
 ================================  ========  =============================================
 event                             level     message
@@ -31,7 +32,7 @@ from typing import Any
 
 from prana import Event, EventType
 
-__all__ = ["LOGGER_NAME", "log_event"]
+__all__ = ["LOGGER_NAME", "log_event", "wanted"]
 
 LOGGER_NAME = "scheduling.events"
 logger = logging.getLogger(LOGGER_NAME)
@@ -71,6 +72,25 @@ def _message(event: Event) -> str:
         return f"{head} failed: {error}" if error else f"{head} failed"
     where = f" node {event.node_key}" if event.node_key is not None else ""
     return f"{head}:{where} {event.name}"
+
+
+def wanted() -> bool:
+    """Whether a run's events should be built for the log: some handler would emit them.
+
+    With logging left unconfigured (only the library's ``NullHandler``) nothing would be
+    printed, so a runner skips building events for it and pays nothing.
+    """
+    if not logger.isEnabledFor(logging.WARNING):
+        return False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if type(handler) is not logging.NullHandler:
+                return True
+        if not current.propagate:
+            return False
+        current = current.parent
+    return False
 
 
 def log_event(event: Event) -> None:

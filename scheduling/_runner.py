@@ -62,7 +62,7 @@ from scheduling._errors import (
     WorkflowConflictError,
     WorkflowNotFound,
 )
-from scheduling._eventlog import log_event
+from scheduling._eventlog import log_event, wanted
 from scheduling.abc import ExecutionStore, Scheduler
 
 if TYPE_CHECKING:
@@ -286,6 +286,10 @@ class Runner:
         self._arms_on_save = False
         for workflow in workflows:
             self.register_workflow(workflow)
+
+    def _observers(self) -> tuple[Callable[[Event], object], ...]:
+        """The observers of the next step: the log's too when logging is configured."""
+        return self._emit if wanted() else self.observers
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed"
@@ -607,7 +611,7 @@ class Runner:
                 if execution.status is ExecutionStatus.CANCELLED:
                     return execution
                 cancelled = cancel_execution(
-                    execution, reason, clock=self.clock, observers=self._emit
+                    execution, reason, clock=self.clock, observers=self._observers()
                 )
                 try:
                     new_version = self.store.save(cancelled, version)
@@ -774,7 +778,7 @@ class Runner:
             registry=self.registry,
             clock=self.clock,
             env=self.env,
-            observers=self._emit,
+            observers=self._observers(),
         )
 
     def _start(
@@ -796,7 +800,7 @@ class Runner:
             registry=self.registry,
             clock=self.clock,
             env=self.env,
-            observers=self._emit,
+            observers=self._observers(),
             execution_id=execution_id,
             parent=parent,
         )
@@ -851,7 +855,7 @@ class Runner:
                         registry=self.registry,
                         clock=self.clock,
                         env=self.env,
-                        observers=self._emit,
+                        observers=self._observers(),
                     )
                 new = outcome.execution
                 assert new is not None, "the executor returns outcomes with the execution set"
@@ -901,7 +905,7 @@ class Runner:
             registry=self.registry,
             clock=self.clock,
             env=self.env,
-            observers=self._emit,
+            observers=self._observers(),
         )
 
     # -- follow-ups --------------------------------------------------------------------
