@@ -12,7 +12,7 @@ each retry, min / typical / max with jitter, and the running totals) before anyt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -49,26 +49,11 @@ RAPPEL_TEXTS = {
 }
 
 
-def rappel_policy(
-    attempts: int,
-    exception_types: Sequence[str | type[BaseException]] | None = None,
-    backoff_seconds: float = 1.0,
-    timeout_seconds: float | None = None,
-) -> RetryPolicy:
-    """Rappel's ``RetryPolicy(attempts, exception_types, backoff_seconds)`` as a prana policy.
-
-    ``attempts`` counts retries after the first try, as ``retry: N`` does, and the delay
-    doubles from ``backoff_seconds`` without a cap below the last retry's delay.
-    """
-    return RetryPolicy(
-        max_attempts=attempts + 1,
-        backoff="exponential",
-        initial_delay=backoff_seconds,
-        multiplier=2,
-        max_delay=backoff_seconds * 2 ** max(attempts - 1, 0),
-        retry_on=tuple(exception_types) if exception_types else None,
-        timeout=timeout_seconds,
-    )
+RAPPEL_PYTHON = RetryPolicy(
+    attempts=3, exception_types=["NetworkError"], backoff_seconds=5, timeout=60
+)
+"""Rappel's Python spelling, which ``RetryPolicy`` takes as it is: ``attempts`` counts every
+attempt (the first try included), so this is ``[NetworkError -> retry: 2, backoff: 5s]``."""
 
 
 # --- NoETL ---------------------------------------------------------------------------------
@@ -192,9 +177,7 @@ def examples() -> dict[str, tuple[RetryPolicy, ...]]:
     out: dict[str, tuple[RetryPolicy, ...]] = {}
     for name, text in RAPPEL_TEXTS.items():
         out[name] = tuple(RetryPolicy.parse(text))
-    out["rappel: RetryPolicy(attempts=3, NetworkError, 5s, timeout 1m)"] = (
-        rappel_policy(3, ["NetworkError"], backoff_seconds=5, timeout_seconds=60),
-    )
+    out["rappel: RetryPolicy(attempts=3, NetworkError, 5s, timeout 1m)"] = (RAPPEL_PYTHON,)
     for name, text in NOETL_YAML.items():
         out[name] = noetl_policies(text)
     for name, config in RH_AGENTS.items():

@@ -18,11 +18,13 @@ seeded with text (never ``hash()``), so the same execution always sees the same 
 
 from __future__ import annotations
 
+import enum
 import math
 import random
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -368,7 +370,23 @@ def _bool(field: str) -> Callable[[Any, Any, Any], None]:
 # --- the policy ---------------------------------------------------------------------------
 
 
-@attrs.frozen(kw_only=True)
+class _Default(enum.Enum):
+    """The value of a keyword left out: the field's own default applies."""
+
+    DEFAULT = "default"
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+_DEFAULT = _Default.DEFAULT
+Duration = float | int | timedelta | str
+"""A duration as ``RetryPolicy`` takes it: seconds, a ``timedelta`` or text (``"30s"``)."""
+ErrorTypes = str | type[BaseException] | Sequence[str | type[BaseException]] | None
+"""An error filter as ``RetryPolicy`` takes it: a class, a type name, or a list of them."""
+
+
+@attrs.frozen(kw_only=True, init=False)
 class RetryPolicy:
     """When to retry a failed attempt and how long to wait first (DESIGN §5).
 
@@ -410,6 +428,13 @@ class RetryPolicy:
     past it is not scheduled. ``RetryAfter`` hints are capped by ``max_delay`` unless
     ``hint_exceeds_max_delay`` is set, and never exceed ``HINT_CEILING_SECONDS``.
     ``enabled=False`` switches retry off at the level it is given.
+
+    Rappel's Python spelling is accepted too: ``RetryPolicy(attempts=3,
+    exception_types=["NetworkError"], backoff_seconds=60)`` means what Rappel documents
+    (``attempts`` counts every attempt, ``exception_types`` empty or left out catches all
+    exceptions, ``backoff_seconds`` doubles with no cap below the last retry's delay, and
+    ``attempts`` left out is Waymark's 100 retries); the policy keeps prana's field names,
+    in ``repr`` and when serialized.
     """
 
     max_attempts: int | None = 3
@@ -436,6 +461,34 @@ class RetryPolicy:
         default=False, validator=_bool("hint_exceeds_max_delay")
     )
     enabled: bool = attrs.field(default=True, validator=_bool("enabled"))
+
+    def __init__(
+        self,
+        *,
+        max_attempts: int | _Default | None = _DEFAULT,
+        backoff: Backoff | _Default = _DEFAULT,
+        initial_delay: Duration | _Default = _DEFAULT,
+        multiplier: float | _Default = _DEFAULT,
+        max_delay: Duration | _Default = _DEFAULT,
+        jitter: str | float | bool | _Default | None = _DEFAULT,
+        seed: str | _Default | None = _DEFAULT,
+        retry_on: ErrorTypes | _Default = _DEFAULT,
+        exclude: ErrorTypes | _Default = _DEFAULT,
+        retry_when: Condition | _Default = _DEFAULT,
+        stop_when: Condition | _Default = _DEFAULT,
+        retry_on_result: Condition | _Default = _DEFAULT,
+        timeout: Duration | _Default | None = _DEFAULT,
+        retry_timeout: Duration | _Default | None = _DEFAULT,
+        hint_exceeds_max_delay: bool | _Default = _DEFAULT,
+        enabled: bool | _Default = _DEFAULT,
+        attempts: int | _Default = _DEFAULT,
+        exception_types: ErrorTypes | _Default = _DEFAULT,
+        backoff_seconds: Duration | _Default = _DEFAULT,
+    ) -> None:
+        given = {k: v for k, v in locals().items() if v is not _DEFAULT and k != "self"}
+        if "attempts" in given or "exception_types" in given or "backoff_seconds" in given:
+            given = _rappel_spelling(given)
+        self.__attrs_init__(**given)
 
     def __attrs_post_init__(self) -> None:
         if self.max_attempts is None:
@@ -618,6 +671,54 @@ class RetryPolicy:
         if self.retry_on is not None:
             return _any_match(self.retry_on, cls, names)
         return _smart_default(cls, names)
+
+
+_RAPPEL_FIELDS = {
+    "attempts": "max_attempts",
+    "exception_types": "retry_on",
+    "backoff_seconds": "initial_delay",
+}
+_RAPPEL_DEFAULT_RETRIES = 100
+"""Waymark's IR builder: "`RetryPolicy()` (no `attempts`) maps to `max_retries = 100`"."""
+
+
+def _rappel_spelling(given: dict[str, Any]) -> dict[str, Any]:
+    """Rappel's ``RetryPolicy(attempts, exception_types, backoff_seconds)`` in prana's fields.
+
+    As Rappel documents it (piercefreeman/rappel docs/Action-Retries.md): ``attempts`` is
+    "Total attempts (initial try + retries)"; ``exception_types`` "empty/None catches
+    all"; ``backoff_seconds`` is the base of an exponential backoff, ``backoff * 2 **
+    (k - 1)`` before retry k with no cap below the last one, as bracket text means.
+    """
+    out = dict(given)
+    for alias, field in _RAPPEL_FIELDS.items():
+        if alias in out and field in out:
+            raise InvalidSettingsError(
+                f"RetryPolicy: {alias}= is Rappel's name for {field}=; give one of them"
+            )
+    attempts = out.pop("attempts", None)
+    if attempts is None:
+        attempts = out.get("max_attempts", _RAPPEL_DEFAULT_RETRIES + 1)
+    out["max_attempts"] = attempts
+    if "exception_types" in out:
+        types = out.pop("exception_types")
+        out["retry_on"] = types if types else CATCH_ALL
+    else:
+        out.setdefault("retry_on", CATCH_ALL)
+    base = out.pop("backoff_seconds", out.get("initial_delay", 1.0))
+    seconds = to_seconds(base, field="RetryPolicy.backoff_seconds")
+    out["initial_delay"] = seconds
+    out.setdefault("backoff", "exponential")
+    out.setdefault("multiplier", 2.0)
+    if "max_delay" not in out:
+        whole = isinstance(attempts, int) and not isinstance(attempts, bool)
+        retries = attempts - 1 if whole else 0
+        try:
+            largest = seconds * 2.0 ** max(retries - 1, 0)
+        except OverflowError:  # pragma: no cover - a thousand doublings of a positive delay
+            largest = sys.float_info.max
+        out["max_delay"] = max(largest, seconds)
+    return out
 
 
 def _fmt(seconds: float) -> str:

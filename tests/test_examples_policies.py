@@ -108,9 +108,12 @@ def test_rappel_timeouts(found: dict[str, tuple[RetryPolicy, ...]], example: Mod
 def test_rappel_python_policy_equals_its_bracket_text(
     found: dict[str, tuple[RetryPolicy, ...]],
 ) -> None:
-    """RetryPolicy(attempts=3, [NetworkError], 5s) + timeout is the same as its bracket text."""
+    """RetryPolicy(attempts=3, [NetworkError], 5s) + timeout is 2 retries in bracket text.
+
+    Rappel: "`RetryPolicy.attempts`: Total attempts (initial try + retries)".
+    """
     (mapped,) = found["rappel: RetryPolicy(attempts=3, NetworkError, 5s, timeout 1m)"]
-    assert [mapped] == RetryPolicy.parse("[NetworkError -> retry: 3, backoff: 5s] [timeout: 1m]")
+    assert [mapped] == RetryPolicy.parse("[NetworkError -> retry: 2, backoff: 5s] [timeout: 1m]")
 
 
 def test_noetl_blocks(found: dict[str, tuple[RetryPolicy, ...]]) -> None:

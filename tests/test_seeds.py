@@ -241,7 +241,6 @@ def test_rappel_bracket_without_filter_catches_all_exceptions() -> None:
     assert attempts_of(outcome) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="RetryPolicy does not take Rappel's Python spelling")
 def test_rappel_python_spelling_is_accepted() -> None:
     """Rappel's ``RetryPolicy(attempts=3, exception_types=[...], backoff_seconds=60)`` works.
 
@@ -265,7 +264,6 @@ def test_rappel_python_spelling_is_accepted() -> None:
     assert loads_workflow(text).nodes[1].settings.retry == (policy,)
 
 
-@pytest.mark.xfail(strict=True, reason="RetryPolicy does not take Rappel's Python spelling")
 def test_rappel_python_spelling_without_types_catches_all() -> None:
     """``exception_types`` empty or left out catches every exception, as Rappel says.
 
