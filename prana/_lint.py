@@ -3,17 +3,20 @@
 Construction already refuses what is wrong (``InvalidSettingsError``); lint reports what
 is legal yet suspicious, before anything runs: jitter clipped by the cap, hints allowed
 past the cap, delays that cannot fit the budget, retrying programming errors, retrying a
-side-effecting action that does not use its idempotency key.
+side-effecting action that does not use its idempotency key, and several policies whose
+meaning under prana's first-match rule differs from Waymark's maximum.
 """
 
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import attrs
 
 from prana._durations import format_seconds
+from prana._model import ErrorInfo
 from prana._policy import (
     HINT_CEILING_SECONDS,
     PROGRAMMING_ERRORS,
@@ -36,7 +39,7 @@ class LintWarning:
 
     Codes: ``jitter_clipped``, ``hint_uncapped``, ``delays_exceed_budget``,
     ``timeout_exceeds_budget``, ``unbounded_retries``, ``retries_programming_errors``,
-    ``side_effects_without_idempotency``.
+    ``side_effects_without_idempotency``, ``first_match_differs_from_max``.
     """
 
     node_key: str
@@ -64,6 +67,10 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
                 LintWarning(node_key=node.key, code=code, message=where + message)
                 for code, message in _check_policy(policy, node, simple=level == "simple")
             )
+        warnings.extend(
+            LintWarning(node_key=node.key, code="first_match_differs_from_max", message=message)
+            for message in _first_match_vs_max(policies)
+        )
         retries = any(p.enabled and p.max_attempts != 1 for p in policies)
         if spec is not None and spec.side_effects and not spec.uses_idempotency_key and retries:
             warnings.append(
@@ -169,3 +176,86 @@ def _check_policy(policy: RetryPolicy, node: Node, *, simple: bool) -> list[tupl
 
 def _fmt(seconds: float) -> str:
     return "0s" if seconds == 0 else format_seconds(round(seconds, 3))
+
+
+# --- several policies: prana's first match against Waymark's maximum ----------------------
+
+_CATCH_ALL_NAMES = frozenset({"Exception", "BaseException", "builtins.Exception"})
+
+
+def _first_match_vs_max(policies: Sequence[RetryPolicy]) -> list[str]:
+    """Pairs of policies where an error matches both and the later one allows more attempts.
+
+    prana lets the first policy whose filter matches decide (DESIGN §5); Waymark takes "the
+    max across matching retry brackets" (piercefreeman/waymark docs/_internal/
+    Action-Retries.md). The two agree unless a later matching policy allows more attempts.
+    """
+    found: list[str] = []
+    enabled = [(i, p) for i, p in enumerate(policies) if p.enabled]
+    for n, (i, first) in enumerate(enabled):
+        for j, later in enabled[n + 1 :]:
+            if _more_attempts(later, first):
+                shared = _shared_error(first, later)
+                if shared is not None:
+                    found.append(
+                        f"policies {i + 1} and {j + 1} both match {shared}: prana uses the first "
+                        f"that matches ({_attempts(first)}), Waymark the largest count of all "
+                        f"that match ({_attempts(later)}); put the narrower policy first, or "
+                        "give them the same max_attempts"
+                    )
+    return found
+
+
+def _more_attempts(later: RetryPolicy, first: RetryPolicy) -> bool:
+    if first.max_attempts is None:
+        return False
+    return later.max_attempts is None or later.max_attempts > first.max_attempts
+
+
+def _attempts(policy: RetryPolicy) -> str:
+    n = policy.max_attempts
+    return "unlimited attempts" if n is None else f"{n} attempt{'s' if n != 1 else ''}"
+
+
+def _shared_error(a: RetryPolicy, b: RetryPolicy) -> str | None:
+    """An error type both policies would retry, named for the message, or ``None``."""
+    probes: list[str | type[BaseException]] = [*(a.retry_on or ()), *(b.retry_on or ())]
+    if a.retry_on is None or b.retry_on is None or _catches_all(a) or _catches_all(b):
+        probes.append(RuntimeError)  # any error the filters do not name
+    for probe in probes:
+        if _might_match(a, probe) and _might_match(b, probe):
+            return probe if isinstance(probe, str) else probe.__name__
+    return None
+
+
+def _catches_all(policy: RetryPolicy) -> bool:
+    return any(
+        (item in _CATCH_ALL_NAMES) if isinstance(item, str) else item in (Exception, BaseException)
+        for item in policy.retry_on or ()
+    )
+
+
+def _might_match(policy: RetryPolicy, probe: str | type[BaseException]) -> bool:
+    """Whether ``policy`` retries errors of type ``probe`` (a class, or a type's name).
+
+    A name lint cannot resolve to a class (the application's own ``NetworkError``) is taken
+    to be some ``Exception``: a catch-all filter or the smart default matches it.
+    """
+    cls: type[BaseException] | None
+    if isinstance(probe, str):
+        found = getattr(builtins, probe, None)
+        is_error = isinstance(found, type) and issubclass(found, BaseException)
+        cls = found if is_error else None
+    else:
+        cls = probe
+    if cls is not None:
+        info = ErrorInfo(
+            code="action_error", type=cls.__qualname__, module=cls.__module__, message="lint"
+        )
+        return policy.matches(None, info)
+    assert isinstance(probe, str)
+    if probe in (policy.exclude or ()):
+        return False
+    if policy.retry_on is None:
+        return True
+    return probe in policy.retry_on or _catches_all(policy)

@@ -277,7 +277,6 @@ def test_rappel_python_spelling_without_types_catches_all() -> None:
         assert decide_retry([policy], failed_view(KeyError("k")), seed=SEED) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="lint does not compare first match with Waymark's max")
 def test_waymark_max_over_matching_brackets_is_flagged_by_lint() -> None:
     """Brackets that overlap with different counts are flagged: Waymark takes the maximum.
 
@@ -299,6 +298,24 @@ def test_waymark_max_over_matching_brackets_is_flagged_by_lint() -> None:
     rappel = "[RateLimitError -> retry: 10, backoff: 1m] [NetworkError -> retry: 3, backoff: 30s]"
     plain = one_node(NodeSettings(retry=rappel))
     assert not [w for w in lint(plain) if w.code == "first_match_differs_from_max"]
+
+
+@pytest.mark.parametrize(
+    ("text", "flagged"),
+    [
+        ("[ConnectionError -> retry: 2] [OSError -> retry: 4]", True),
+        ("[OSError -> retry: 4] [ConnectionError -> retry: 2]", False),
+        ("[OSError -> retry: 2] [ConnectionError -> retry: 2]", False),
+        ("[ValueError -> retry: 2] [KeyError -> retry: 4]", False),
+        ("[NetworkError -> retry: 1] [NetworkError -> retry: 2]", True),
+        ("[NetworkError -> retry: 1] [retry: 2]", True),
+    ],
+)
+def test_lint_flags_only_overlaps_where_waymark_would_allow_more(text: str, flagged: bool) -> None:
+    """Only an error matching an earlier policy and a later one with more attempts is flagged."""
+    workflow = one_node(NodeSettings(retry=text))
+    codes = [w.code for w in lint(workflow)]
+    assert ("first_match_differs_from_max" in codes) is flagged
 
 
 # -- rh_agents -----------------------------------------------------------------------------
