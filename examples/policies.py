@@ -6,20 +6,17 @@ each retry, min / typical / max with jitter, and the running totals) before anyt
 - Rappel: bracket text such as ``[NetworkError -> retry: 5, backoff: 2m]``, and its Python
   ``RetryPolicy(attempts, exception_types, backoff_seconds)`` with a timeout;
 - NoETL: YAML ``retry:`` blocks (``true``, a number of attempts, the full mapping);
-- rh_agents: ``RetryConfig`` objects (max_retries, initial_delay, backoff_multiplier, ...);
+- rh_agents: ``RetryConfig`` settings in its own names (max_attempts, backoff_strategy, ...);
 - Prana: ``NodeSettings(retry_on_failed=True, max_retries=3, retry_delay_ms=1000)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import attrs
 import yaml
 
 from prana import Node, NodeSettings, RetryPolicy, Workflow
-from prana._decision import AttemptView
 from prana._policy import coerce_policies, resolve
 
 
@@ -85,77 +82,51 @@ def noetl_policies(text: str) -> tuple[RetryPolicy, ...]:
 
 # --- rh_agents ---------------------------------------------------------------------------
 
-
-@attrs.frozen(kw_only=True)
-class RetryConfig:
-    """rh_agents' retry settings for an agent step, as its users write them."""
-
-    max_retries: int = 3
-    initial_delay: float = 1.0
-    backoff_multiplier: float = 2.0
-    max_delay: float = 60.0
-    jitter: bool = True
-    retry_on: tuple[type[BaseException], ...] | None = None
-    exclude: tuple[type[BaseException], ...] | None = None
-    retry_on_result: Callable[[Any], bool] | None = None
-    retry_when: Callable[[AttemptView], Any] | None = None
-
-    def to_policy(self) -> RetryPolicy:
-        """The same settings as a prana policy."""
-        return RetryPolicy(
-            max_attempts=self.max_retries + 1,
-            initial_delay=self.initial_delay,
-            multiplier=self.backoff_multiplier,
-            backoff="exponential",
-            max_delay=self.max_delay,
-            jitter="full" if self.jitter else "none",
-            retry_on=self.retry_on,
-            exclude=self.exclude,
-            retry_on_result=self.retry_on_result,
-            retry_when=self.retry_when,
-        )
-
-
-def still_running(output: Any) -> bool:
-    """A job-status poll is not done while the job is pending or running."""
-    return isinstance(output, dict) and output.get("status") in ("pending", "running")
-
-
-def overloaded(view: AttemptView) -> bool:
-    """Retry a model call only when the provider says it is overloaded."""
-    return view.error is not None and "overloaded" in view.error.message
-
-
-RH_AGENTS = {
-    "rh_agents: LLM call": RetryConfig(max_retries=3, initial_delay=1, max_delay=30),
-    "rh_agents: tool call on network errors": RetryConfig(
-        max_retries=5,
-        initial_delay=0.5,
-        backoff_multiplier=1.5,
-        max_delay=10,
-        jitter=False,
-        retry_on=(ConnectionError, TimeoutError),
-    ),
-    "rh_agents: rate limits, never auth": RetryConfig(
-        max_retries=4,
-        initial_delay=2,
-        backoff_multiplier=3,
-        max_delay=120,
-        retry_on=(RateLimitError, ConnectionError),
-        exclude=(AuthError,),
-    ),
-    "rh_agents: poll until done": RetryConfig(
-        max_retries=10,
-        initial_delay=5,
-        backoff_multiplier=1,
-        max_delay=5,
-        jitter=False,
-        retry_on_result=still_running,
-    ),
-    "rh_agents: only when overloaded": RetryConfig(
-        max_retries=2, initial_delay=4, max_delay=8, jitter=False, retry_when=overloaded
-    ),
+RH_AGENTS: dict[str, dict[str, Any]] = {
+    "rh_agents: global default": {
+        "max_attempts": 3,
+        "backoff_strategy": "exponential",
+        "initial_delay": 1.0,
+        "max_delay": 30.0,
+    },
+    "rh_agents: tool calls": {
+        "max_attempts": 5,
+        "backoff_strategy": "exponential",
+        "retry_on_exceptions": ["TimeoutError", "ConnectionError"],
+    },
+    "rh_agents: aggressive per-event": {
+        "max_attempts": 5,
+        "backoff_strategy": "exponential",
+        "initial_delay": 2.0,
+        "backoff_multiplier": 3.0,
+    },
+    "rh_agents: linear": {
+        "max_attempts": 4,
+        "backoff_strategy": "linear",
+        "initial_delay": 2.0,
+        "jitter": False,
+    },
+    "rh_agents: API calls within a minute": {
+        "max_attempts": 5,
+        "backoff_strategy": "exponential",
+        "retry_on_exceptions": ["RateLimitError", "ConnectionError"],
+        "exclude_exceptions": ["AuthError"],
+        "retry_timeout": 60.0,
+    },
 }
+"""rh_agents' ``RetryConfig`` examples (docs/RETRY_MECHANISM_SPEC.md) in its own field names.
+
+A mapping with ``backoff_strategy``, ``retry_on_exceptions`` or ``exclude_exceptions`` is
+read with rh_agents' meaning: +/-25% jitter by default, a linear curve of ``initial_delay *
+attempt``, and only timeouts and connection errors retried unless told otherwise.
+"""
+
+
+def rh_agents_policies(config: dict[str, Any]) -> tuple[RetryPolicy, ...]:
+    """The policy an rh_agents ``RetryConfig`` (as a mapping) means."""
+    policies = coerce_policies(config, field="retry_config")
+    assert policies is not None
+    return policies
 
 
 # --- Prana --------------------------------------------------------------------------------
@@ -181,7 +152,7 @@ def examples() -> dict[str, tuple[RetryPolicy, ...]]:
     for name, text in NOETL_YAML.items():
         out[name] = noetl_policies(text)
     for name, config in RH_AGENTS.items():
-        out[name] = (config.to_policy(),)
+        out[name] = rh_agents_policies(config)
     out["prana: retry_on_failed, 3 x 1000 ms"] = prana_simple_form()
     return out
 

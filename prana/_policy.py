@@ -915,7 +915,66 @@ def _coerce_one(value: Any, *, field: str, top: bool) -> list[RetryPolicy]:
     )
 
 
+_RH_AGENTS_KEYS = frozenset({"backoff_strategy", "retry_on_exceptions", "exclude_exceptions"})
+"""Keys only rh_agents' ``RetryConfig`` uses: a mapping with one of them is in its form."""
+_RH_AGENTS_RETRYABLE = ("TimeoutError", "ConnectionError")
+"""rh_agents' ``DEFAULT_RETRYABLE_EXCEPTIONS`` (its asyncio and Connection* errors are
+subclasses of these)."""
+_RH_AGENTS_NON_RETRYABLE = (
+    "ValueError",
+    "TypeError",
+    "KeyError",
+    "AttributeError",
+    "AssertionError",
+)
+"""rh_agents' ``DEFAULT_NON_RETRYABLE_EXCEPTIONS``, merged with the config's own exclusions."""
+_RH_AGENTS_JITTER = 0.25
+"""rh_agents' jitter: "Add ±25% jitter" (``delay * (0.75 + random() * 0.5)``)."""
+
+
+def _from_rh_agents(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
+    """rh_agents' ``RetryConfig`` (as a mapping) with rh_agents' meaning.
+
+    rhodief/rh-agents rh_agents/core/retry.py: ``max_attempts`` includes the first try;
+    the linear strategy is ``initial_delay * attempt`` (the multiplier is ignored);
+    ``jitter`` (default true) is +/-25%; without ``retry_on_exceptions`` only timeouts and
+    connection errors retry; ``exclude_exceptions`` adds to its own exclusions.
+    """
+    rest = {k: v for k, v in value.items() if k not in _RH_AGENTS_KEYS}
+    kwargs: dict[str, Any] = {"jitter": _RH_AGENTS_JITTER}
+    for key, item in rest.items():
+        if key == "backoff_multiplier":
+            key = "multiplier"
+        elif key not in _RH_AGENTS_FIELDS:
+            raise InvalidSettingsError(
+                f"{field}: unknown RetryConfig setting {key!r}; rh_agents' RetryConfig has "
+                f"{', '.join(sorted(_RH_AGENTS_FIELDS | _RH_AGENTS_KEYS | {'backoff_multiplier'}))}"
+            )
+        kwargs[key] = item
+    if kwargs["jitter"] is True:
+        kwargs["jitter"] = _RH_AGENTS_JITTER
+    strategy = value.get("backoff_strategy", "exponential")
+    strategy = getattr(strategy, "value", strategy)
+    kwargs["backoff"] = strategy
+    if strategy == "linear":
+        kwargs["multiplier"] = 1.0
+    retry_on = value.get("retry_on_exceptions")
+    kwargs["retry_on"] = _RH_AGENTS_RETRYABLE if retry_on is None else retry_on
+    exclude = value.get("exclude_exceptions") or ()
+    if isinstance(exclude, str | type):
+        exclude = (exclude,)
+    kwargs["exclude"] = (*_RH_AGENTS_NON_RETRYABLE, *exclude)
+    return RetryPolicy(**kwargs)
+
+
+_RH_AGENTS_FIELDS = frozenset(
+    {"max_attempts", "initial_delay", "max_delay", "jitter", "retry_timeout", "enabled"}
+)
+
+
 def _from_mapping(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
+    if not _RH_AGENTS_KEYS.isdisjoint(value):
+        return _from_rh_agents(value, field=field)
     kwargs: dict[str, Any] = {}
     for raw_key, item in value.items():
         key = _ALIASES.get(raw_key, raw_key)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from prana import ErrorInfo, RetryPolicy
-from prana._decision import AttemptView, decide_retry, rejects_result
+from prana._decision import AttemptView, decide_retry
 from prana._policy import attempt_timeout
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "policies.py"
@@ -134,29 +134,23 @@ def test_noetl_blocks(found: dict[str, tuple[RetryPolicy, ...]]) -> None:
 
 
 def test_rh_agents_configs(found: dict[str, tuple[RetryPolicy, ...]], example: ModuleType) -> None:
-    """Each RetryConfig keeps its meaning as a policy."""
-    (llm,) = found["rh_agents: LLM call"]
-    assert (llm.max_attempts, llm.jitter) == (4, "full")
-    first = decide_retry([llm], fail(ConnectionError()), seed=SEED)
+    """Each rh_agents RetryConfig keeps rh_agents' meaning: +/-25% jitter, transient errors."""
+    (default,) = found["rh_agents: global default"]
+    assert (default.max_attempts, default.jitter, default.max_delay) == (3, 0.25, 30.0)
+    first = decide_retry([default], fail(ConnectionError()), seed=SEED)
     assert first is not None
-    assert 0 <= first.delay_seconds <= 1
-    (tool,) = found["rh_agents: tool call on network errors"]
-    assert delays(tool) == [0.5, 0.75, 1.125, 1.6875, 2.53125]
-    assert decide_retry([tool], fail(RuntimeError()), seed=SEED) is None
-    (limits,) = found["rh_agents: rate limits, never auth"]
-    assert decide_retry([limits], fail(example.RateLimitError()), seed=SEED) is not None
-    assert decide_retry([limits], fail(example.AuthError()), seed=SEED) is None
-
-
-def test_rh_agents_polling_and_conditions(found: dict[str, tuple[RetryPolicy, ...]]) -> None:
-    """The polling config rejects a pending status; the overload config checks the message."""
-    (poll,) = found["rh_agents: poll until done"]
-    assert rejects_result([poll], AttemptView(attempt=1, error=None, output={"status": "pending"}))
-    assert not rejects_result([poll], AttemptView(attempt=1, error=None, output={"status": "ok"}))
-    assert delays(poll) == [5.0] * 10
-    (busy,) = found["rh_agents: only when overloaded"]
-    assert decide_retry([busy], fail(RuntimeError("model overloaded")), seed=SEED) is not None
-    assert decide_retry([busy], fail(RuntimeError("bad request")), seed=SEED) is None
+    assert 0.75 <= first.delay_seconds <= 1.25
+    assert decide_retry([default], fail(RuntimeError()), seed=SEED) is None
+    (tools,) = found["rh_agents: tool calls"]
+    assert decide_retry([tools], fail(TimeoutError()), seed=SEED) is not None
+    (aggressive,) = found["rh_agents: aggressive per-event"]
+    assert delays(aggressive) == [2.0, 6.0, 18.0, 54.0]
+    (linear,) = found["rh_agents: linear"]
+    assert delays(linear) == [2.0, 4.0, 6.0]
+    (api,) = found["rh_agents: API calls within a minute"]
+    assert api.retry_timeout == 60.0
+    assert decide_retry([api], fail(example.RateLimitError()), seed=SEED) is not None
+    assert decide_retry([api], fail(example.AuthError()), seed=SEED) is None
 
 
 def test_prana_simple_form(found: dict[str, tuple[RetryPolicy, ...]]) -> None:

@@ -21,6 +21,7 @@ from prana import (
     Connection,
     ErrorInfo,
     Failed,
+    InvalidSettingsError,
     Node,
     NodeSettings,
     Registry,
@@ -321,7 +322,6 @@ def test_lint_flags_only_overlaps_where_waymark_would_allow_more(text: str, flag
 # -- rh_agents -----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="rh_agents' form (backoff_strategy ...) is refused")
 def test_rh_agents_linear_backoff_is_initial_delay_times_attempt() -> None:
     """An rh_agents config with a linear strategy waits 1, 2, 3 x the initial delay.
 
@@ -342,6 +342,35 @@ def test_rh_agents_linear_backoff_is_initial_delay_times_attempt() -> None:
     # written in prana's own names, linear keeps DESIGN §5's formula with the multiplier
     ours = RetryPolicy(max_attempts=4, backoff="linear", initial_delay=2.0, multiplier=3.0)
     assert [row.max_delay for row in ours.schedule()] == [2.0, 8.0, 14.0]
+
+
+def test_rh_agents_form_keeps_its_jitter_and_error_filters() -> None:
+    """An rh_agents config keeps its +/-25% jitter and its transient-errors-only default.
+
+    rhodief/rh-agents rh_agents/core/retry.py: "jitter: bool = Field(default=True" with
+    "# Apply jitter if enabled (±25% jitter)"; "DEFAULT_RETRYABLE_EXCEPTIONS" lists
+    "TimeoutError, asyncio.TimeoutError, ConnectionError, ..." and "exclude_exceptions" is a
+    "Blacklist of exceptions to never retry (merged with defaults)".
+    """
+    (policy,) = coerce_policies({"max_attempts": 5, "backoff_strategy": "exponential"}, field="c")
+    assert policy.jitter == 0.25
+    assert decide_retry([policy], failed_view(TimeoutError()), seed=SEED) is not None
+    assert decide_retry([policy], failed_view(NetworkError()), seed=SEED) is not None
+    assert decide_retry([policy], failed_view(RuntimeError()), seed=SEED) is None
+    (strict,) = coerce_policies(
+        {
+            "retry_on_exceptions": ["ValueError", "LookupError"],
+            "exclude_exceptions": ["IndexError"],
+            "jitter": False,
+        },
+        field="c",
+    )
+    assert strict.jitter == "none"
+    assert decide_retry([strict], failed_view(ValueError()), seed=SEED) is None
+    assert decide_retry([strict], failed_view(IndexError()), seed=SEED) is None
+    assert decide_retry([strict], failed_view(LookupError()), seed=SEED) is not None
+    with pytest.raises(InvalidSettingsError, match="unknown RetryConfig setting 'retries'"):
+        coerce_policies({"backoff_strategy": "linear", "retries": 3}, field="c")
 
 
 @pytest.mark.xfail(strict=True, reason="retry_timeout ignored the next attempt's timeout")
