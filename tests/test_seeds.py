@@ -352,18 +352,23 @@ def test_rh_agents_form_keeps_its_jitter_and_error_filters() -> None:
     "TimeoutError, asyncio.TimeoutError, ConnectionError, ..." and "exclude_exceptions" is a
     "Blacklist of exceptions to never retry (merged with defaults)".
     """
-    (policy,) = coerce_policies({"max_attempts": 5, "backoff_strategy": "exponential"}, field="c")
+    (policy,) = (
+        coerce_policies({"max_attempts": 5, "backoff_strategy": "exponential"}, field="c") or ()
+    )
     assert policy.jitter == 0.25
     assert decide_retry([policy], failed_view(TimeoutError()), seed=SEED) is not None
     assert decide_retry([policy], failed_view(NetworkError()), seed=SEED) is not None
     assert decide_retry([policy], failed_view(RuntimeError()), seed=SEED) is None
-    (strict,) = coerce_policies(
-        {
-            "retry_on_exceptions": ["ValueError", "LookupError"],
-            "exclude_exceptions": ["IndexError"],
-            "jitter": False,
-        },
-        field="c",
+    (strict,) = (
+        coerce_policies(
+            {
+                "retry_on_exceptions": ["ValueError", "LookupError"],
+                "exclude_exceptions": ["IndexError"],
+                "jitter": False,
+            },
+            field="c",
+        )
+        or ()
     )
     assert strict.jitter == "none"
     assert decide_retry([strict], failed_view(ValueError()), seed=SEED) is None
