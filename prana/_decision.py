@@ -75,7 +75,8 @@ class AttemptView:
     the start of the node run's first attempt until now; ``exception`` the live exception
     when there is one (``None`` after a reload or for a rejected result);
     ``retry_after_seconds`` carries a ``RetryAfter`` hint when the exception is not live;
-    ``execution_id`` and ``node_key`` say whose attempt it was.
+    ``execution_id`` and ``node_key`` say whose attempt it was; ``timeout_seconds`` is the
+    per-attempt timeout the next attempt would run under (``retry_timeout`` counts it).
     """
 
     attempt: int
@@ -86,6 +87,7 @@ class AttemptView:
     retry_after_seconds: float | None = None
     execution_id: str | None = None
     node_key: str | None = None
+    timeout_seconds: float | None = None
 
     def names(self) -> dict[str, Any]:
         """NoETL's names for the attempt (see ``CONDITION_SCOPE``), written without ``$``.
@@ -262,10 +264,17 @@ def explain_retry(
         delay = policy.delay_for(view.attempt, seed=seed)
     if testing:
         delay = 0.0
-    if policy.retry_timeout is not None and view.elapsed_seconds + delay > policy.retry_timeout:
+    # An attempt is not started unless its timeout, too, fits what is left of the budget
+    # (rh_agents: "Fourth attempt won't start (would exceed 30s total)").
+    runs_for = view.timeout_seconds or 0.0
+    if (
+        policy.retry_timeout is not None
+        and view.elapsed_seconds + delay + runs_for > policy.retry_timeout
+    ):
+        timed = f" + {runs_for:g}s attempt timeout" if runs_for else ""
         return _no(
             RetryReason.BUDGET,
-            f"retry_timeout: {view.elapsed_seconds:g}s elapsed + {delay:g}s delay > "
+            f"retry_timeout: {view.elapsed_seconds:g}s elapsed + {delay:g}s delay{timed} > "
             f"{policy.retry_timeout:g}s",
         )
     decision = RetryDecision(

@@ -739,6 +739,7 @@ class Run(Frontier):
                 elapsed_seconds=(now - node_run.started_at).total_seconds(),
                 execution_id=self.id,
                 node_key=key,
+                timeout_seconds=cn.timeout,
             )
             explanation = explain_retry(
                 cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"

@@ -582,9 +582,10 @@ class RetryPolicy:
         """Every retry's delay (min / typical / max with jitter) and the running totals.
 
         ``attempts`` (first try included) overrides ``max_attempts``. Retries that could
-        never start inside ``retry_timeout`` (even at their shortest delays) are left out;
-        the table assumes attempts take no time themselves. ``set_testing`` does not
-        change it: it describes the policy, not a run.
+        never start inside ``retry_timeout`` (even at their shortest delays, with the
+        policy's own ``timeout`` still to fit after them) are left out; the table assumes
+        attempts take no time themselves. ``set_testing`` does not change it: it describes
+        the policy, not a run.
         """
         if attempts is not None and (
             isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
@@ -600,7 +601,10 @@ class RetryPolicy:
         cum_lo = cum_typical = cum_hi = 0.0
         for k in range(1, limit + 1):
             lo, typical, hi = self._bounds(k)
-            if self.retry_timeout is not None and cum_lo + lo > self.retry_timeout:
+            if (
+                self.retry_timeout is not None
+                and cum_lo + lo + (self.timeout or 0.0) > self.retry_timeout
+            ):
                 break
             cum_lo, cum_typical, cum_hi = cum_lo + lo, cum_typical + typical, cum_hi + hi
             rows.append(

@@ -378,7 +378,6 @@ def test_rh_agents_form_keeps_its_jitter_and_error_filters() -> None:
         coerce_policies({"backoff_strategy": "linear", "retries": 3}, field="c")
 
 
-@pytest.mark.xfail(strict=True, reason="retry_timeout ignored the next attempt's timeout")
 def test_rh_agents_retry_timeout_does_not_start_an_attempt_that_cannot_finish() -> None:
     """No attempt starts whose timeout would run past what is left of ``retry_timeout``.
 
@@ -408,6 +407,27 @@ def test_rh_agents_retry_timeout_does_not_start_an_attempt_that_cannot_finish() 
         outcome = run_to_end(one_node(NodeSettings(retry=policy)), registry, clock)
         assert isinstance(outcome, Failed)
         assert attempts_of(outcome) == expected, timeout
+
+
+def test_schedule_leaves_out_retries_whose_timeout_cannot_fit_the_budget() -> None:
+    """``schedule()`` agrees with the run: a retry whose timeout overruns the budget is not listed.
+
+    The rule of rhodief/rh-agents docs/RETRY_MECHANISM_SPEC.md: "Fourth attempt won't start
+    (would exceed 30s total)".
+    """
+    policy = RetryPolicy(
+        max_attempts=4,
+        backoff="constant",
+        initial_delay=10,
+        max_delay=10,
+        retry_timeout=30,
+        timeout=15,
+    )
+    assert [row.retry for row in policy.schedule()] == [1]
+    untimed = RetryPolicy(
+        max_attempts=4, backoff="constant", initial_delay=10, max_delay=10, retry_timeout=30
+    )
+    assert [row.retry for row in untimed.schedule()] == [1, 2, 3]
 
 
 def test_rh_agents_defaults_per_actor_type_are_registered_defaults() -> None:
