@@ -35,7 +35,7 @@ from prana import (
     Registry,
     Workflow,
 )
-from scheduling import Runner
+from scheduling import Runner, StoreError
 from scheduling.abc import Scheduler
 from scheduling.adapters.procrastinate import (
     TASK_NAME,
@@ -76,6 +76,11 @@ class Fired:
         with self._cond:
             return self._cond.wait_for(lambda: len(self.ids) >= count, timeout=TIMEOUT)
 
+    def wait_for_ids(self, ids: set[str], timeout: float = TIMEOUT) -> bool:
+        """Wait until every id in ``ids`` fired (at least once)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: ids <= set(self.ids), timeout=timeout)
+
 
 class Env:
     """A schema and a queue of this test's own, and the schedulers made over them."""
@@ -86,10 +91,10 @@ class Env:
         self.queue = f"prana-test-{uuid.uuid4().hex[:12]}"
         self.schedulers: list[ProcrastinateScheduler] = []
 
-    def scheduler(self, **options: Any) -> ProcrastinateScheduler:
+    def scheduler(self, dsn: str | None = None, **options: Any) -> ProcrastinateScheduler:
         options.setdefault("poll_interval", 0.05)
         scheduler = ProcrastinateScheduler(
-            self.dsn, queue=self.queue, schema=self.schema, **options
+            dsn or self.dsn, queue=self.queue, schema=self.schema, **options
         )
         self.schedulers.append(scheduler)
         return scheduler
@@ -105,9 +110,9 @@ class Env:
             cursor = conn.cursor(row_factory=psycopg.rows.dict_row)
             return cursor.execute(query, (self.queue, status, status)).fetchall()
 
-    def wait_until(self, predicate: Callable[[], bool]) -> bool:
-        """Check ``predicate`` (each check is a query) every 20 ms until true or ``TIMEOUT``."""
-        deadline = time.monotonic() + TIMEOUT
+    def wait_until(self, predicate: Callable[[], bool], timeout: float = TIMEOUT) -> bool:
+        """Check ``predicate`` (each check is a query) every 20 ms until true or ``timeout``."""
+        deadline = time.monotonic() + timeout
         pause = threading.Event()  # never set: its wait is the pause between checks
         while not predicate():
             if time.monotonic() > deadline:
@@ -333,13 +338,15 @@ def test_bad_settings_are_refused(postgres_dsn: str) -> None:
 
 
 def test_unreachable_database_fails_start_clearly(env: Env) -> None:
-    """``start`` over a database that cannot be reached raises instead of firing nothing."""
+    """``start`` over a database that cannot be reached raises a one-line ``StoreError``."""
     scheduler = ProcrastinateScheduler(
         "postgresql://postgres@127.0.0.1:1/test", queue=env.queue, connect_timeout_seconds=0.3
     )
-    with pytest.raises(PoolTimeout):
+    with pytest.raises(StoreError, match=r"^procrastinate job queue: setup failed: ") as caught:
         scheduler.start(Fired())
-    with pytest.raises(PoolTimeout):  # and it may be retried: the failed start left nothing
+    assert "\n" not in str(caught.value)
+    assert isinstance(caught.value.__cause__, PoolTimeout)
+    with pytest.raises(StoreError):  # and it may be retried: the failed start left nothing
         scheduler.start(Fired())
 
 
@@ -471,3 +478,101 @@ def test_runner_over_postgres_completes_a_retried_execution(env: Env) -> None:
     assert done.output == {"ok": True, "attempt": 3}
     assert flaky.calls == 3
     assert env.jobs() == []
+
+
+# -- crashes and lost connections ----------------------------------------------------------
+
+
+def insert_doing_job(env: Env, execution_id: str, *, heartbeat_age_seconds: float) -> int:
+    """A job of ``execution_id`` left ``doing`` by a worker last heard of that long ago."""
+    options = f"-c search_path={env.schema}"
+    key = f"{env.queue}:{execution_id}"
+    with psycopg.connect(env.dsn, autocommit=True, options=options) as conn:
+        [worker] = conn.execute(
+            "INSERT INTO procrastinate_workers (last_heartbeat)"
+            " VALUES (now() - make_interval(secs => %s)) RETURNING id",
+            (heartbeat_age_seconds,),
+        ).fetchone() or (None,)
+        [job] = conn.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, queueing_lock, args,"
+            " status, scheduled_at, worker_id) VALUES (%s, %s, %s, %s, %s, 'doing', now(), %s)"
+            " RETURNING id",
+            (
+                env.queue,
+                TASK_NAME,
+                key,
+                key,
+                psycopg.types.json.Jsonb({"execution_id": execution_id}),
+                worker,
+            ),
+        ).fetchone() or (None,)
+    return int(job)
+
+
+def test_a_job_a_dead_worker_left_doing_fires_again(env: Env) -> None:
+    """A worker killed mid-job leaves it ``doing``: a live worker retries it (it fires again)."""
+    scheduler = env.scheduler()
+    scheduler.setup()
+    insert_doing_job(env, "exec-1", heartbeat_age_seconds=3600)
+    fired = Fired()
+    scheduler.start(fired)
+    assert fired.wait_for(1)
+    assert env.wait_until(lambda: env.jobs() == [])
+    assert fired.ids == ["exec-1"]
+
+
+def test_a_dead_workers_job_never_blocks_a_new_alarm_of_its_execution(env: Env) -> None:
+    """The lock a dead worker's job held is freed: the execution's next alarm fires, once."""
+    scheduler = env.scheduler()
+    scheduler.setup()
+    insert_doing_job(env, "exec-1", heartbeat_age_seconds=3600)
+    scheduler.schedule("exec-1", now())
+    fired = Fired()
+    scheduler.start(fired)
+    assert fired.wait_for(1)
+    assert env.wait_until(lambda: env.jobs() == [])
+    assert fired.ids == ["exec-1"]
+
+
+def test_a_live_workers_job_is_left_alone(env: Env) -> None:
+    """A ``doing`` job whose worker still beats is not taken: alarms run one at a time."""
+    scheduler = env.scheduler(stalled_after_seconds=60)
+    scheduler.setup()
+    job = insert_doing_job(env, "exec-1", heartbeat_age_seconds=0)
+    dead = insert_doing_job(env, "exec-2", heartbeat_age_seconds=61)
+    assert scheduler.recover_stalled() == 1
+    assert [(row["id"], row["status"]) for row in env.jobs()] == [(job, "doing"), (dead, "todo")]
+
+
+def test_the_worker_carries_on_after_its_connections_are_cut(env: Env) -> None:
+    """Every connection of a running worker ended by the server: it reconnects and fires.
+
+    An alarm running at the cut may fire twice (at least once: its end could not be
+    recorded); none is lost. Reconnecting takes seconds (psycopg's pool backs off), so the
+    waits here are longer.
+    """
+    reconnect = 3 * TIMEOUT
+    name = f"prana-cut-{uuid.uuid4().hex[:10]}"
+    scheduler = env.scheduler(dsn=make_conninfo(env.dsn, application_name=name))
+    fired = Fired()
+    scheduler.start(fired)
+    other = env.scheduler()
+
+    def cut() -> int:
+        with psycopg.connect(env.dsn, autocommit=True) as conn:
+            return len(
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = %s",
+                    (name,),
+                ).fetchall()
+            )
+
+    for round_ in range(2):
+        assert env.wait_until(lambda: cut() > 0, reconnect)
+        other.schedule(f"exec-{round_}", now())
+        assert fired.wait_for_ids({f"exec-{round_}"}, reconnect)
+    assert cut() > 0
+    scheduler.schedule("own", now())  # its own connections were cut too
+    assert fired.wait_for_ids({"own"}, reconnect)
+    assert env.wait_until(lambda: env.jobs() == [], reconnect)

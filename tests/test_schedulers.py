@@ -12,6 +12,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -981,3 +982,50 @@ def test_aps_shutdown_right_after_a_fire_keeps_the_scheduler_thread_alive() -> N
         adapter.schedule(f"x{i}", real_now() - timedelta(seconds=1))
         assert recorder.wait_threaded(1)
         adapter.shutdown()  # an unhandled thread error would fail this test
+
+
+def test_aps_shutdown_waits_for_the_alarm_firing_now() -> None:
+    """``shutdown`` returns only once an alarm firing at that moment has finished.
+
+    A runner closes its store right after (a worker stopping on SIGTERM): an alarm still
+    running then would write to a closed store.
+    """
+    adapter = APSchedulerAdapter()
+    started, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow(execution_id: str) -> None:
+        started.set()
+        release.wait(10)
+        order.append("fire done")
+
+    adapter.start(slow)
+    adapter.schedule("slow", real_now() - timedelta(seconds=1))
+    assert started.wait(10)
+
+    def stop() -> None:
+        adapter.shutdown()
+        order.append("shutdown returned")
+
+    stopping = threading.Thread(target=stop)
+    stopping.start()
+    deadline = time.monotonic() + 10
+    while adapter.name in aps_module._FIRES and time.monotonic() < deadline:
+        threading.Event().wait(0.001)  # until shutdown has begun (it unregisters first)
+    release.set()
+    stopping.join(10)
+    assert order == ["fire done", "shutdown returned"]
+
+
+def test_aps_shutdown_from_inside_an_alarm_does_not_wait_for_itself() -> None:
+    """An alarm that shuts its own scheduler down is not waited for (no deadlock)."""
+    adapter = APSchedulerAdapter()
+    done = threading.Event()
+
+    def stop_from_inside(execution_id: str) -> None:
+        adapter.shutdown()
+        done.set()
+
+    adapter.start(stop_from_inside)
+    adapter.schedule("self", real_now() - timedelta(seconds=1))
+    assert done.wait(10)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -15,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prana import ExecutionStatus, PranaError, Registry, Workflow
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from scheduling._console import ConsoleView
     from scheduling._runner import Runner
     from scheduling.abc import ExecutionStore
@@ -246,3 +250,47 @@ def finish(runner: Runner, execution_id: str, view: ConsoleView) -> int:
         )
         else EXIT_OK
     )
+
+
+# -- logging ------------------------------------------------------------------------------
+
+
+class OneLineFormatter(logging.Formatter):
+    """Every record on one line: an exception is summarised as ``Type: message``, no traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        exc_info, record.exc_info, record.exc_text = record.exc_info, None, None
+        try:
+            text = super().format(record)
+        finally:
+            record.exc_info = exc_info
+        if exc_info is not None and exc_info[1] is not None:
+            text += f" ({type(exc_info[1]).__name__}: {one_line(exc_info[1])})"
+        return " ".join(text.split("\n"))
+
+
+@contextlib.contextmanager
+def one_line_logging(level: int = logging.WARNING) -> Iterator[None]:
+    """While inside, log records at ``level`` and above to stderr, one line each.
+
+    For the long-running commands: the libraries only attach ``NullHandler``s, so without
+    this a worker would say nothing about a lost database. The connection pool's own
+    per-connection warnings are raised to ERROR (the worker says what matters once).
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(level)
+    root = logging.getLogger()
+    pool = logging.getLogger("psycopg.pool")
+    previous = root.level, pool.level
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > level:
+        root.setLevel(level)
+    if pool.level == logging.NOTSET:
+        pool.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous[0])
+        pool.setLevel(previous[1])

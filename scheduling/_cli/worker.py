@@ -1,8 +1,17 @@
-"""``prana worker``: resume due executions until stopped, alone or as one of several."""
+"""``prana worker``: resume due executions until stopped, alone or as one of several.
+
+SIGTERM stops a worker gracefully (alarms firing finish first), prints one line and exits
+with 0; Ctrl-C (SIGINT) does the same and exits with 130. Losing the database is logged in
+one line and the worker carries on. Logs go to stderr, one line per record.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import logging
+import math
+import signal
 import threading
 from typing import TYPE_CHECKING
 
@@ -13,14 +22,16 @@ from scheduling._cli._common import (
     CLIError,
     load_actions,
     make_runner,
+    one_line_logging,
     open_store,
     postgres_dsn,
     postgres_schema,
     where,
 )
+from scheduling._errors import StoreError
 
 if TYPE_CHECKING:
-    import argparse
+    from collections.abc import Callable, Iterator
 
     from prana import Registry
     from scheduling._cli._common import AddCommand
@@ -36,9 +47,16 @@ def register(add: AddCommand) -> None:
     worker.add_argument("--once", action="store_true", help="resume what is due now, then exit")
     worker.add_argument(
         "--poll",
-        type=float,
+        type=_seconds("--poll"),
         default=WORKER_POLL_SECONDS,
         help="seconds between checks for work left due by other processes (default 1)",
+    )
+    worker.add_argument(
+        "--lease",
+        type=_seconds("--lease"),
+        default=LEASE_SECONDS,
+        help="procrastinate: seconds a worker may stay silent (killed, cut off) before the "
+        "others take up the alarms it was firing (default 30)",
     )
     worker.add_argument(
         "--scheduler",
@@ -47,6 +65,29 @@ def register(add: AddCommand) -> None:
         help="procrastinate: several workers share alarms in PostgreSQL (needs --postgres)",
     )
     worker.set_defaults(handler=_cmd_worker)
+
+
+LEASE_SECONDS = 30.0
+_MAX_SECONDS = 86_400.0
+_STOPPED = "worker stopped ({}): suspended executions stay in the store for the next worker"
+
+
+def _seconds(option: str) -> Callable[[str], float]:
+    """An argparse type: a number of seconds > 0 and at most a day, else one clear line."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not 0 < value <= _MAX_SECONDS:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number of seconds > 0 and <= {_MAX_SECONDS:g} "
+                f"(e.g. {option} 1.5)"
+            )
+        return value
+
+    return parse
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
@@ -63,16 +104,34 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             handled = runner.run_due()
             print(f"resumed {len(handled)} due execution(s)")
             return EXIT_OK
-        if args.scheduler == "procrastinate":
-            return _procrastinate_worker(args, registry, store, view)
-        stop = threading.Event()
-        with runner, view.live():
-            print(f"worker on {where(args)}: resuming due executions (Ctrl-C to stop)")
-            while not stop.wait(args.poll):
-                runner.rearm_due()
+        with one_line_logging():
+            if args.scheduler == "procrastinate":
+                return _procrastinate_worker(args, registry, store, view)
+            stop = threading.Event()
+            with _stop_on_sigterm(stop) as signalled, runner, view.live():
+                print(f"worker on {where(args)}: resuming due executions (Ctrl-C to stop)")
+                rearm_until(runner, stop, args.poll)
+            print(_STOPPED.format(signalled[0].name))
+            return EXIT_OK
     finally:
         store.close()
-    return EXIT_OK  # pragma: no cover - the loop only ends by Ctrl-C
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(stop: threading.Event) -> Iterator[list[signal.Signals]]:
+    """While inside, SIGTERM sets ``stop`` (and is recorded in the list yielded)."""
+    signalled: list[signal.Signals] = []
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        del frame
+        signalled.append(signal.Signals(signum))
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield signalled
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _procrastinate_worker(
@@ -84,7 +143,12 @@ def _procrastinate_worker(
         raise CLIError(PROCRASTINATE_NEEDS_POSTGRES)
     from scheduling.adapters.procrastinate import ProcrastinateScheduler
 
-    scheduler = ProcrastinateScheduler(dsn, schema=postgres_schema(args), run_in_thread=False)
+    scheduler = ProcrastinateScheduler(
+        dsn,
+        schema=postgres_schema(args),
+        run_in_thread=False,
+        stalled_after_seconds=args.lease,
+    )
     stop = threading.Event()
     with make_runner(registry, store, view, scheduler, recover=True) as runner, view.live():
         # Work another process left due without an alarm (a `prana run` killed in backoff)
@@ -95,17 +159,27 @@ def _procrastinate_worker(
         rearm.start()
         print("worker on PostgreSQL (procrastinate): resuming due executions (Ctrl-C to stop)")
         try:
-            scheduler.run_worker()
+            stopped_by = scheduler.run_worker()
         finally:
             stop.set()
             rearm.join(timeout=5)
+    if stopped_by is signal.SIGINT:
+        raise KeyboardInterrupt  # main() prints its one line and exits with 130
+    print(_STOPPED.format(stopped_by.name if stopped_by is not None else "shut down"))
     return EXIT_OK
 
 
 def rearm_until(runner: Runner, stop: threading.Event, every: float) -> None:
-    """Re-arm due executions every ``every`` seconds until ``stop`` is set; log failures."""
+    """Re-arm due executions every ``every`` seconds until ``stop`` is set.
+
+    A store error (the database went away) is logged in one line and the next round tries
+    again; anything else is logged with its traceback (a bug), and the loop goes on.
+    """
+    logger = logging.getLogger("scheduling.worker")
     while not stop.wait(every):
         try:
             runner.rearm_due()
+        except StoreError as error:
+            logger.warning("re-arming due executions failed: %s; trying again in %gs", error, every)
         except Exception:
-            logging.getLogger("prana").exception("re-arming due executions failed")
+            logger.exception("re-arming due executions failed")

@@ -105,9 +105,13 @@ def _fire_job(execution_id: str, adapter: str) -> None:
     fire = _lookup(adapter, execution_id)
     if fire is None:
         return
-    result = fire(execution_id)
-    if inspect.isawaitable(result):
-        asyncio.run(_await(result))
+    _IN_JOB.active = True
+    try:
+        result = fire(execution_id)
+        if inspect.isawaitable(result):
+            asyncio.run(_await(result))
+    finally:
+        _IN_JOB.active = False
 
 
 async def _fire_job_async(execution_id: str, adapter: str) -> None:
@@ -120,7 +124,11 @@ async def _fire_job_async(execution_id: str, adapter: str) -> None:
         await result
 
 
-def stop_scheduler(scheduler: BaseScheduler) -> None:
+_IN_JOB = threading.local()
+"""``active`` is true in a thread pool worker while it fires an alarm (shutdown cannot wait)."""
+
+
+def stop_scheduler(scheduler: BaseScheduler, *, wait: bool = False) -> None:
     """Shut an APScheduler 3 scheduler down without killing its thread mid-pass.
 
     ``shutdown`` marks the scheduler stopped without taking the job store lock; a job pass
@@ -130,7 +138,7 @@ def stop_scheduler(scheduler: BaseScheduler) -> None:
     """
     scheduler.pause()
     scheduler.get_jobs()
-    scheduler.shutdown(wait=False)
+    scheduler.shutdown(wait=wait)
 
 
 class APSchedulerAdapter:
@@ -272,10 +280,13 @@ class APSchedulerAdapter:
         return True
 
     def shutdown(self) -> None:
-        """Stop firing and shut the scheduler down without waiting for running jobs.
+        """Stop firing and shut the scheduler down; alarms firing now finish first.
 
-        Pending jobs are removed, except in a persistent ``jobstore=``, where keeping them
-        is the point (a runner re-arms from its store anyway, replacing them).
+        Waiting for them is what lets a runner close its store right after (a worker's
+        graceful stop); an alarm that calls ``shutdown`` itself is not waited for, and
+        neither are the jobs of the asyncio mode (they run on the caller's loop). Pending
+        jobs are removed, except in a persistent ``jobstore=``, where keeping them is the
+        point (a runner re-arms from its store anyway, replacing them).
         """
         self._unregister()
         if self._jobstore is None:
@@ -283,7 +294,10 @@ class APSchedulerAdapter:
                 if job.id.startswith(JOB_ID_PREFIX):
                     self.cancel(job.id[len(JOB_ID_PREFIX) :])
         if self._started_scheduler and self._scheduler.running:
-            stop_scheduler(self._scheduler)
+            wait = not isinstance(self._scheduler, AsyncIOScheduler) and not getattr(
+                _IN_JOB, "active", False
+            )
+            stop_scheduler(self._scheduler, wait=wait)
             self._stopped_scheduler = True
         self._started_scheduler = False
 

@@ -13,11 +13,21 @@ A job already running is left alone: it fires, and the runner's compare-and-set 
 stale fire a no-op.
 
 Every worker runs one procrastinate worker (a background thread by default) that fetches
-due jobs with ``FOR UPDATE SKIP LOCKED``, so each job runs once in total, whichever worker
-takes it. The alarms live in PostgreSQL, so ``shutdown`` of one worker drops nothing: the
-others (or this one, restarted) still fire them. A job that becomes due is found by polling
+due jobs with ``FOR UPDATE SKIP LOCKED``, so a job is taken by one worker at a time. The
+alarms live in PostgreSQL, so ``shutdown`` of one worker drops nothing: the others (or this
+one, restarted) still fire them. A job that becomes due is found by polling
 (``poll_interval``): procrastinate can notify workers when a job is deferred (``listen``),
 never when a scheduled one comes due.
+
+Crashes. A worker beats (procrastinate's heartbeat, every third of
+``stalled_after_seconds``). A job left ``doing`` by a worker that stopped beating for
+``stalled_after_seconds`` (killed, frozen, cut off) would hold its execution's ``lock``
+forever; every live worker looks for such jobs as often as it beats and takes them up
+again (``recover_stalled``): the job goes back to ``todo`` and fires again, or is dropped
+when a newer alarm of its execution is queued. So an alarm fires at least once, and the
+runner's compare-and-set makes each transition happen once. A worker whose database
+connections fail (a restart, ``pg_terminate_backend``) logs one line and starts over with
+backoff, up to ``_RECONNECT_MAX_SECONDS`` between tries, until it is shut down.
 
 Transactions: ``schedule_in(conn, ...)`` defers on the caller's psycopg connection, inside
 the caller's transaction, so a store can arm the alarm in the same transaction as the state
@@ -32,14 +42,17 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import math
+import signal
 import threading
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+import attrs
 import psycopg
 from procrastinate import App, JobContext, PsycopgConnector, SyncPsycopgConnector
-from procrastinate.exceptions import AlreadyEnqueued
+from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
 from procrastinate.jobs import Job
 from procrastinate.manager import JobManager
 from procrastinate.schema import SchemaManager
@@ -49,11 +62,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from prana import InvalidSettingsError
+from scheduling._errors import StoreError
 from scheduling.adapters._common import SchedulerStateError, require_aware
 from scheduling.stores._sql import check_schema_name
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Iterator, Mapping
+    from collections.abc import Awaitable, Callable, Iterator, Mapping
 
     from procrastinate.app import WorkerOptions
 
@@ -84,18 +98,72 @@ _DELETE_QUEUED = "DELETE FROM procrastinate_jobs WHERE queueing_lock = %s AND st
 _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 """Re-arms of one id wait for each other (until the transaction ends) instead of racing."""
 
+_STALLED = (
+    "SELECT job.id, job.queueing_lock FROM procrastinate_jobs AS job"
+    " LEFT JOIN procrastinate_workers AS worker ON worker.id = job.worker_id"
+    " WHERE job.status = 'doing' AND job.queue_name = %s AND job.task_name = %s"
+    " AND (worker.id IS NULL OR worker.last_heartbeat < now() - make_interval(secs => %s))"
+    " ORDER BY job.id"
+)
+"""Jobs ``doing`` whose worker is gone or silent (procrastinate's own stalled-job rule)."""
+
+_STILL_DOING = "SELECT 1 FROM procrastinate_jobs WHERE id = %s AND status = 'doing' FOR UPDATE"
+_QUEUED = "SELECT 1 FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'"
+_RETRY_STALLED = (
+    "UPDATE procrastinate_jobs SET status = 'todo', scheduled_at = now(),"
+    " attempts = attempts + 1 WHERE id = %s AND status = 'doing'"
+)
+_DROP_STALLED = "DELETE FROM procrastinate_jobs WHERE id = %s AND status = 'doing'"
+_PRUNE_WORKERS = (
+    "DELETE FROM procrastinate_workers WHERE last_heartbeat < now() - make_interval(secs => %s)"
+)
+
+_RECONNECT_FIRST_PAUSE_SECONDS = 0.5
+_RECONNECT_MAX_SECONDS = 30.0
+
+_T = TypeVar("_T")
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error (or, for a procrastinate wrapper, its driver cause) on one line."""
+    cause = exc.__cause__ if isinstance(exc, ConnectorException) and exc.__cause__ else exc
+    if isinstance(cause, psycopg.Error) and cause.diag.message_primary:
+        return cause.diag.message_primary
+    text = "; ".join(line.strip() for line in str(cause).splitlines() if line.strip())
+    return text or type(cause).__name__
+
+
+def _broken(exc: BaseException, conn: psycopg.Connection[Any] | None) -> bool:
+    """Whether ``exc`` came from a connection the server (or the network) ended."""
+    cause = exc.__cause__ if isinstance(exc, ConnectorException) else exc
+    return (
+        isinstance(cause, psycopg.OperationalError)
+        and conn is not None
+        and (conn.broken or conn.closed)
+    )
+
 
 async def _await(awaitable: Awaitable[object]) -> object:
     return await awaitable
+
+
+async def _wait_for_event(event: asyncio.Event, seconds: float) -> None:
+    """Return when ``event`` is set or ``seconds`` have passed, whichever comes first."""
+    waiting = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiting}, timeout=seconds)
+    finally:
+        waiting.cancel()
 
 
 def prana_resume(context: JobContext, execution_id: str) -> None:
     """The task of every alarm: call the worker's fire callback with the execution id.
 
     It runs in a thread of the worker; an awaitable returned by the callback is run to
-    completion on a fresh event loop in that thread. An error is logged by procrastinate
-    and leaves the job ``failed``; the execution stays due in the store, where a runner
-    starting (or ``Runner.rearm_due``) finds it.
+    completion on a fresh event loop in that thread. A ``StoreError`` (the database went
+    away) is logged in one line; any other error is logged by procrastinate and leaves the
+    job ``failed``. Either way the execution stays due in the store, where a runner starting
+    (or ``Runner.rearm_due``, which ``prana worker`` calls every ``--poll``) finds it.
     """
     fire: Fire | None = context.additional_context.get(_FIRE_KEY)
     if fire is None:
@@ -105,9 +173,53 @@ def prana_resume(context: JobContext, execution_id: str) -> None:
             execution_id,
         )
         return
-    result = fire(execution_id)
-    if inspect.isawaitable(result):
-        asyncio.run(_await(result))
+    try:
+        result = fire(execution_id)
+        if inspect.isawaitable(result):
+            asyncio.run(_await(result))
+    except StoreError as error:
+        logger.warning(
+            "the alarm of execution %r could not be handled: %s; it stays due in the store "
+            "and is re-armed from there",
+            execution_id,
+            error,
+        )
+
+
+@attrs.define
+class _ServeState:
+    """How the current procrastinate worker of a ``ProcrastinateScheduler`` is doing."""
+
+    up: bool
+    """A worker came up once: later failures are retried, not raised."""
+    reached_database: bool = False
+    """The current worker reached the database (so the next start waits only briefly)."""
+    trouble: str | None = None
+    """Why the current worker stopped on its own, if it said."""
+
+
+class _Worker(Worker):
+    """procrastinate's worker, restarted when it cannot record the end of a job.
+
+    A job whose end could not be written (the connection went away at that moment) would
+    stay ``doing`` under a worker that still beats, holding its execution's lock for as
+    long as the worker lives. Stopping the worker instead (``ProcrastinateScheduler``
+    starts a new one) unregisters it, and the job is then taken up like any job of a
+    silent worker.
+    """
+
+    def __init__(self, *, state: _ServeState, **options: Any) -> None:
+        super().__init__(**options)
+        self.prana_state = state
+
+    async def _persist_job_status(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super()._persist_job_status(*args, **kwargs)
+        except ConnectorException as error:
+            self.prana_state.trouble = (
+                f"could not record the end of a job ({_one_line(error)}): the job fires again"
+            )
+            self.stop()  # type: ignore[no-untyped-call]
 
 
 def _with_search_path(dsn: str, schema: str | None) -> str:
@@ -155,7 +267,14 @@ class ProcrastinateScheduler:
     leave that connection open at shutdown (a ``ResourceWarning``, seen in tests).
     ``poll_interval`` is how often (seconds) a worker looks for jobs that came due;
     ``concurrency`` how many alarms one worker fires at once (each in a thread);
-    ``worker_options`` are passed on to ``App.run_worker_async`` (they win over ours).
+    ``stalled_after_seconds`` how long a worker may stay silent before the others take up
+    the jobs it was running (see the module: it beats three times in that span);
+    ``worker_options`` are passed on to procrastinate's ``Worker`` (they win over ours).
+
+    Errors reaching the database from this scheduler's own connections (``setup``,
+    ``schedule``, ``cancel``) are one-line ``StoreError``s; ``schedule`` and ``cancel``
+    run once more on a fresh connection when the server had ended theirs (both replace,
+    so running again is harmless).
 
     With a ``PostgresStore`` on the same database, a ``Runner`` arms through
     ``schedule_in``/``cancel_in`` inside each save's transaction (the store's ``on_save``
@@ -178,6 +297,7 @@ class ProcrastinateScheduler:
         max_connections: int = 4,
         connect_timeout_seconds: float = 10.0,
         shutdown_timeout: float = 30.0,
+        stalled_after_seconds: float = 30.0,
         worker_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(dsn, str) or not dsn:
@@ -200,8 +320,14 @@ class ProcrastinateScheduler:
             ("poll_interval", poll_interval),
             ("connect_timeout_seconds", connect_timeout_seconds),
             ("shutdown_timeout", shutdown_timeout),
+            ("stalled_after_seconds", stalled_after_seconds),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+            ):
                 raise InvalidSettingsError(
                     f"ProcrastinateScheduler({field}={value!r}): use a number of seconds > 0"
                 )
@@ -221,6 +347,7 @@ class ProcrastinateScheduler:
         self.max_connections = max_connections
         self.connect_timeout_seconds = float(connect_timeout_seconds)
         self.shutdown_timeout = float(shutdown_timeout)
+        self.stalled_after_seconds = float(stalled_after_seconds)
         self.worker_options: dict[str, Any] = dict(worker_options or {})
         self.app = (
             app if app is not None else App(connector=PsycopgConnector(conninfo=self.conninfo))
@@ -238,7 +365,10 @@ class ProcrastinateScheduler:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Worker | None = None
+        self._wake: asyncio.Event | None = None
         self._stopping = threading.Event()
+        self.stopped_by: signal.Signals | None = None
+        """The signal that stopped ``run_worker`` (``None``: ``shutdown()``, or not stopped)."""
 
     def __repr__(self) -> str:
         return f"ProcrastinateScheduler(queue={self.queue!r}, schema={self.schema!r})"
@@ -248,6 +378,27 @@ class ProcrastinateScheduler:
     def lock_key(self, execution_id: str) -> str:
         """The ``lock`` and ``queueing_lock`` of the jobs of ``execution_id``."""
         return f"{self.queue}:{execution_id}"
+
+    def _run(self, what: str, body: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``body`` on a connection of our pool; driver errors become one-line ``StoreError``s.
+
+        ``body`` must be safe to run twice: when the server ended the connection (a
+        restart, ``pg_terminate_backend``), it runs once more on a fresh one.
+        """
+        for attempt in (1, 2):
+            conn: psycopg.Connection[Any] | None = None
+            try:
+                with self._connection() as conn:
+                    return body(conn)
+            except (psycopg.Error, ConnectorException) as exc:
+                pool = self._pool
+                if attempt == 1 and pool is not None and _broken(exc, conn):
+                    pool.check()
+                    continue
+                raise StoreError(
+                    f"procrastinate job queue: {what} failed: {_one_line(exc)}"
+                ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -279,8 +430,7 @@ class ProcrastinateScheduler:
         Safe to run from several processes at once (an advisory lock serialises it). It
         never migrates tables an older procrastinate made: use its migrations for that.
         """
-        with self._connection() as conn:
-            self._setup(conn)
+        self._run("setup", self._setup)
 
     def _setup(self, conn: psycopg.Connection[Any]) -> None:
         with conn.transaction():
@@ -363,8 +513,10 @@ class ProcrastinateScheduler:
         Deletes the queued job of the execution and defers a new one, in one transaction.
         """
         require_aware(due_at, f"ProcrastinateScheduler.schedule({execution_id!r})")
-        with self._connection() as conn:
-            self._replace(conn, execution_id, due_at, own=True)
+        self._run(
+            f"arming the alarm of {execution_id!r}",
+            lambda conn: self._replace(conn, execution_id, due_at, own=True),
+        )
 
     def schedule_in(
         self, conn: psycopg.Connection[Any], execution_id: str, due_at: datetime
@@ -429,6 +581,13 @@ class ProcrastinateScheduler:
                 if attempt == _REPLACE_ATTEMPTS:
                     raise
                 continue  # other code committed a job with our queueing lock: replace it
+            except ConnectorException as exc:
+                if own:  # _run decides (it may run us again on a fresh connection)
+                    raise
+                raise StoreError(
+                    f"procrastinate job queue: arming the alarm of {execution_id!r} failed: "
+                    f"{_one_line(exc)}"
+                ) from exc
             return
 
     def cancel(self, execution_id: str) -> None:
@@ -436,13 +595,57 @@ class ProcrastinateScheduler:
 
         A job already running is not interrupted: it fires, and finds nothing to do.
         """
-        with self._connection() as conn, self._on(conn, own=True):
-            conn.execute(_DELETE_QUEUED, (self.lock_key(execution_id),))
+        key = self.lock_key(execution_id)
+
+        def delete(conn: psycopg.Connection[Any]) -> None:
+            with self._on(conn, own=True):
+                conn.execute(_DELETE_QUEUED, (key,))
+
+        self._run(f"cancelling the alarm of {execution_id!r}", delete)
 
     def cancel_in(self, conn: psycopg.Connection[Any], execution_id: str) -> None:
         """``cancel`` on the caller's connection, inside the caller's transaction."""
         with self._on(conn):
             conn.execute(_DELETE_QUEUED, (self.lock_key(execution_id),))
+
+    def recover_stalled(self) -> int:
+        """Take up the jobs of this queue that workers gone silent left ``doing``; how many.
+
+        A job whose worker has not beaten for ``stalled_after_seconds`` (or is gone from
+        procrastinate's table) goes back to ``todo`` to fire again at once, or is dropped
+        when a newer alarm of its execution is queued already. Each job is settled in its
+        own transaction under its execution's advisory lock, so it never races a re-arm.
+        Workers that stopped beating are then pruned, as a starting procrastinate worker
+        does. Every running worker calls this as often as it beats.
+        """
+
+        def recover(conn: psycopg.Connection[Any]) -> int:
+            with self._on(conn, own=True):
+                stalled = conn.execute(
+                    _STALLED, (self.queue, TASK_NAME, self.stalled_after_seconds)
+                ).fetchall()
+            taken = 0
+            for job_id, key in stalled:
+                with self._on(conn, own=True):
+                    conn.execute(_LOCK_KEY, (key,))
+                    if conn.execute(_STILL_DOING, (job_id,)).fetchone() is None:
+                        continue  # its worker finished it after all
+                    queued = conn.execute(_QUEUED, (key,)).fetchone() is not None
+                    conn.execute(_DROP_STALLED if queued else _RETRY_STALLED, (job_id,))
+                    taken += 1
+            with self._on(conn, own=True):
+                conn.execute(_PRUNE_WORKERS, (self.stalled_after_seconds,))
+            return taken
+
+        taken = self._run("recovering stalled jobs", recover)
+        if taken:
+            logger.warning(
+                "took up %d alarm(s) that a silent worker left running (no heartbeat for "
+                "%gs); they fire again",
+                taken,
+                self.stalled_after_seconds,
+            )
+        return taken
 
     def shutdown(self) -> None:
         """Stop this process's worker and close connections; the queued jobs stay.
@@ -453,10 +656,10 @@ class ProcrastinateScheduler:
         """
         self._stopping.set()
         with self._lock:
-            worker, loop = self._worker, self._loop
-        if worker is not None and loop is not None:  # our thread, or run_worker() elsewhere
+            loop = self._loop
+        if loop is not None:  # our thread, or run_worker() elsewhere
             with contextlib.suppress(RuntimeError):  # the loop already ended
-                loop.call_soon_threadsafe(worker.stop)
+                loop.call_soon_threadsafe(self._stop_in_loop)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(self.shutdown_timeout + 5.0)
@@ -471,12 +674,15 @@ class ProcrastinateScheduler:
 
     # -- the worker --------------------------------------------------------------------
 
-    def run_worker(self) -> None:
-        """Run the worker in the calling thread until SIGINT or SIGTERM (``prana worker``).
+    def run_worker(self) -> signal.Signals | None:
+        """Run the worker in the calling thread until SIGINT, SIGTERM or ``shutdown()``.
 
         Needs ``run_in_thread=False`` and ``start(fire)`` first (``with runner:`` does it).
         Signal handlers are installed only in the main thread; ``shutdown()`` from another
-        thread also stops it. Alarms running when it stops finish first.
+        thread also stops it. Alarms running when it stops finish first (up to
+        ``shutdown_timeout``). Returns the signal that stopped it (also ``stopped_by``), or
+        ``None`` after ``shutdown()``. Losing the database does not end it: it logs one
+        line and starts over with backoff.
         """
         fire = self._fire
         if fire is None:
@@ -489,7 +695,10 @@ class ProcrastinateScheduler:
                 "ProcrastinateScheduler.run_worker: this scheduler already runs its worker in a "
                 "thread; create it with run_in_thread=False to run the worker here"
             )
-        asyncio.run(self._serve(fire, None, install_signal_handlers=True))
+        self.stopped_by = None
+        main = threading.current_thread() is threading.main_thread()
+        asyncio.run(self._serve(fire, None, install_signal_handlers=main))
+        return self.stopped_by
 
     def _serve_in_thread(
         self, fire: Fire, ready: threading.Event, failure: list[BaseException]
@@ -504,9 +713,73 @@ class ProcrastinateScheduler:
         finally:
             ready.set()
 
+    def _stop_in_loop(self) -> None:
+        """Stop the worker and any backoff pause; runs on the worker's event loop."""
+        self._stopping.set()
+        if self._wake is not None:
+            self._wake.set()
+        worker = self._worker
+        if worker is not None:
+            worker.stop()  # type: ignore[no-untyped-call]
+
+    def _on_signal(self, signum: signal.Signals) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = signum
+        logger.info("the procrastinate worker %s stops (%s)", self.name, signum.name)
+        self._stop_in_loop()
+
     async def _serve(
         self, fire: Fire, ready: threading.Event | None, *, install_signal_handlers: bool
     ) -> None:
+        """Run procrastinate workers one after another until stopped.
+
+        A failure before the first worker is up is raised (``start`` reports it); any later
+        one (the database went away) is logged in one line, and a new worker starts after
+        a pause: 0.5 s after a worker that reached the database, then doubling up to
+        ``_RECONNECT_MAX_SECONDS`` while none does.
+        """
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        with self._lock:
+            self._loop = loop
+        signals = (signal.SIGINT, signal.SIGTERM) if install_signal_handlers else ()
+        for signum in signals:
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        state = _ServeState(up=ready is None)
+        pause = _RECONNECT_FIRST_PAUSE_SECONDS
+        try:
+            while not self._stopping.is_set():
+                state.reached_database = False
+                state.trouble = None
+                try:
+                    await self._serve_once(fire, ready, state)
+                except Exception as error:
+                    if not state.up:
+                        raise
+                    state.trouble = state.trouble or f"lost the database ({_one_line(error)})"
+                if self._stopping.is_set():
+                    break
+                if state.reached_database:
+                    pause = _RECONNECT_FIRST_PAUSE_SECONDS
+                logger.warning(
+                    "the procrastinate worker %s %s; starting over in %.1fs",
+                    self.name,
+                    state.trouble or "stopped (the database is likely unreachable)",
+                    pause,
+                )
+                await _wait_for_event(self._wake, pause)
+                pause = min(2 * pause, _RECONNECT_MAX_SECONDS)
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+            with self._lock:
+                self._loop = None
+            self._wake = None
+
+    async def _serve_once(
+        self, fire: Fire, ready: threading.Event | None, state: _ServeState
+    ) -> None:
+        """One procrastinate worker, from opening the app's connections until it stops."""
         options = cast(
             "WorkerOptions",
             {
@@ -518,8 +791,10 @@ class ProcrastinateScheduler:
                 "abort_job_polling_interval": max(self.poll_interval, 5.0),
                 "shutdown_graceful_timeout": self.shutdown_timeout,
                 "delete_jobs": "successful",
-                "install_signal_handlers": install_signal_handlers,
+                "update_heartbeat_interval": self.stalled_after_seconds / 3,
+                "stalled_worker_timeout": self.stalled_after_seconds,
                 **self.worker_options,
+                "install_signal_handlers": False,  # ours stop the backoff pause too
                 "additional_context": {
                     **self.worker_options.get("additional_context", {}),
                     _FIRE_KEY: fire,
@@ -528,20 +803,37 @@ class ProcrastinateScheduler:
         )
         async with self.app.open_async():
             self.app.perform_import_paths()  # type: ignore[no-untyped-call]
-            worker = Worker(app=self.app, **options)
+            worker = _Worker(app=self.app, state=state, **options)
             running = worker.run()  # type: ignore[no-untyped-call]
             run = asyncio.create_task(running, name=f"procrastinate worker {self.name}")
             await asyncio.sleep(0)  # run() has begun and reset its stop flag: stop() now holds
             with self._lock:
-                self._worker, self._loop = worker, asyncio.get_running_loop()
+                self._worker = worker
             if self._stopping.is_set():
                 worker.stop()  # type: ignore[no-untyped-call]
+            recovering = asyncio.create_task(
+                self._recover_while(run, state), name=f"prana recovery {self.name}"
+            )
             if ready is not None:
                 ready.set()
+            state.up = True
             try:
                 await run
             finally:
                 with self._lock:
-                    self._worker = self._loop = None
-        if not self._stopping.is_set():
-            logger.warning("the procrastinate worker %s stopped on its own", self.name)
+                    self._worker = None
+                recovering.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await recovering
+
+    async def _recover_while(self, run: asyncio.Task[Any], state: _ServeState) -> None:
+        """Take up stalled jobs as often as the worker beats, until ``run`` ends."""
+        every = self.stalled_after_seconds / 3
+        while not run.done():
+            try:
+                await asyncio.to_thread(self.recover_stalled)
+            except StoreError as error:
+                logger.warning("the procrastinate worker %s: %s", self.name, error)
+            else:
+                state.reached_database = True
+            await asyncio.wait({run}, timeout=every)

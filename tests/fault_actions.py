@@ -1,0 +1,59 @@
+"""Actions run by real worker processes in the signal, fault and race tests (``--actions``).
+
+Each action reports to files, so the test (another process) can see what ran: a call log
+line per attempt, written before the action holds on, so a kill can land while it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _append(path: str, line: str) -> None:
+    """Append one line atomically (one ``write`` on an ``O_APPEND`` file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def gate(params: Any, ctx: Any) -> Any:
+    """Say it started (``params['started']``), then wait until ``params['release']`` exists."""
+    _append(params["started"], f"{ctx.execution_id} {ctx.attempt}")
+    deadline = time.monotonic() + 60
+    while not Path(params["release"]).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the test never released the gate")
+        time.sleep(0.005)
+    return {"released": True}
+
+
+def scripted(params: Any, ctx: Any) -> Any:
+    """Fail or succeed as ``params['script'][attempt - 1]`` says ("fail" or "ok").
+
+    Every call appends ``<execution id> <node> <run> <attempt> <pid>`` to ``params['log']``
+    first (so duplicated side effects can be counted), then holds on for ``params['hold']``
+    seconds in this process, so a kill can land while the action runs.
+    """
+    _append(
+        params["log"],
+        f"{ctx.execution_id} {ctx.node_key} {ctx.run_index} {ctx.attempt} {os.getpid()}",
+    )
+    hold = float(params.get("hold", 0))
+    if hold:
+        time.sleep(hold)
+    script = params["script"]
+    step = script[min(ctx.attempt, len(script)) - 1]
+    if step == "fail":
+        raise ConnectionError(f"scripted failure on attempt {ctx.attempt}")
+    return {"attempt": ctx.attempt}
+
+
+def register(registry: Any) -> None:
+    """Add the actions to the CLI's registry."""
+    registry.register("fault.gate", gate)
+    registry.register("fault.scripted", scripted)
