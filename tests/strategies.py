@@ -316,7 +316,11 @@ def workflows(draw: st.DrawFn, *, max_nodes: int = MAX_NODES) -> tuple[Workflow,
                 Node(
                     key=key,
                     type="workflow.set_state",
-                    params={"state": {counter: f"{{{{ ($execution.state.{counter} or 0) + 1 }}}}"}},
+                    params={
+                        "state": {
+                            counter: f"{{{{ ($execution.state.{counter} | default(0)) + 1 }}}}"
+                        }
+                    },
                 ),
                 Node(
                     key=check,

@@ -428,7 +428,7 @@ def test_node_with_and_join_inside_a_loop(registry: Registry) -> None:
             Node(
                 key="inc",
                 type="workflow.set_state",
-                params={"state": {"n": "{{ ($execution.state.n or 0) + 1 }}"}},
+                params={"state": {"n": "{{ ($execution.state.n | default(0)) + 1 }}"}},
             ),
             Node(key="m", type="test.inputs"),
             if_node("chk", "{{ $execution.state.n < 3 }}"),
@@ -467,7 +467,7 @@ def counter_loop(limit: int, max_iterations: int = 1000) -> Workflow:
             Node(
                 key="inc",
                 type="workflow.set_state",
-                params={"state": {"counter": "{{ ($execution.state.counter or 0) + 1 }}"}},
+                params={"state": {"counter": "{{ ($execution.state.counter | default(0)) + 1 }}"}},
             ),
             Node(
                 key="check",

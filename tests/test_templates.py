@@ -222,23 +222,104 @@ def test_non_dict_mappings_are_read_like_dicts() -> None:
     scope = make_scope(nodes=LazyNodes({"fetch": {"output": {"id": 42}}}))
     assert render_one("{{ $nodes.fetch.output.id }}", scope) == 42
     assert render_one("id={{ $nodes.fetch.output.id }}", scope) == "id=42"
-    assert render_one("{{ $nodes.missing }}", scope) is None
+    assert (
+        "no key 'missing' here; the keys are: fetch"
+        in error_of({"p": "{{ $nodes.missing }}"}, scope).message
+    )
 
 
-def test_missing_keys_are_none_at_any_depth() -> None:
-    """A missing key is None as a value and empty in text, however deep the path goes."""
-    assert render_one("{{ $input.main.missing }}") is None
-    assert render_one("{{ $input.main.missing.deeper.still }}") is None
-    assert render_one("{{ $input.main.items[99] }}") is None
-    assert render_one("[{{ $input.main.missing.deeper }}]") == "[]"
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{{ $input.main.missing }}", "no key 'missing' here; the keys are: count, user, tags"),
+        ("{{ $input.main.missing.deeper.still }}", "no key 'missing'"),
+        ("{{ $input.main.items[99] }}", "no item [99]: the list has 3 item(s)"),
+        ("[{{ $input.main.missing.deeper }}]", "no key 'missing'"),
+        ("{{ $input.main.user.nmae }}", "did you mean 'name'?"),
+        ("{{ $input.main.nothing.x }}", "cannot read 'x' of null (None)"),
+        ("{{ $input.main['key with spaces'] }}", "did you mean 'key with space'?"),
+        ("{{ $input.main.missing + 1 }}", "no key 'missing'"),
+        ("{% if $input.main.missing %}x{% endif %}", "no key 'missing'"),
+        ("{% for x in $input.main.missing %}x{% endfor %}", "no key 'missing'"),
+    ],
+)
+def test_an_undefined_key_is_an_error_listing_what_is_there(text: str, expected: str) -> None:
+    """Strict undefined: a missing key, item or attribute fails, naming what exists instead."""
+    error = error_of({"p": text})
+    assert error.message.startswith("undefined: ")
+    assert expected in error.message
+
+
+def test_the_nodes_layout_hint_points_at_output() -> None:
+    """``$nodes.<key>.amount`` (forgetting ``.output``) says where the value really is."""
+    scope = make_scope(
+        nodes={
+            "validate": {
+                "output": {"amount": 12},
+                "port": "main",
+                "status": "completed",
+                "run_index": 0,
+            }
+        }
+    )
+    error = error_of({"amount": "{{ $nodes.validate.amount }}"}, scope)
+    assert error.path == "amount"
+    assert "the keys are: output, port, status, run_index" in error.message
+    assert "write .output.amount" in error.message
+    assert render_one("{{ $nodes.validate.output.amount }}", scope) == 12
+
+
+def test_a_forgotten_output_fails_the_node_instead_of_sending_none() -> None:
+    """Through the executor, ``$nodes.validate.amount`` fails the payment, never pays None."""
+    from prana import Completed, Connection, Failed, Node, Registry, Workflow, execute_workflow
+
+    paid: list[Any] = []
+    registry = Registry()
+    registry.register("pay.send", lambda params, ctx: paid.append(params["amount"]))
+    workflow = Workflow(
+        id="pay",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="validate", type="data.set_data", params={"value": {"amount": 12}}),
+            Node(key="pay", type="pay.send", params={"amount": "{{ $nodes.validate.amount }}"}),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="validate"),
+            Connection(from_node="validate", to_node="pay"),
+        ],
+    )
+    outcome = execute_workflow(workflow, {}, registry=registry)
+    assert isinstance(outcome, Failed)
+    assert paid == []
+    assert outcome.error.code == "template_error"
+    assert outcome.error.node_key == "pay"
+    assert "params.amount: undefined: no key 'amount' here" in outcome.error.message
+    assert "write .output.amount" in outcome.error.message
+    fixed = Node(
+        key="pay", type="pay.send", params={"amount": "{{ $nodes.validate.output.amount }}"}
+    )
+    workflow = Workflow(
+        id="pay", nodes=[*workflow.nodes[:2], fixed], connections=workflow.connections
+    )
+    assert isinstance(execute_workflow(workflow, {}, registry=registry), Completed)
+    assert paid == [12]
+
+
+def test_defined_tests_and_default_still_handle_missing_keys() -> None:
+    """``is defined`` and ``| default`` are the ways to read an optional key."""
     assert render_one("{{ $input.main.missing is defined }}") is False
+    assert render_one("{{ $input.main.count is defined }}") is True
+    assert render_one("{{ $input.main.missing | default(7) }}") == 7
+    assert render_one("{{ $input.main.get('missing', 'x') }}") == "x"
+    assert render_one("[{{ $input.main.missing | default('') }}]") == "[]"
+    assert render_one("{{ $input.main.nothing }}") is None
 
 
-def test_a_root_missing_from_the_scope_is_none() -> None:
-    """A known root the caller did not pass reads as None rather than failing."""
+def test_a_root_missing_from_the_scope_is_an_error() -> None:
+    """A known root the caller did not pass is undefined, and says so."""
     scope = make_scope()
     del scope["env"]
-    assert render_one("{{ $env.TOKEN }}", scope) is None
+    assert error_of({"p": "{{ $env.TOKEN }}"}, scope).message == "undefined: $env is undefined"
 
 
 def test_templates_see_latest_loop_run_workflow_and_run_index(
@@ -254,7 +335,7 @@ def test_templates_see_latest_loop_run_workflow_and_run_index(
             Node(
                 key="inc",
                 type="workflow.set_state",
-                params={"state": {"n": "{{ ($execution.state.n or 0) + 1 }}"}},
+                params={"state": {"n": "{{ ($execution.state.n | default(0)) + 1 }}"}},
             ),
             value_node("val", "{{ $execution.state.n * 10 }}"),
             if_node("chk", "{{ $execution.state.n < 3 }}"),
@@ -457,7 +538,7 @@ def test_one_compiled_params_renders_many_scopes() -> None:
         ("{{ $input.main.count > 5 }}", False),
         ("  $execution.attempt  ", 1),
         ("$input.main.user", {"id": 7, "name": "Ada"}),
-        ("$input.main.missing", None),
+        ("$input.main.missing is defined", False),
         ("'$input' == '$input'", True),
         ("n={{ $input.main.count }}", "n=3"),
         (True, True),

@@ -1,0 +1,394 @@
+"""Templates are bounded: size, work, ranges and format widths have limits (DESIGN §7).
+
+Every payload here would allocate gigabytes or run for hours without the limits. Each
+must fail fast as a ``TemplateError`` naming the param, and through the executor as a
+non-retryable ``template_error``. Memory is measured with ``tracemalloc`` (deterministic);
+time is bounded by construction (a work budget), so no test here reads a clock.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prana import (
+    Connection,
+    Failed,
+    Node,
+    NodeSettings,
+    Registry,
+    RetryPolicy,
+    Workflow,
+    execute_workflow,
+)
+from prana._templates import (
+    CALL_STEPS,
+    FILTER_STEPS,
+    MAX_FORMAT_WIDTH,
+    MAX_INT_BITS,
+    MAX_LIPSUM_WORDS,
+    MAX_RANGE,
+    MAX_SIZE,
+    MAX_STEPS,
+    MAX_WORK,
+    TemplateError,
+    compile_params,
+    evaluate,
+)
+
+PEAK_BYTES = 64 * 2**20
+"""No refused payload may make Python allocate more than this on the way."""
+
+
+def render(params: Any, **inputs: Any) -> Any:
+    compiled = compile_params(params)
+    assert compiled is not None
+    return compiled.render({"input": {"main": inputs}})
+
+
+def refused(params: Any, *, trace: bool = True, **inputs: Any) -> TemplateError:
+    """Render ``params`` expecting a limit error; check the allocation peak on the way.
+
+    ``trace=False`` skips ``tracemalloc`` (which slows Python several times) for payloads
+    that allocate nothing big and are stopped by the step or work budget.
+    """
+    if not trace:
+        with pytest.raises(TemplateError) as info:
+            render(params, **inputs)
+        return info.value
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateError) as info:
+            render(params, **inputs)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK_BYTES, f"{peak / 2**20:.0f} MiB allocated before refusing"
+    return info.value
+
+
+PAYLOADS: dict[str, tuple[str, dict[str, Any]]] = {
+    "string repeat": ("{{ 'a' * 10**9 }}", {}),
+    "string repeat from input": ("{{ 'a' * $input.main.n }}", {"n": 10**9}),
+    "list repeat": ("{{ [1, 2] * 10**9 }}", {}),
+    "int power": ("{{ 10 ** (10 ** 10) }}", {}),
+    "int product": (
+        (
+            "{% set ns = namespace(x=3) %}{% for i in range(40) %}"
+            "{% set ns.x = ns.x * ns.x %}{% endfor %}{{ ns.x > 0 }}"
+        ),
+        {},
+    ),
+    "range": ("{{ range(10**9) | list | length }}", {}),
+    "nested ranges, no output": (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        {},
+    ),
+    "nested ranges, output": (
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        {},
+    ),
+    "three nested loops over input": (
+        (
+            "{% for a in $input.main.xs %}{% for b in $input.main.xs %}"
+            "{% for c in $input.main.xs %}"
+            "{% endfor %}{% endfor %}{% endfor %}"
+        ),
+        {"xs": list(range(1000))},
+    ),
+    "lipsum": ("{{ lipsum(n=10**6) }}", {}),
+    "percent format filter": ("{{ '%0999999999d' | format(1) }}", {}),
+    "percent operator": ("{{ '%.999999999f' % 1.5 }}", {}),
+    "str.format width": ("{{ '{:>999999999}'.format(1) }}", {}),
+    "str.format nested width": ("{{ '{:>{}}'.format(1, 999999999) }}", {}),
+    "str.format repeated field": (
+        "{{ ('{0}' * 300000).format('x' * 900000) }}",
+        {},
+    ),
+    "percent repeated arg": ("{{ ('%(a)s' * 100000) % {'a': 'x' * 900000} }}", {}),
+    "center filter": ("{{ 'x' | center(10**9) }}", {}),
+    "center method": ("{{ 'x'.center(10**9) }}", {}),
+    "ljust method": ("{{ 'x'.ljust(10**9) }}", {}),
+    "zfill method": ("{{ '1'.zfill(10**9) }}", {}),
+    "expandtabs": ("{{ ('\t' * 100000).expandtabs(100000) }}", {}),
+    "replace growth": (
+        "{% set s = 'x' * 1000 %}{{ s.replace('x', s).replace('x', s) | length }}",
+        {},
+    ),
+    "replace filter growth": ("{% set s = 'x' * 1000 %}{{ (s | replace('', s)) | length }}", {}),
+    "join growth": ("{{ range(100000) | join('x' * 100000) | length }}", {}),
+    "str join growth": ("{{ ('x' * 100000).join(range(100000) | map('string')) | length }}", {}),
+    "translate growth": ("{{ ('a' * 100000).translate({97: 'b' * 100000}) | length }}", {}),
+    "int to_bytes": ("{{ (1).to_bytes(10**9, 'big') | length }}", {}),
+    "indent": ("{{ ('x\n' * 100000) | indent(100000) | length }}", {}),
+    "wordwrap": ("{{ ('x' * 100000) | wordwrap(1, wrapstring='y' * 100000) | length }}", {}),
+    "batch fill": ("{{ [1] | batch(10**9, 'x') | list | length }}", {}),
+    "slice": ("{{ [1] | slice(10**9) | list | length }}", {}),
+    "tojson indent": ("{{ [[[[1]]]] | tojson(indent=10**9) }}", {}),
+    "concat doubling": (
+        (
+            "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+            "{% endfor %}{{ ns.s | length }}"
+        ),
+        {},
+    ),
+    "list doubling in literals": (
+        (
+            "{% set a = [1, 1] %}{% set b = [a, a] %}{% set c = [b, b, b, b] %}"
+            "{% set d = [c, c, c, c] %}"
+            "{% set e = [d, d, d, d] %}{% set f = [e, e, e, e] %}{% set g = [f, f, f, f] %}"
+            "{% set h = [g, g, g, g] %}{% set i = [h, h, h, h] %}{% set j = [i, i, i, i] %}"
+            "{% set k = [j, j, j, j] %}{% set l = [k, k, k, k] %}{{ l | string | length }}"
+        ),
+        {},
+    ),
+    "nested structure as a value": (
+        (
+            "{% set a = ['x' * 999] * 1000 %}{% set b = [a, a, a, a, a, a, a, a] %}"
+            "{% set c = [b, b, b, b, b, b, b, b] %}{{ [c, c, c, c, c, c, c, c] }}"
+        ),
+        {},
+    ),
+    "comparison in a loop": (
+        (
+            "{% set big = range(100000) | list %}{% for i in range(100000) %}"
+            "{% if -1 in big %}{% endif %}{% endfor %}"
+        ),
+        {},
+    ),
+    "filter in a loop": (
+        (
+            "{% set big = range(100000) | list %}{% for i in range(100000) %}"
+            "{{ big | sum }}{% endfor %}"
+        ),
+        {},
+    ),
+    "macro output in a loop": (
+        (
+            "{% macro m() %}{% for i in range(1000) %}" + "y" * 1000 + "{% endfor %}{% endmacro %}"
+            "{% set ns = namespace(n=0) %}{% for i in range(1000) %}"
+            "{% set ns.n = ns.n + m() | length %}"
+            "{% endfor %}{{ ns.n }}"
+        ),
+        {},
+    ),
+    "recursive loop": (
+        (
+            "{% for x in [1] recursive %}{% if loop.depth < 3 %}"
+            "{{ loop(range(100000)) }}{% endif %}"
+            "{% endfor %}"
+        ),
+        {},
+    ),
+    "recursive macro fan-out": (
+        (
+            "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
+            "{{ f(40) }}"
+        ),
+        {},
+    ),
+}
+
+
+BUDGET_BOUND = frozenset(
+    {
+        "comparison in a loop",
+        "filter in a loop",
+        "recursive loop",
+        "recursive macro fan-out",
+        "str join growth",
+    }
+)
+"""Payloads stopped by the step or work budget: they allocate little, and run untraced."""
+
+
+@pytest.mark.parametrize("name", list(PAYLOADS))
+def test_unbounded_templates_are_refused(name: str) -> None:
+    """Each payload fails as a TemplateError naming the param, allocating little on the way."""
+    text, inputs = PAYLOADS[name]
+    error = refused({"body": {"amount": text}}, trace=name not in BUDGET_BOUND, **inputs)
+    assert error.path == "body.amount"
+    assert "limit" in error.message, error.message
+
+
+def test_the_issue_payloads_name_their_limit() -> None:
+    """The message says which limit was hit and how far, so the author knows what to change."""
+    assert "1,000,000,000 characters" in refused({"p": "{{ 'a' * 10**9 }}"}).message
+    assert f"{MAX_SIZE:,}" in refused({"p": "{{ 'a' * 10**9 }}"}).message
+    width = refused({"p": "{{ '{:>999999999}'.format(1) }}"}).message
+    assert "999999999" in width
+    assert f"{MAX_FORMAT_WIDTH:,}" in width
+    loops = refused(
+        {"p": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"}
+    ).message
+    assert f"{MAX_STEPS:,} steps" in loops
+    assert f"{MAX_RANGE:,}" in refused({"p": "{{ range(10**9) | list }}"}).message
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{{ 'ab' * 3 }}", "ababab"),
+        ("{{ [0] * 3 }}", [0, 0, 0]),
+        ("{{ 2 ** 64 }}", 2**64),
+        ("{{ ('x' * 999999) | length }}", 999999),
+        ("{{ range(10000) | map('string') | map('list') | sum(start=[]) | length }}", 38890),
+        ("{{ range(100000) | list | length }}", 100000),
+        ("{% for i in range(99000) %}{% endfor %}", ""),
+        ("{{ '%05d' | format(42) }}", "00042"),
+        ("{{ '%-6s|' % 'ab' }}", "ab    |"),
+        ("{{ '%(n).2f' % {'n': 1.5} }}", "1.50"),
+        ("{{ '{:>6}'.format(1) }}", "     1"),
+        ("{{ '{:>{}}'.format(1, 4) }}", "   1"),
+        ("{{ '{0}-{0}'.format('a') }}", "a-a"),
+        ("{{ 'x' | center(5) }}", "  x  "),
+        ("{{ 'a-b' | replace('-', '+') }}", "a+b"),
+        ("{{ [1, 2] | join(', ') }}", "1, 2"),
+        ("{{ ','.join(['a', 'b']) }}", "a,b"),
+        ("{{ [1, 2, 3] | batch(2) | list }}", [[1, 2], [3]]),
+        ("{{ {'a': [1]} | tojson(indent=2) }}", '{\n  "a": [\n    1\n  ]\n}'),
+        ("{{ 'a' ~ 1 ~ none }}", "a1None"),
+        ("{{ 3 in [1, 2, 3] }}", True),
+        ("{{ (1).to_bytes(2, 'big') | length }}", 2),
+        ("{{ lipsum(2, html=False) | wordcount > 10 }}", True),
+        ("{{ [[1], [2]] | sum(start=[]) }}", [1, 2]),
+        ("{% for i in range(3) %}{{ i }}{% endfor %}", "012"),
+        (
+            (
+                "{% for x in [[1, [2]], [3]] recursive %}"
+                "{{ x if x is number else loop(x) }}{% endfor %}"
+            ),
+            "123",
+        ),
+    ],
+)
+def test_ordinary_templates_render_as_before(text: str, expected: Any) -> None:
+    """Templates well inside the limits render exactly as they did without them."""
+    assert render({"p": text})["p"] == expected
+
+
+def test_the_readme_states_the_limits_in_force() -> None:
+    """The README's table of template limits shows the numbers the code enforces."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("\n## Templates\n", 1)[1].split("\n## ", 1)[0]
+    limits = (
+        MAX_SIZE,
+        MAX_STEPS,
+        MAX_WORK,
+        MAX_RANGE,
+        MAX_FORMAT_WIDTH,
+        MAX_INT_BITS,
+        MAX_LIPSUM_WORDS,
+    )
+    for value in limits:
+        assert f"| {value:,} |" in section, value
+    weights = f"filter, test or comparison {FILTER_STEPS}, a call (macro, method, function) "
+    assert weights + str(CALL_STEPS) in section
+
+
+def test_budget_is_shared_by_every_template_of_one_render() -> None:
+    """Steps are counted per render of a node's params, not per string, so many strings share it."""
+    loop = "{% for i in range(60000) %}{% endfor %}"
+    assert render({"a": loop}) == {"a": ""}
+    error = refused({"a": loop, "b": [loop] * 40})
+    assert "steps" in error.message
+    assert error.path.startswith("b[")
+
+
+def test_rendered_text_has_a_size_cap() -> None:
+    """Text output past the cap is refused even when every piece is small."""
+    ok = "{% for i in range(1000) %}" + "y" * 999 + "{{ i % 10 }}{% endfor %}"
+    assert len(render({"p": ok})["p"]) == 1_000_000
+    over = "{% for i in range(1001) %}" + "y" * 999 + "{{ i % 10 }}{% endfor %}"
+    assert "characters" in refused({"p": over}).message
+
+
+def test_a_template_result_has_a_size_cap_but_a_plain_path_does_not() -> None:
+    """Data read by a plain path passes whole; a value a template computes is capped."""
+    big = "x" * (MAX_SIZE + 10)
+    assert render({"p": "{{ $input.main.big }}"}, big=big)["p"] == big
+    assert "limit" in refused({"p": "{{ $input.main.big ~ '' }}"}, big=big).message
+
+
+def test_conditions_are_bounded_too() -> None:
+    """``evaluate`` (retry conditions) runs under the same limits."""
+    with pytest.raises(TemplateError, match="limit") as info:
+        evaluate("{{ ('a' * 10**9) | length > 0 }}", {"input": {}}, path="retry_when")
+    assert info.value.path == "retry_when"
+
+
+def test_payload_through_the_executor_is_a_non_retryable_template_error() -> None:
+    """A node whose params blow a limit fails once, as ``template_error``, naming the param."""
+    workflow = Workflow(
+        id="wf",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="pay",
+                type="data.set_data",
+                params={"value": {"amount": "{{ 'a' * $input.main.n }}"}},
+                settings=NodeSettings(retry=RetryPolicy(max_attempts=5, retry_on=["Exception"])),
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="pay")],
+    )
+    outcome = execute_workflow(workflow, {"n": 10**9}, registry=Registry())
+    assert isinstance(outcome, Failed)
+    assert outcome.error.code == "template_error"
+    assert outcome.error.node_key == "pay"
+    assert "params.value.amount" in outcome.error.message
+    assert "limit" in outcome.error.message
+    (record,) = outcome.execution.node_executions["pay"]
+    assert len(record.attempts) == 1
+
+
+# --- a property: whatever the composition, the result stays under the cap ----------------
+
+_GROWERS: list[Callable[[str], str]] = [
+    lambda v: f"{v} ~ {v}",
+    lambda v: f"[{v}, {v}, {v}]",
+    lambda v: f"{v} * 1000",
+    lambda v: f"({v} | string) * 100",
+    lambda v: f"{v} | join('{'z' * 50}')",
+    lambda v: f"'%s%s' % ({v}, {v})",
+    lambda v: f"'{{0}}{{0}}{{0}}'.format({v})",
+    lambda v: f"{v} | tojson",
+    lambda v: f"{v} | center(900)",
+    lambda v: f"{{{v}: {v}}} | dictsort",
+    lambda v: f"[{v}] | sum(start=[{v}])",
+]
+
+
+def _composed(steps: list[int]) -> str:
+    """A template that applies the growers in order, each to the previous value."""
+    lines = ["{% set v0 = 'abc' %}"]
+    for n, index in enumerate(steps, start=1):
+        lines.append(f"{{% set v{n} = {_GROWERS[index](f'v{n - 1}')} %}}")
+    return "".join(lines) + f"{{{{ v{len(steps)} }}}}"
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(range(len(_GROWERS))), min_size=1, max_size=16))
+def test_any_composition_of_growing_operations_stays_bounded(steps: list[int]) -> None:
+    """Chaining operations that grow their input ends in a value under the cap, or a refusal."""
+    outcome: Any
+    tracemalloc.start()
+    try:
+        try:
+            outcome = render({"p": _composed(steps)})["p"]
+        except TemplateError as exc:
+            outcome = exc
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK_BYTES
+    if isinstance(outcome, TemplateError):
+        assert outcome.path == "p"
+    else:
+        assert len(str(outcome)) <= 8 * MAX_SIZE
