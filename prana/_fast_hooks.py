@@ -20,7 +20,15 @@ from typing import Any, Final, Union
 import attrs
 from cattrs.preconf.orjson import OrjsonConverter
 
-from prana._model import AttemptRecord, ErrorInfo, NodeExecution, WorkflowExecution, slot_twin
+from prana._codegen import generate
+from prana._model import (
+    AttemptRecord,
+    ErrorInfo,
+    NodeExecution,
+    WorkflowExecution,
+    hot_record_problems,
+    slot_twin,
+)
 
 
 class FieldError(ValueError):
@@ -48,16 +56,6 @@ frozen instances (see ``prana._model.slot_twin``).
 
 class _Mismatch(Exception):  # noqa: N818 - internal signal, never escapes loads()
     """The fast path met a shape it does not handle; the detailed converter takes over."""
-
-
-def _is_plain(cl: type[Any]) -> bool:
-    """Whether instances can be built without ``__init__``: slots, no validators or converters."""
-    return (
-        "__slots__" in vars(cl)
-        and not hasattr(cl, "__attrs_post_init__")
-        and not hasattr(cl, "__attrs_pre_init__")
-        and all(a.init and a.validator is None and a.converter is None for a in attrs.fields(cl))
-    )
 
 
 def _optional_of(t: Any) -> Any:
@@ -114,7 +112,7 @@ def _gen_fast_hooks(
     load.append("  return o")
     dump.append("  }")
     source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
-    exec(source, names)  # noqa: S102 - generated from attrs.fields, like cattrs' own hooks
+    generate(source, names, what=f"fast hooks {cl.__name__}")
     return names[f"unstructure_{cl.__name__}"], names[f"structure_{cl.__name__}"]
 
 
@@ -195,8 +193,8 @@ def _field_code(
 def register_hand_tuned(conv: OrjsonConverter) -> None:
     """Register the generated fast hooks for the hot records (inner records first)."""
     for cl in HOT:
-        if not _is_plain(cl):
-            continue
+        if hot_record_problems(cl):
+            continue  # breaks a hot-record rule: cattrs' generic hooks (tests catch this)
         unstructure, structure = _gen_fast_hooks(conv, cl)
         if cl in ROWS:
             unstructure, structure = gen_row_hooks(conv, cl, structure)
@@ -364,5 +362,5 @@ def gen_row_hooks(
         dump.append(f"  if {differs}: return [{', '.join(f'w{i}' for i in range(end))}]")
     dump.append(f"  return [{', '.join(f'w{i}' for i in range(required))}]")
     source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
-    exec(source, ns)  # noqa: S102 - generated from attrs.fields, like cattrs' own hooks
+    generate(source, ns, what=f"row hooks {cl.__name__}")
     return ns[f"unstructure_row_{cl.__name__}"], ns[f"structure_row_{cl.__name__}"]

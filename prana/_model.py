@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from prana._codegen import generate
 from prana._errors import InvalidSettingsError
 
 if TYPE_CHECKING:
@@ -239,6 +240,27 @@ class Workflow:
     )
 
 
+# --- hot records -------------------------------------------------------------------------
+#
+# The records marked "hot record" below (``HOT_RECORDS``) are built by the hundred in every
+# run and read and written as often by the stores, so they have fast paths, and the fast
+# paths have three rules. ``tests/test_hot_records.py`` fails when a hot record breaks one.
+#
+# 1. Field order is stored layout. The fast constructors (``new_node_execution``, ...) take
+#    the fields positionally, in ``attrs.fields`` order, and ``AttemptRecord`` and
+#    ``NodeExecution`` are stored as JSON arrays in that order (``prana._fast_hooks.ROWS``,
+#    schema version 2). Never reorder; add a field at the end, with a default.
+# 2. ``weakref_slot=False``. Without it attrs puts a ``__weakref__`` slot after the fields,
+#    CPython then refuses the class swap ``slot_twin`` relies on, and the fast constructors
+#    and row hooks quietly fall back to a slower path.
+# 3. No validators, converters, ``__attrs_pre_init__`` or ``__attrs_post_init__`` (nor
+#    checks in a hand-written ``__init__``, as ``Suspend`` has): the fast constructors and
+#    the fast serialization hooks never call ``__init__``, so such checks would be skipped
+#    there, and ``prana._fast_hooks`` quietly gives a class that has them cattrs' generic
+#    hooks instead (several times slower). Values are checked where they come in: the
+#    executor checks what it builds, ``loads`` reads strictly.
+
+
 class ErrorCode(str, enum.Enum):
     """What kind of failure an ``ErrorInfo`` records: the values its ``code`` takes.
 
@@ -300,6 +322,7 @@ decide. The engine and the retry decision both read this set; it holds the strin
 """
 
 
+# Hot record: the rules above ErrorCode apply.
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class ErrorInfo:
     """A failure as plain data: never a live exception, so it survives a JSON round-trip.
@@ -330,6 +353,7 @@ class ErrorInfo:
         }
 
 
+# Hot record: the rules above ErrorCode apply.
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class AttemptRecord:
     """One attempt of one node run: the audit trail keeps every one of them.
@@ -347,6 +371,7 @@ class AttemptRecord:
     retry_delay_ms: int | None = None
 
 
+# Hot record: the rules above ErrorCode apply.
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class NodeExecution:
     """One run of one node (a loop runs a node several times, each with its ``run_index``)."""
@@ -364,6 +389,7 @@ class NodeExecution:
     attempts: tuple[AttemptRecord, ...] = ()
 
 
+# Hot record: the rules above ErrorCode apply.
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class Activation:
     """A node waiting to run: which source run feeds each of its input ports.
@@ -387,6 +413,7 @@ class ParentRef:
     mode: str = "sync"
 
 
+# Hot record: the rules above ErrorCode apply.
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class RetryData:
     """What a ``Suspend(kind="retry")`` carries.
@@ -456,6 +483,7 @@ BUILTIN_SUSPEND_DATA: dict[str, type[Any]] = {
 }
 
 
+# Hot record: the rules above ErrorCode apply.
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class WorkflowExecution:
     """The whole state of one execution: enough to resume it in another process.
@@ -518,6 +546,7 @@ class Output:
         self.__attrs_init__(value=value, port=port)
 
 
+# Hot record: the rules above ErrorCode apply (``new_suspend`` skips this __init__'s check).
 @attrs.frozen(init=False, weakref_slot=False)
 class Suspend:
     """A pause: returned by an action (``execution`` unset) or by the executor (filled in)."""
@@ -534,6 +563,7 @@ class Suspend:
         self.__attrs_init__(kind=kind, data=data, execution=execution)
 
 
+# Hot record: the rules above ErrorCode apply.
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class Completed:
     """The execution ran to the end; ``output`` is the output of the last node run."""
@@ -575,6 +605,30 @@ def slot_twin(cls: type[Any]) -> type[Any] | None:
     return twin
 
 
+def hot_record_problems(cls: type[Any]) -> list[str]:
+    """Which of the hot-record rules (above ``ErrorCode``) ``cls`` breaks; empty if none."""
+    problems: list[str] = []
+    if "__slots__" not in vars(cls):
+        problems.append("it is not slotted")
+    if "__weakref__" in getattr(cls, "__slots__", ()):
+        problems.append("it has a __weakref__ slot (use weakref_slot=False)")
+    elif slot_twin(cls) is None:
+        problems.append("CPython refuses its slot twin (see slot_twin)")
+    problems.extend(
+        f"it defines {hook}"
+        for hook in ("__attrs_pre_init__", "__attrs_post_init__")
+        if hasattr(cls, hook)
+    )
+    for a in attrs.fields(cls):
+        if a.validator is not None:
+            problems.append(f"field {a.name!r} has a validator")
+        if a.converter is not None:
+            problems.append(f"field {a.name!r} has a converter")
+        if not a.init:
+            problems.append(f"field {a.name!r} has init=False")
+    return problems
+
+
 def _fast_constructor(cls: type[Any]) -> Any:
     """A positional constructor for a frozen slotted attrs class that skips ``__init__``.
 
@@ -598,7 +652,7 @@ def _fast_constructor(cls: type[Any]) -> Any:
         namespace.update({f"_set_{n}": getattr(cls, n).__set__ for n in names})
         body = "".join(f"    _set_{n}(self, {n})\n" for n in names)
         source = f"def build({args}):\n    self = _new(_cls)\n{body}    return self\n"
-    exec(source, namespace)  # noqa: S102 - generated from the class's own field names
+    generate(source, namespace, what=f"fast constructor {cls.__name__}")
     return namespace["build"]
 
 
@@ -606,6 +660,7 @@ new_node_execution: Callable[..., NodeExecution] = _fast_constructor(NodeExecuti
 """``new_node_execution(node_key, status, execution_index, run_index, started_at,
 completed_at, params, output, output_port, error, attempts)``."""
 new_attempt_record: Callable[..., AttemptRecord] = _fast_constructor(AttemptRecord)
+"""``new_attempt_record(number, started_at, ended_at, outcome, error, due_at, retry_delay_ms)``."""
 new_workflow_execution: Callable[..., WorkflowExecution] = _fast_constructor(WorkflowExecution)
 """``new_workflow_execution(id, workflow_id, workflow_version, status, input, node_executions,
 state, pending, next_index, suspended_node, suspension, output, error, parent, started_at,
@@ -621,5 +676,14 @@ new_suspend: Callable[..., Suspend] = _fast_constructor(Suspend)
 new_completed: Callable[..., Completed] = _fast_constructor(Completed)
 """``new_completed(execution, output)``."""
 
-
-"""``new_attempt_record(number, started_at, ended_at, outcome, error, due_at, retry_delay_ms)``."""
+HOT_RECORDS: dict[type[Any], Callable[..., Any]] = {
+    ErrorInfo: new_error_info,
+    AttemptRecord: new_attempt_record,
+    NodeExecution: new_node_execution,
+    Activation: new_activation,
+    RetryData: new_retry_data,
+    WorkflowExecution: new_workflow_execution,
+    Suspend: new_suspend,
+    Completed: new_completed,
+}
+"""Every hot record (rules above ``ErrorCode``) and its fast constructor."""

@@ -1,0 +1,141 @@
+"""The hot records keep their fast paths, and generated code shows up in tracebacks."""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from typing import Any
+
+import attrs
+import pytest
+from doubles import T0
+
+from prana import AttemptOutcome, ErrorInfo, NodeStatus, make_converter
+from prana._fast_hooks import HOT, ROWS
+from prana._model import (
+    HOT_RECORDS,
+    AttemptRecord,
+    NodeExecution,
+    hot_record_problems,
+)
+
+
+@pytest.mark.parametrize("cls", list(HOT_RECORDS), ids=lambda c: c.__name__)
+def test_every_hot_record_keeps_the_rules(cls: type[Any]) -> None:
+    """No validator, converter, post-init hook or weakref slot: the fast paths still apply."""
+    assert hot_record_problems(cls) == []
+
+
+def test_the_rule_check_catches_a_validator_and_a_weakref_slot() -> None:
+    """A record shaped like a hot one but with a validator (or a weakref slot) is caught."""
+
+    @attrs.frozen(kw_only=True, weakref_slot=False)
+    class Checked:
+        number: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    @attrs.frozen(kw_only=True)
+    class Weak:
+        number: int
+
+    @attrs.frozen(kw_only=True, weakref_slot=False)
+    class PostInit:
+        number: int
+
+        def __attrs_post_init__(self) -> None:
+            pass
+
+    assert hot_record_problems(Checked) == ["field 'number' has a validator"]
+    assert hot_record_problems(Weak) == ["it has a __weakref__ slot (use weakref_slot=False)"]
+    assert hot_record_problems(PostInit) == ["it defines __attrs_post_init__"]
+
+
+@pytest.mark.parametrize("cls", list(HOT_RECORDS), ids=lambda c: c.__name__)
+def test_fast_constructors_take_the_fields_in_order_through_the_twin(cls: type[Any]) -> None:
+    """Each fast constructor fills the fields positionally and builds through the slot twin."""
+    build = HOT_RECORDS[cls]
+    names = [a.name for a in attrs.fields(cls)]
+    values = [f"v{i}" for i in range(len(names))]
+    record = build(*values)
+    assert type(record) is cls
+    assert [getattr(record, n) for n in names] == values
+    assert "_twin()" in inspect.getsource(build)
+
+
+def test_serialization_hot_records_are_hot_records() -> None:
+    """Every record with generated serialization hooks is under the hot-record rules."""
+    assert set(HOT) <= set(HOT_RECORDS)
+    assert set(ROWS) <= set(HOT)
+
+
+@pytest.mark.parametrize("cls", HOT, ids=lambda c: c.__name__)
+def test_hot_records_get_the_generated_hooks(cls: type[Any]) -> None:
+    """The tuned converter reads and writes each hot record through generated code."""
+    conv = make_converter()
+    for hook in (conv.get_structure_hook(cls), conv.get_unstructure_hook(cls)):
+        assert hook.__code__.co_filename.startswith("<prana generated ")
+
+
+def test_row_layouts_are_the_stored_order() -> None:
+    """Rows are stored in field order: these tuples are schema version 2's layout."""
+    assert [a.name for a in attrs.fields(AttemptRecord)] == [
+        "number",
+        "started_at",
+        "ended_at",
+        "outcome",
+        "error",
+        "due_at",
+        "retry_delay_ms",
+    ]
+    assert [a.name for a in attrs.fields(NodeExecution)] == [
+        "node_key",
+        "status",
+        "execution_index",
+        "run_index",
+        "started_at",
+        "completed_at",
+        "params",
+        "output",
+        "output_port",
+        "error",
+        "attempts",
+    ]
+    attempt = AttemptRecord(number=1, started_at=T0, ended_at=T0, outcome=AttemptOutcome.COMPLETED)
+    run = NodeExecution(
+        node_key="a",
+        status=NodeStatus.COMPLETED,
+        execution_index=0,
+        run_index=0,
+        started_at=T0,
+        attempts=(attempt,),
+    )
+    assert make_converter().unstructure(run) == [
+        "a",
+        "completed",
+        0,
+        0,
+        T0,
+        None,
+        None,
+        None,
+        None,
+        None,
+        [[1, T0, T0, "completed"]],
+    ]
+
+
+def test_a_traceback_through_generated_code_shows_its_line() -> None:
+    """Generated hooks are registered with linecache: a traceback prints their source line."""
+    structure = make_converter().get_structure_hook(ErrorInfo)
+    with pytest.raises(Exception) as caught:
+        structure({"code": "x"}, ErrorInfo)
+    text = "".join(traceback.format_exception(caught.value))
+    assert "<prana generated fast hooks ErrorInfo #" in text
+    assert "if len(d) != 6: raise _Mismatch" in text
+
+
+def test_generated_functions_have_distinct_file_names() -> None:
+    """Each generated function has its own file name, so linecache never mixes sources."""
+    conv = make_converter()
+    names = {fn.__code__.co_filename for fn in HOT_RECORDS.values()}
+    names |= {conv.get_structure_hook(cls).__code__.co_filename for cls in HOT}
+    assert len(names) == len(HOT_RECORDS) + len(HOT)
