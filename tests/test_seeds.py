@@ -46,7 +46,9 @@ from prana._policy import coerce_policies, resolve
 from prana.testing import ManualClock
 
 SEED = "exec-1:node:0"
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 
 class NetworkError(ConnectionError):
@@ -479,15 +481,19 @@ def test_prana_max_retries_counts_retries_and_max_attempts_counts_every_attempt(
 # -- the policy reference ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="the policy reference has no 'coming from' table yet")
 def test_policy_reference_has_a_coming_from_table() -> None:
-    """The README's policy reference states each seed's counting rule and default."""
-    text = README.read_text()
-    section = text[text.index("## Retry policies") :]
-    table = re.search(r"### Coming from .*?\n\n(\|.*?)\n\n", section, re.DOTALL)
+    """The docs' policy reference points to a table stating each seed's counting rule."""
+    reference = (DOCS / "reference" / "retry-policy.md").read_text()
+    assert "../coming-from/retry-designs.md" in reference
+    text = (DOCS / "coming-from" / "retry-designs.md").read_text()
+    table = re.search(
+        r"## Counting rules and defaults, side by side\n\n(\|.*?)\n\n", text, re.DOTALL
+    )
     assert table is not None
     rows = table.group(1).splitlines()
-    for seed in ("Rappel", "Waymark", "NoETL", "rh_agents", "Prana"):
+    for seed in ("Rappel", "Waymark", "NoETL", "rh_agents", "Prana ADR-008", "prana"):
         assert any(row.startswith(f"| {seed}") for row in rows), seed
-    assert "max_retries" in table.group(1)
-    assert "max_attempts" in table.group(1)
+    assert all(row.count("|") == rows[0].count("|") for row in rows)
+    assert "`max_attempts=max_retries + 1`" in table.group(1)
+    assert "## Why prana stores total attempts" in text
+    assert "coming-from/retry-designs.md" in README.read_text()
