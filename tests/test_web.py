@@ -250,6 +250,38 @@ def test_delivery_racing_a_cancel_gets_conflict() -> None:
         assert execution.node("approve").output is None  # type: ignore[union-attr]
 
 
+class ExpiringStore(MemoryStore):
+    """A store where, just before a delivery's save, the wait expires in another runner."""
+
+    def __init__(self) -> None:
+        super().__init__(serialize=True)
+        self.rival: Runner | None = None
+        self.target: str | None = None
+
+    def save(self, execution: Any, expected_version: int | None) -> int:
+        rival, self.rival = self.rival, None
+        if rival is not None and self.target is not None:
+            clock = rival.clock
+            assert isinstance(clock, ManualClock)
+            clock.advance(3601)  # past the wait's hour: the rival's alarm expires it
+            rival.run_due()
+        return super().save(execution, expected_version)
+
+
+def test_delivery_racing_an_expiry_gets_conflict() -> None:
+    """The expiry's compare-and-set wins; the delivery gets 409 and delivered nothing."""
+    store = ExpiringStore()
+    with make_runner(store) as first, make_runner(store) as second:
+        execution_id, path = waiting(first)
+        store.rival, store.target = second, execution_id
+        with pytest.raises(HookConflict):
+            first.deliver_hook(path.removeprefix("/hooks/"), {"approved": True})
+        execution = first.get(execution_id)
+        assert execution.status is ExecutionStatus.FAILED
+        assert execution.error is not None
+        assert execution.error.code == "webhook_timeout"
+
+
 def test_path_known_after_retries_fired_by_the_scheduler() -> None:
     """A wait reached by a scheduler-fired retry still has its path in this runner."""
     with make_runner(fails=2) as runner:

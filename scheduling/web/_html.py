@@ -27,7 +27,7 @@ background:var(--bg);color:var(--fg)}
 header{background:#1d1f24;color:#fff;padding:10px 24px;display:flex;gap:16px;align-items:center}
 header a{color:#fff;text-decoration:none;font-weight:600}
 main{max-width:1200px;margin:0 auto;padding:20px 24px}
-h1{font-size:20px;margin:0 0 12px}h2{font-size:16px;margin:20px 0 8px}
+h1{font-size:20px;margin:0 0 12px}h2{font-size:16px;margin:20px 0 8px}.card h2{margin-top:0}
 table{border-collapse:collapse;width:100%;background:var(--card);border:1px solid var(--line)}
 th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
 th{font-weight:600;color:var(--muted);font-size:12px;text-transform:uppercase}
