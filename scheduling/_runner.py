@@ -1,12 +1,12 @@
 """The runner: executor + store + scheduler, so suspended executions resume on their own.
 
-Theory of operation. Every transition of an execution is one step: load it (with its
-version) from the store, compute the next state with the pure core, save it with a
-compare-and-set on that version, and only then arm the alarm for its next due time
-(persist, then arm). With a store that runs a hook inside its save transaction
-(``PostgresStore.on_save``) and a scheduler that arms inside a caller's transaction
-(``ProcrastinateScheduler.schedule_in``/``cancel_in``) on the same database, the runner
-arms in the save itself: the state and its alarm commit together or not at all.
+Theory of operation. Every transition of an execution is one step (``scheduling/_steps.py``
+writes it once): load it (with its version) from the store, compute the next state with
+the pure core, save it with a compare-and-set on that version, and only then arm the alarm
+for its next due time (persist, then arm). With a store that runs a hook inside its save
+transaction (``PostgresStore.on_save``) and a scheduler that arms inside a caller's
+transaction (``ProcrastinateScheduler.schedule_in``/``cancel_in``) on the same database,
+the runner arms in the save itself: the state and its alarm commit together or not at all.
 
 The scheduler is only an alarm clock that carries an execution id; everything else is
 read back from the store when it fires, so any runner over the same store can finish any
@@ -14,42 +14,31 @@ execution, and a runner that restarts re-arms every alarm from the store. Alarms
 least once: a fire that finds the execution no longer suspended, or loses the
 compare-and-set, does nothing, so each transition happens exactly once.
 
-Follow-ups of a step (running a sub-workflow, resuming a parent when its child ends) run
-after the step's save, outside its lock, from a per-thread queue: no lock is ever held
-while another execution's lock is taken, and deep chains of sub-workflows do not recurse.
+This module holds the public face: the checked construction, the lifecycle, the public
+operations and their async facade; ``_steps.py`` the steps, alarms and follow-ups under
+them; ``_definitions.py`` the definitions cache.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import logging
 import math
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from prana import (
     ExecutionStatus,
     InvalidSettingsError,
-    InvalidWorkflowError,
     Outcome,
-    ParentRef,
     Registry,
     ResumeError,
     SubWorkflowData,
-    Suspend,
     WebhookData,
     Workflow,
     WorkflowExecution,
-    cancel_execution,
-    execute_workflow,
-    expire_webhook,
-    resume_workflow,
-    validate,
 )
 from prana._hooks import parse_token
 from prana._hooks import verify as verify_token
@@ -59,10 +48,15 @@ from scheduling._errors import (
     HookGone,
     HookNotFound,
     StaleVersionError,
-    WorkflowConflictError,
-    WorkflowNotFound,
 )
-from scheduling._eventlog import log_event, wanted
+from scheduling._steps import (
+    FINAL_STATUSES,
+    SELF_RESUMING_KINDS,
+    Clock,
+    Move,
+    Steps,
+    child_execution_id,
+)
 from scheduling.abc import ExecutionStore, Scheduler
 
 if TYPE_CHECKING:
@@ -72,19 +66,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Runner", "child_execution_id", "is_settled"]
 
-logger = logging.getLogger(__name__)
-
-Clock = Callable[[], datetime]
-
-FINAL_STATUSES = frozenset(
-    {ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
-)
-SELF_RESUMING_KINDS = frozenset({"retry", "timer", "sub_workflow"})
-"""Suspension kinds the runner resumes by itself; any other kind waits for ``deliver``."""
-
-_STRIPES = 64
-_MAX_HOOK_PATHS = 10_000
-"""How many plaintext resume paths of waits begun here ``hook_path`` remembers."""
 _WAIT_RECHECK_SECONDS = 0.25
 """How often ``wait`` re-reads the store for progress made by other processes."""
 
@@ -100,56 +81,6 @@ def is_settled(execution: WorkflowExecution) -> bool:
     if execution.status is ExecutionStatus.SUSPENDED and execution.suspension is not None:
         return execution.suspension.kind not in SELF_RESUMING_KINDS
     return False
-
-
-def child_execution_id(parent: WorkflowExecution) -> str | None:
-    """The id of the child a parent suspended on a sub-workflow runs, or ``None``.
-
-    It is derived from the parent's id, node key, run index and attempt, so starting the
-    child twice (a fire delivered twice, a restart) collides in the store instead of
-    running a second child, and a retried sub-workflow node gets a fresh child.
-    """
-    suspension = parent.suspension
-    key = parent.suspended_node
-    if suspension is None or suspension.kind != "sub_workflow" or key is None:
-        return None
-    run = parent.node(key)
-    if run is None:
-        return None
-    attempt = run.attempts[-1].number if run.attempts else 1
-    return f"{parent.id}:{key}:{run.run_index}:{attempt}"
-
-
-def _execution_of(outcome: Outcome) -> WorkflowExecution:
-    """The execution an executor outcome carries (always set on what the executor returns)."""
-    execution = outcome.execution
-    assert execution is not None, "the executor returns outcomes with the execution filled in"
-    return execution
-
-
-def _error_dict(execution: WorkflowExecution) -> dict[str, Any]:
-    """A child's failure as the JSON-native ``error`` of a sub-workflow resume."""
-    error = execution.error
-    if error is None:
-        return {"code": execution.status.value, "message": f"child {execution.status.value}"}
-    return {
-        "code": error.code,
-        "type": error.type,
-        "module": error.module,
-        "message": error.message,
-        "details": error.details,
-        "node_key": error.node_key,
-        "execution_id": execution.id,
-    }
-
-
-def _exception_dict(exc: BaseException, code: str) -> dict[str, Any]:
-    return {
-        "code": code,
-        "type": type(exc).__name__,
-        "module": type(exc).__module__,
-        "message": str(exc),
-    }
 
 
 def _check_observers(observers: Any) -> tuple[Callable[[Event], object], ...]:
@@ -173,7 +104,7 @@ def _check_observers(observers: Any) -> tuple[Callable[[Event], object], ...]:
     return found
 
 
-class Runner:
+class Runner(Steps):
     """Runs workflows to the end: persists every outcome, arms alarms, resumes when due.
 
     ``store`` defaults to a ``MemoryStore`` and ``scheduler`` to an ``APSchedulerAdapter``
@@ -216,7 +147,7 @@ class Runner:
             raise InvalidSettingsError(
                 f"Runner(registry={registry!r}): pass a prana.Registry (or None for the built-ins)"
             )
-        self.registry = registry if registry is not None else Registry()
+        registry = registry if registry is not None else Registry()
         if store is None:
             from scheduling.stores.memory import MemoryStore
 
@@ -243,7 +174,6 @@ class Runner:
                 f"Runner(recover={recover!r}): use True (a worker: re-arm what the store holds "
                 "on open) or False (a one-off command: only this runner's own work)"
             )
-        self.store: ExecutionStore = store
         scheduler_clock = getattr(scheduler, "clock", None)
         if clock is None:
             clock = scheduler_clock if callable(scheduler_clock) else _utcnow
@@ -266,30 +196,11 @@ class Runner:
                 f"Runner(clock=...) returned {now!r}; a clock must return an aware datetime, "
                 "e.g. datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
             )
-        self.scheduler: Scheduler = scheduler
-        self.clock: Clock = clock
-        self.env: Mapping[str, Any] | None = env
-        self.observers: tuple[Callable[[Event], object], ...] = checked_observers
-        self._emit: tuple[Callable[[Event], object], ...] = (*checked_observers, log_event)
-        """What every run reports to: the observers given, then the log (``scheduling.events``)."""
+        super().__init__(registry, store, scheduler, clock, env, checked_observers)
         self.recover = recover
-        self._definitions: dict[tuple[str, int], Workflow] = {}
-        self._latest: dict[str, int] = {}
-        self._meta_lock = threading.Lock()
-        self._stripes = tuple(threading.RLock() for _ in range(_STRIPES))
-        self._changed = threading.Condition()
-        self._saves = 0
-        self._waiters = 0
-        self._local = threading.local()
-        self._hook_paths: dict[str, str] = {}
         self._open = False
-        self._arms_on_save = False
         for workflow in workflows:
             self.register_workflow(workflow)
-
-    def _observers(self) -> tuple[Callable[[Event], object], ...]:
-        """The observers of the next step: the log's too when logging is configured."""
-        return self._emit if wanted() else self.observers
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed"
@@ -400,48 +311,7 @@ class Runner:
         A different definition under a stored id and version raises
         ``WorkflowConflictError``: bump ``Workflow.version`` instead.
         """
-        if not isinstance(workflow, Workflow):
-            raise InvalidSettingsError(f"register_workflow({workflow!r}): pass a prana.Workflow")
-        key = (workflow.id, workflow.version)
-        cached = self._definitions.get(key)
-        if cached is not None:
-            if cached is workflow or cached == workflow:
-                return
-            raise WorkflowConflictError(
-                f"workflow {workflow.id!r} version {workflow.version} is already stored with a "
-                "different definition; a definition never changes for a given id and version: "
-                "bump Workflow.version"
-            )
-        self.store.save_workflow(workflow)
-        with self._meta_lock:
-            self._definitions[key] = workflow
-            if workflow.version > self._latest.get(workflow.id, 0):
-                self._latest[workflow.id] = workflow.version
-
-    def _definition(self, workflow_id: str, version: int) -> Workflow:
-        key = (workflow_id, version)
-        cached = self._definitions.get(key)
-        if cached is not None:
-            return cached
-        workflow = self.store.load_workflow(workflow_id, version)
-        with self._meta_lock:
-            self._definitions[key] = workflow
-            if version > self._latest.get(workflow_id, 0):
-                self._latest[workflow_id] = version
-        return workflow
-
-    def _latest_definition(self, workflow_id: str) -> Workflow:
-        """The highest version of ``workflow_id`` known here or stored (probed upwards)."""
-        known = self._latest.get(workflow_id, 0)
-        stored = self.store.latest_workflow_version(workflow_id) or 0
-        version = max(known, stored)
-        found: Workflow | None = self._definition(workflow_id, version) if version else None
-        if found is None:
-            raise WorkflowNotFound(
-                f"no definition of workflow {workflow_id!r} is stored; register it with "
-                "runner.register_workflow(workflow) (or Runner(workflows=[...])) first"
-            )
-        return found
+        self._definitions.register(workflow)
 
     # -- the public operations ---------------------------------------------------------
 
@@ -541,25 +411,16 @@ class Runner:
             return None
         return path if suspension.kind == "webhook" else None
 
-    def _note_hook(self, outcome: Outcome) -> None:
-        """Keep the plaintext resume path of a webhook wait begun here (memory only, bounded)."""
-        data = outcome.data if type(outcome) is Suspend else None
-        if type(data) is WebhookData and data.path is not None and outcome.execution is not None:
-            paths = self._hook_paths
-            with self._meta_lock:
-                paths.pop(outcome.execution.id, None)
-                paths[outcome.execution.id] = data.path
-                while len(paths) > _MAX_HOOK_PATHS:
-                    del paths[next(iter(paths))]
-
     def _deliver(
         self,
         execution_id: str,
         resume_data: Any,
         check: Callable[[WorkflowExecution], None] | None,
     ) -> Outcome:
-        with self._lock_for(execution_id):
-            execution, version = self.store.load(execution_id)
+        """``deliver``, after ``check`` (a token's, which raises to refuse) when given."""
+        expired_at: list[datetime] = []  # set by the check when the wait has expired
+
+        def deliverable(execution: WorkflowExecution) -> Move:
             if check is not None:
                 check(execution)
             suspension = execution.suspension
@@ -573,28 +434,21 @@ class Runner:
                     f"execution {execution_id!r} waits on a {suspension.kind} suspension, which "
                     "the runner resumes by itself; deliver() is for webhooks and custom kinds"
                 )
-            workflow = self._definition(execution.workflow_id, execution.workflow_version)
             expires_at = execution.due_at if suspension.kind == "webhook" else None
             # Past its deadline a webhook wait has expired, whether or not its alarm fired.
-            expired = expires_at is not None and expires_at <= self.clock()
-            if expired:
-                outcome = self._expire_webhook(execution, workflow)
-            else:
-                outcome = self._resume(execution, resume_data, workflow)
-            new = _execution_of(outcome)
-            new_version = self.store.save(new, version)
-        self._hook_paths.pop(execution_id, None)
-        self._note_hook(outcome)
-        if new.due_at is None and not self._arms_on_save:
-            self.scheduler.cancel(execution_id)
-        self._settle(new, new_version)
-        if expired:
-            assert expires_at is not None
+            if expires_at is not None and expires_at <= self.clock():
+                expired_at.append(expires_at)
+                return Move.EXPIRE
+            return Move.RESUME
+
+        outcome = self._step(execution_id, deliverable, resume_data, delivery=True)
+        assert outcome is not None, "deliverable() always moves or raises"
+        if expired_at:
             if check is not None:
-                raise HookGone(f"this wait expired at {expires_at.isoformat()}")
+                raise HookGone(f"this wait expired at {expired_at[0].isoformat()}")
             raise ResumeError(
                 f"execution {execution_id!r}: the webhook wait expired at "
-                f"{expires_at.isoformat()}; its node failed with WebhookTimeout"
+                f"{expired_at[0].isoformat()}; its node failed with WebhookTimeout"
             )
         return outcome
 
@@ -605,32 +459,7 @@ class Runner:
         raises ``ResumeError``. A resume racing the cancel finds it cancelled and does
         nothing. A child sub-workflow the execution waits on is cancelled too.
         """
-        while True:
-            with self._lock_for(execution_id):
-                execution, version = self.store.load(execution_id)
-                if execution.status is ExecutionStatus.CANCELLED:
-                    return execution
-                cancelled = cancel_execution(
-                    execution, reason, clock=self.clock, observers=self._observers()
-                )
-                try:
-                    new_version = self.store.save(cancelled, version)
-                except StaleVersionError:
-                    continue  # another process moved it on: cancel the newer record
-            break
-        if not self._arms_on_save:
-            self.scheduler.cancel(execution_id)
-        child_id = child_execution_id(execution)
-        data = execution.suspension.data if execution.suspension is not None else None
-        if (
-            child_id is not None
-            and isinstance(data, SubWorkflowData)
-            and data.mode != "fire_and_forget"
-        ):
-            with contextlib.suppress(ExecutionNotFound, ResumeError):  # not started, or ended
-                self.cancel(child_id, reason or f"parent {execution_id!r} cancelled")
-        self._settle(cancelled, new_version)
-        return cancelled
+        return self._cancel(execution_id, reason)
 
     def rearm_due(self, limit: int = 1000) -> int:
         """Arm every execution the store says is due now; return how many.
@@ -764,322 +593,3 @@ class Runner:
     ) -> WorkflowExecution:
         """``wait`` from async code."""
         return await asyncio.to_thread(self.wait, execution_id, timeout)
-
-    # -- the steps ---------------------------------------------------------------------
-
-    def _lock_for(self, execution_id: str) -> threading.RLock:
-        return self._stripes[hash(execution_id) % _STRIPES]
-
-    def _resume(self, execution: WorkflowExecution, data: Any, workflow: Workflow) -> Outcome:
-        return resume_workflow(
-            execution,
-            data,
-            workflow=workflow,
-            registry=self.registry,
-            clock=self.clock,
-            env=self.env,
-            observers=self._observers(),
-        )
-
-    def _start(
-        self,
-        workflow: Workflow,
-        input_data: Any,
-        *,
-        execution_id: str | None,
-        parent: ParentRef | None,
-    ) -> WorkflowExecution:
-        if isinstance(workflow, Workflow):
-            # Refuse an invalid definition before storing it: a stored one could never be
-            # replaced by its fix under the same id and version.
-            validate(workflow, self.registry)
-        self.register_workflow(workflow)
-        outcome = execute_workflow(
-            workflow,
-            input_data,
-            registry=self.registry,
-            clock=self.clock,
-            env=self.env,
-            observers=self._observers(),
-            execution_id=execution_id,
-            parent=parent,
-        )
-        new = _execution_of(outcome)
-        version = self.store.save(new, None)
-        self._note_hook(outcome)
-        self._settle(new, version)
-        return new
-
-    def _fire(self, execution_id: str) -> Any:
-        """The scheduler's callback; inside an event loop it hands the step to a thread."""
-        if asyncio._get_running_loop() is None:  # the no-raise form: this is the hot path
-            self._on_alarm(execution_id)
-            return None
-        return asyncio.to_thread(self._on_alarm, execution_id)
-
-    def _on_alarm(self, execution_id: str) -> None:
-        """An alarm went off: resume the execution if it is still suspended and due.
-
-        The hot path of a busy runner (one call per retry or timer that falls due), so the
-        helpers it would call (``_lock_for``, ``_definition``, ``_resume``) are inlined.
-        """
-        with self._stripes[hash(execution_id) % _STRIPES]:
-            try:
-                execution, version = self.store.load(execution_id)
-            except ExecutionNotFound:
-                logger.warning("alarm of unknown execution %r dropped", execution_id)
-                return
-            suspension = execution.suspension
-            if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
-                return  # resumed, cancelled or finished since the alarm was armed
-            kind = suspension.kind
-            if kind == "sub_workflow":
-                new = None  # an async child to start (or a parent to reconcile): outside the lock
-            else:
-                due_at = execution.due_at
-                if due_at is None:
-                    return  # waits for a delivery; nothing is due
-                if due_at > self.clock():
-                    self.scheduler.schedule(execution_id, due_at)  # early: wait again
-                    return
-                workflow = self._definitions.get(
-                    (execution.workflow_id, execution.workflow_version)
-                ) or self._definition(execution.workflow_id, execution.workflow_version)
-                if kind == "webhook":
-                    outcome = self._expire_webhook(execution, workflow)
-                else:
-                    outcome = resume_workflow(
-                        execution,
-                        None,
-                        workflow=workflow,
-                        registry=self.registry,
-                        clock=self.clock,
-                        env=self.env,
-                        observers=self._observers(),
-                    )
-                new = outcome.execution
-                assert new is not None, "the executor returns outcomes with the execution set"
-                try:
-                    version = self.store.save(new, version)
-                except StaleVersionError:
-                    logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
-                    return
-                if type(outcome) is Suspend:
-                    self._note_hook(outcome)
-        if new is None:
-            self._sub_workflow_alarm(execution)
-        else:
-            self._settle(new, version)
-
-    def _sub_workflow_alarm(self, parent: WorkflowExecution) -> None:
-        """A parent's alarm: start its async child, or time the child out at its deadline."""
-        assert parent.suspension is not None
-        data = parent.suspension.data
-        expires = data.expires_at if isinstance(data, SubWorkflowData) else None
-        if expires is None or expires > self.clock():
-            self._run_child(parent)
-            return
-        key = parent.suspended_node
-        child_id = child_execution_id(parent)
-        if key is None or child_id is None:
-            return
-        error = {
-            "code": "timeout",
-            "message": f"sub-workflow {child_id} did not end within {data.timeout_ms} ms",
-        }
-        # The parent first: the cancelled child then finds it no longer waiting, and its own
-        # report (a cancelled child reads as failed) is dropped.
-        self._resume_parent(parent.id, key, child_id, {"status": "timeout", "error": error})
-        try:
-            child, _ = self.store.load(child_id)
-            if child.status not in FINAL_STATUSES:
-                self.cancel(child_id, reason=f"the parent's timeout: {error['message']}")
-        except (ExecutionNotFound, ResumeError, StaleVersionError):
-            pass  # never started, ended meanwhile, or cancelled by someone else
-
-    def _expire_webhook(self, execution: WorkflowExecution, workflow: Workflow) -> Outcome:
-        """Fail the webhook wait with a non-retryable ``WebhookTimeout``; ``on_error`` applies."""
-        return expire_webhook(
-            execution,
-            workflow=workflow,
-            registry=self.registry,
-            clock=self.clock,
-            env=self.env,
-            observers=self._observers(),
-        )
-
-    # -- follow-ups --------------------------------------------------------------------
-
-    def _settle(self, execution: WorkflowExecution, version: int) -> None:
-        """After a save: wake waiters, then arm the alarm or run what the new state asks for.
-
-        The common cases (a retry or timer to arm, an execution that ended with no parent)
-        are handled at once; sub-workflow steps go through the per-thread queue.
-        """
-        del version
-        if self._waiters:
-            with self._changed:
-                self._saves += 1
-                self._changed.notify_all()
-        status = execution.status
-        suspension = execution.suspension
-        if status is ExecutionStatus.SUSPENDED:
-            if suspension is not None and suspension.kind != "sub_workflow":
-                due_at = execution.due_at
-                if due_at is not None and not self._arms_on_save:
-                    self.scheduler.schedule(execution.id, due_at)
-                return
-        elif execution.parent is None or status not in FINAL_STATUSES:
-            return
-        queue: collections.deque[WorkflowExecution] | None = getattr(self._local, "queue", None)
-        if queue is not None:
-            queue.append(execution)
-            return
-        queue = self._local.queue = collections.deque([execution])
-        try:
-            while queue:
-                follow = queue.popleft()
-                try:
-                    self._follow_up(follow)
-                except Exception:
-                    logger.exception(
-                        "follow-up of execution %r failed after its save; a runner that "
-                        "starts over this store will retry it",
-                        follow.id,
-                    )
-        finally:
-            self._local.queue = None
-
-    def _follow_up(self, execution: WorkflowExecution) -> None:
-        status = execution.status
-        if status is ExecutionStatus.SUSPENDED and execution.suspension is not None:
-            data = execution.suspension.data
-            if execution.suspension.kind == "sub_workflow" and isinstance(data, SubWorkflowData):
-                if data.mode == "async":
-                    self.scheduler.schedule(execution.id, self.clock())
-                else:
-                    self._run_child(execution)
-                return
-            due_at = execution.due_at
-            if due_at is not None and not self._arms_on_save:
-                self.scheduler.schedule(execution.id, due_at)
-        elif (
-            status in FINAL_STATUSES
-            and execution.parent is not None
-            and execution.parent.mode != "fire_and_forget"
-        ):
-            self._report_to_parent(execution)
-
-    def _run_child(self, parent: WorkflowExecution) -> None:
-        """Start the child a parent waits on (once), or report a child that already ended."""
-        suspension = parent.suspension
-        key = parent.suspended_node
-        child_id = child_execution_id(parent)
-        if suspension is None or key is None or child_id is None:
-            return
-        data = suspension.data
-        if not isinstance(data, SubWorkflowData):
-            return
-        try:
-            child, _ = self.store.load(child_id)
-        except ExecutionNotFound:
-            child = None
-        started = child is None
-        if child is None:
-            ref = ParentRef(execution_id=parent.id, node_key=key, mode=data.mode)
-            try:
-                if data.version is None:
-                    workflow = self._latest_definition(data.workflow_id)
-                else:
-                    workflow = self._definition(data.workflow_id, data.version)
-                child = self._start(workflow, data.input, execution_id=child_id, parent=ref)
-            except StaleVersionError:
-                return  # started by someone else meanwhile; it reports when it ends
-            except (WorkflowNotFound, InvalidWorkflowError) as exc:
-                code = "workflow_not_found" if isinstance(exc, LookupError) else "invalid_workflow"
-                self._resume_parent(
-                    parent.id,
-                    key,
-                    child_id,
-                    {"status": "failed", "error": _exception_dict(exc, code)},
-                )
-                return
-        # The parent was read before the child started: if it stopped waiting meanwhile
-        # (cancelled), the child it no longer wants is cancelled too.
-        try:
-            current = self.store.load(parent.id)[0] if started else parent
-        except ExecutionNotFound:
-            current = None
-        if (
-            current is None
-            or current.status is not ExecutionStatus.SUSPENDED
-            or child_execution_id(current) != child_id
-        ):
-            with contextlib.suppress(ExecutionNotFound, ResumeError):
-                self.cancel(child_id, f"parent {parent.id!r} no longer waits on it")
-            return
-        if data.mode == "fire_and_forget":
-            self._resume_parent(
-                parent.id,
-                key,
-                child_id,
-                {"status": "completed", "output": {"execution_id": child_id}},
-            )
-        elif child.status in FINAL_STATUSES and child.id == child_id:
-            self._report_to_parent(child)
-        elif data.expires_at is not None:
-            self.scheduler.schedule(parent.id, data.expires_at)  # the parent's deadline
-
-    def _report_to_parent(self, child: WorkflowExecution) -> None:
-        """Resume the parent of an ended child with its output or its error."""
-        ref = child.parent
-        if ref is None:
-            return
-        if child.status is ExecutionStatus.COMPLETED:
-            data: dict[str, Any] = {"status": "completed", "output": child.output}
-        else:
-            data = {"status": "failed", "error": _error_dict(child)}
-        self._resume_parent(ref.execution_id, ref.node_key, child.id, data)
-
-    def _resume_parent(
-        self, parent_id: str, node_key: str, child_id: str, resume_data: Any
-    ) -> None:
-        with self._lock_for(parent_id):
-            try:
-                parent, version = self.store.load(parent_id)
-            except ExecutionNotFound:
-                logger.warning("child %r reports to unknown parent %r", child_id, parent_id)
-                return
-            if (
-                parent.status is not ExecutionStatus.SUSPENDED
-                or parent.suspended_node != node_key
-                or child_execution_id(parent) != child_id
-            ):
-                return  # resumed already, cancelled, or waiting on another child now
-            workflow = self._definition(parent.workflow_id, parent.workflow_version)
-            outcome = self._resume(parent, resume_data, workflow)
-            try:
-                new = _execution_of(outcome)
-                new_version = self.store.save(new, version)
-            except StaleVersionError:
-                return
-        self._note_hook(outcome)
-        self._settle(new, new_version)
-
-    def _reconcile_parents(self) -> None:
-        """Finish what a crash may have cut short between a child's save and its parent's."""
-        for summary in self._suspended_without_alarm():
-            try:
-                execution, _ = self.store.load(summary)
-            except ExecutionNotFound:
-                continue
-            if (
-                execution.status is ExecutionStatus.SUSPENDED
-                and execution.suspension is not None
-                and execution.suspension.kind == "sub_workflow"
-            ):
-                self._run_child(execution)
-
-    def _suspended_without_alarm(self) -> Sequence[str]:
-        rows = self.store.list(ExecutionStatus.SUSPENDED, limit=1_000_000)
-        return [row.id for row in rows if row.due_at is None]

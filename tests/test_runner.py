@@ -1294,3 +1294,104 @@ def test_open_that_fails_leaves_no_hook_on_the_store() -> None:
     with pytest.raises(ConnectionError), runner:
         pass
     assert store.on_save is None
+
+
+# -- one step under every resume: load, check, resume, compare-and-set save, settle --------
+
+
+class RacingStore(MemoryStore):
+    """A MemoryStore where another runner moves ``race``'s executions on just before a save.
+
+    The rival's transition re-saves the stored record (its version goes up), so the save
+    in flight loses its compare-and-set, as it would against a second runner.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(serialize=True)
+        self.race: set[str] = set()
+
+    def save(self, execution: WorkflowExecution, expected_version: int | None) -> int:
+        if execution.id in self.race:
+            self.race.discard(execution.id)
+            stored, version = self.load(execution.id)
+            super().save(stored, version)
+        return super().save(execution, expected_version)
+
+
+def paused_for(path: str, h: Harness) -> tuple[str, Callable[[], object]]:
+    """An execution waiting on ``path`` (alarm, deliver, parent), and how to resume it."""
+    runner = h.runner
+    if path == "alarm":
+        eid = runner.start(workflow(flaky_node()))
+        return eid, lambda: h.scheduler.advance(1)
+    if path == "deliver":
+        eid = runner.start(workflow(webhook_node()))
+        return eid, lambda: runner.deliver(eid, {"ok": True})
+    runner.register_workflow(workflow(flaky_node(), wid="child"))
+    eid = runner.start(workflow(sub_node("child", "sync"), wid="parent"))
+    return eid, lambda: h.scheduler.advance(1)  # the child's retry completes it
+
+
+RESUME_PATHS = ["alarm", "deliver", "parent"]
+
+
+@pytest.mark.parametrize("path", RESUME_PATHS)
+def test_every_resume_path_goes_through_the_one_step(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An alarm, a delivery and a child reporting to its parent each resume in ``Steps._step``."""
+    from scheduling._steps import Steps
+
+    stepped: list[str] = []
+    step = Steps._step
+
+    def spy(self: Steps, execution_id: str, *args: Any, **kwargs: Any) -> Any:
+        stepped.append(execution_id)
+        return step(self, execution_id, *args, **kwargs)
+
+    monkeypatch.setattr(Steps, "_step", spy)
+    h = Harness(MemoryStore(), fails=1)
+    with h.runner as runner:
+        eid, resume = paused_for(path, h)
+        resume()
+        assert runner.get(eid).status is ExecutionStatus.COMPLETED
+    assert eid in stepped
+
+
+@pytest.mark.parametrize("path", RESUME_PATHS)
+def test_a_resume_that_loses_the_compare_and_set_changes_nothing(path: str) -> None:
+    """On every path a lost save keeps the rival's record and arms nothing for its own state.
+
+    ``deliver`` says so (``StaleVersionError``); an alarm or a parent's resume is dropped.
+    """
+    store = RacingStore()
+    h = Harness(store, fails=1)
+    with h.runner:
+        eid, resume = paused_for(path, h)
+        before, version = store.load(eid)
+        armed = set(h.scheduler.pending())
+        store.race.add(eid)
+        if path == "deliver":
+            with pytest.raises(StaleVersionError):
+                resume()
+        else:
+            resume()
+        after, after_version = store.load(eid)
+        assert (after, after_version) == (before, version + 1)  # the rival's save only
+        assert after.status is ExecutionStatus.SUSPENDED
+        assert set(h.scheduler.pending()) <= armed  # nothing armed for the lost state
+
+
+@pytest.mark.parametrize("path", RESUME_PATHS)
+def test_no_resume_path_moves_a_cancelled_execution(path: str) -> None:
+    """Once cancelled, an execution is left alone by its alarm and its child; deliver refuses."""
+    h = Harness(MemoryStore(), fails=1)
+    with h.runner as runner:
+        eid, resume = paused_for(path, h)
+        cancelled = runner.cancel(eid)
+        if path == "deliver":
+            with pytest.raises(ResumeError, match="cancelled"):
+                resume()
+        else:
+            resume()
+        assert runner.get(eid) == cancelled

@@ -1,0 +1,551 @@
+"""The machinery under ``Runner``: one transition of an execution, and what follows it.
+
+Theory of operation. Every resume of an execution is one step, written once in
+``Steps._step``: load it (with its version) from the store, check under its lock that the
+step still applies, compute the next state with the pure core, save it with a
+compare-and-set on that version, then settle: arm the alarm for its next due time
+(persist, then arm) or queue what the new state asks for. An alarm (``_on_alarm``), a
+delivery (``Runner.deliver``) and a child reporting to its parent (``_resume_parent``)
+differ only in their check and in what a lost compare-and-set means.
+
+Follow-ups of a step (running a sub-workflow, resuming a parent when its child ends) run
+after the step's save, outside its lock, from a per-thread queue: no lock is ever held
+while another execution's lock is taken, and deep chains of sub-workflows do not recurse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from prana import (
+    ExecutionStatus,
+    InvalidWorkflowError,
+    Outcome,
+    ParentRef,
+    Registry,
+    ResumeError,
+    SubWorkflowData,
+    Suspend,
+    WebhookData,
+    Workflow,
+    WorkflowExecution,
+    cancel_execution,
+    execute_workflow,
+    expire_webhook,
+    resume_workflow,
+    validate,
+)
+from scheduling._definitions import Definitions
+from scheduling._errors import ExecutionNotFound, StaleVersionError, WorkflowNotFound
+from scheduling._eventlog import log_event, wanted
+
+if TYPE_CHECKING:
+    from prana import Event
+    from scheduling.abc import ExecutionStore, Scheduler
+
+__all__ = ["FINAL_STATUSES", "SELF_RESUMING_KINDS", "Clock", "Move", "Steps"]
+
+logger = logging.getLogger("scheduling._runner")  # the Runner's logger, as before the split
+
+Clock = Callable[[], datetime]
+
+FINAL_STATUSES = frozenset(
+    {ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+)
+SELF_RESUMING_KINDS = frozenset({"retry", "timer", "sub_workflow"})
+"""Suspension kinds the runner resumes by itself; any other kind waits for ``deliver``."""
+
+_STRIPES = 64
+_MAX_HOOK_PATHS = 10_000
+"""How many plaintext resume paths of waits begun here ``hook_path`` remembers."""
+
+
+class Move(enum.Enum):
+    """What a step's check decided, for the execution it loaded under its lock."""
+
+    RESUME = "resume"
+    """Resume it with the step's data (``resume_workflow``)."""
+    EXPIRE = "expire"
+    """Its webhook wait is past its deadline: fail the wait (``expire_webhook``)."""
+    CHILDREN = "children"
+    """A parent's sub-workflow alarm: start its child or time it out, outside the lock."""
+
+
+_RESUME, _EXPIRE, _CHILDREN = Move.RESUME, Move.EXPIRE, Move.CHILDREN  # hot-path aliases
+
+Check = Callable[[WorkflowExecution], Move | None]
+"""A step's check: runs under the lock; ``None`` means nothing to do; raising refuses."""
+
+
+def child_execution_id(parent: WorkflowExecution) -> str | None:
+    """The id of the child a parent suspended on a sub-workflow runs, or ``None``.
+
+    It is derived from the parent's id, node key, run index and attempt, so starting the
+    child twice (a fire delivered twice, a restart) collides in the store instead of
+    running a second child, and a retried sub-workflow node gets a fresh child.
+    """
+    suspension = parent.suspension
+    key = parent.suspended_node
+    if suspension is None or suspension.kind != "sub_workflow" or key is None:
+        return None
+    run = parent.node(key)
+    if run is None:
+        return None
+    attempt = run.attempts[-1].number if run.attempts else 1
+    return f"{parent.id}:{key}:{run.run_index}:{attempt}"
+
+
+def _execution_of(outcome: Outcome) -> WorkflowExecution:
+    """The execution an executor outcome carries (always set on what the executor returns)."""
+    execution = outcome.execution
+    assert execution is not None, "the executor returns outcomes with the execution filled in"
+    return execution
+
+
+def _error_dict(execution: WorkflowExecution) -> dict[str, Any]:
+    """A child's failure as the JSON-native ``error`` of a sub-workflow resume."""
+    error = execution.error
+    if error is None:
+        return {"code": execution.status.value, "message": f"child {execution.status.value}"}
+    return {
+        "code": error.code,
+        "type": error.type,
+        "module": error.module,
+        "message": error.message,
+        "details": error.details,
+        "node_key": error.node_key,
+        "execution_id": execution.id,
+    }
+
+
+def _exception_dict(exc: BaseException, code: str) -> dict[str, Any]:
+    return {
+        "code": code,
+        "type": type(exc).__name__,
+        "module": type(exc).__module__,
+        "message": str(exc),
+    }
+
+
+class Steps:
+    """What moves executions between the runner's public calls: steps, alarms, follow-ups.
+
+    The base of ``Runner``, which adds the checked construction, the lifecycle and the
+    public operations. ``_arms_on_save`` is true while the store arms each saved
+    execution's alarm inside its save (the transactional seam, installed by the runner);
+    ``_hook_paths`` keeps the plaintext resume paths of webhook waits begun here.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        store: ExecutionStore,
+        scheduler: Scheduler,
+        clock: Clock,
+        env: Mapping[str, Any] | None,
+        observers: tuple[Callable[[Event], object], ...],
+    ) -> None:
+        self.registry = registry
+        self.store: ExecutionStore = store
+        self.scheduler: Scheduler = scheduler
+        self.clock: Clock = clock
+        self.env: Mapping[str, Any] | None = env
+        self.observers: tuple[Callable[[Event], object], ...] = observers
+        self._emit: tuple[Callable[[Event], object], ...] = (*observers, log_event)
+        """What every run reports to: the observers given, then the log (``scheduling.events``)."""
+        self._definitions = Definitions(store)
+        self._stripes = tuple(threading.RLock() for _ in range(_STRIPES))
+        self._changed = threading.Condition()
+        self._saves = 0
+        self._waiters = 0
+        self._local = threading.local()
+        self._arms_on_save = False
+        self._hook_paths: dict[str, str] = {}
+        self._hook_lock = threading.Lock()
+
+    def _observers(self) -> tuple[Callable[[Event], object], ...]:
+        """The observers of the next step: the log's too when logging is configured."""
+        return self._emit if wanted() else self.observers
+
+    # -- one step ----------------------------------------------------------------------
+
+    def _lock_for(self, execution_id: str) -> threading.RLock:
+        return self._stripes[hash(execution_id) % _STRIPES]
+
+    def _step(
+        self, execution_id: str, check: Check, data: Any = None, *, delivery: bool = False
+    ) -> Outcome | None:
+        """One transition: load, check, resume with the core, compare-and-set save, settle.
+
+        ``check`` sees the loaded execution under its lock and decides the ``Move`` (or
+        ``None``: nothing to do); ``data`` is the resume data of ``Move.RESUME``. A
+        ``delivery`` from the outside ends the wait it answers: its resume path is
+        forgotten, and an execution left with no due time has its alarm cancelled before
+        it settles. ``ExecutionNotFound`` and ``StaleVersionError`` (the compare-and-set was
+        lost) propagate: the caller says whether they are errors or dropped. Returns the
+        core's outcome, or ``None`` when no resume ran.
+        """
+        with self._stripes[hash(execution_id) % _STRIPES]:
+            execution, version = self.store.load(execution_id)
+            move = check(execution)
+            if move is None:
+                return None
+            if move is _CHILDREN:
+                new = None  # the sub-workflow alarm takes other locks: it runs after this one
+            else:
+                definitions = self._definitions
+                workflow = definitions.cached.get(
+                    (execution.workflow_id, execution.workflow_version)
+                ) or definitions.get(execution.workflow_id, execution.workflow_version)
+                if move is _RESUME:
+                    outcome = resume_workflow(
+                        execution,
+                        data,
+                        workflow=workflow,
+                        registry=self.registry,
+                        clock=self.clock,
+                        env=self.env,
+                        observers=self._observers(),
+                    )
+                else:
+                    outcome = self._expire_webhook(execution, workflow)
+                new = outcome.execution
+                assert new is not None, "the executor returns outcomes with the execution set"
+                version = self.store.save(new, version)
+        if new is None:
+            self._sub_workflow_alarm(execution)
+            return None
+        if delivery:
+            self._hook_paths.pop(execution_id, None)
+            if new.due_at is None and not self._arms_on_save:
+                self.scheduler.cancel(execution_id)
+        if type(outcome) is Suspend:
+            self._note_hook(outcome)
+        self._settle(new, version)
+        return outcome
+
+    def _start(
+        self,
+        workflow: Workflow,
+        input_data: Any,
+        *,
+        execution_id: str | None,
+        parent: ParentRef | None,
+    ) -> WorkflowExecution:
+        if isinstance(workflow, Workflow):
+            # Refuse an invalid definition before storing it: a stored one could never be
+            # replaced by its fix under the same id and version.
+            validate(workflow, self.registry)
+        self._definitions.register(workflow)
+        outcome = execute_workflow(
+            workflow,
+            input_data,
+            registry=self.registry,
+            clock=self.clock,
+            env=self.env,
+            observers=self._observers(),
+            execution_id=execution_id,
+            parent=parent,
+        )
+        new = _execution_of(outcome)
+        version = self.store.save(new, None)
+        self._note_hook(outcome)
+        self._settle(new, version)
+        return new
+
+    def _note_hook(self, outcome: Outcome) -> None:
+        """Keep the plaintext resume path of a webhook wait begun here (memory only, bounded)."""
+        data = outcome.data if type(outcome) is Suspend else None
+        if type(data) is WebhookData and data.path is not None and outcome.execution is not None:
+            paths = self._hook_paths
+            with self._hook_lock:
+                paths.pop(outcome.execution.id, None)
+                paths[outcome.execution.id] = data.path
+                while len(paths) > _MAX_HOOK_PATHS:
+                    del paths[next(iter(paths))]
+
+    def _cancel(self, execution_id: str, reason: str | None) -> WorkflowExecution:
+        """Cancel and save (retrying on a newer record), disarm, cancel the child; settle."""
+        while True:
+            with self._lock_for(execution_id):
+                execution, version = self.store.load(execution_id)
+                if execution.status is ExecutionStatus.CANCELLED:
+                    return execution
+                cancelled = cancel_execution(
+                    execution, reason, clock=self.clock, observers=self._observers()
+                )
+                try:
+                    new_version = self.store.save(cancelled, version)
+                except StaleVersionError:
+                    continue  # another process moved it on: cancel the newer record
+            break
+        if not self._arms_on_save:
+            self.scheduler.cancel(execution_id)
+        child_id = child_execution_id(execution)
+        data = execution.suspension.data if execution.suspension is not None else None
+        if (
+            child_id is not None
+            and isinstance(data, SubWorkflowData)
+            and data.mode != "fire_and_forget"
+        ):
+            with contextlib.suppress(ExecutionNotFound, ResumeError):  # not started, or ended
+                self._cancel(child_id, reason or f"parent {execution_id!r} cancelled")
+        self._settle(cancelled, new_version)
+        return cancelled
+
+    def _expire_webhook(self, execution: WorkflowExecution, workflow: Workflow) -> Outcome:
+        """Fail the webhook wait with a non-retryable ``WebhookTimeout``; ``on_error`` applies."""
+        return expire_webhook(
+            execution,
+            workflow=workflow,
+            registry=self.registry,
+            clock=self.clock,
+            env=self.env,
+            observers=self._observers(),
+        )
+
+    # -- alarms ------------------------------------------------------------------------
+
+    def _fire(self, execution_id: str) -> Any:
+        """The scheduler's callback; inside an event loop it hands the step to a thread."""
+        if asyncio._get_running_loop() is None:  # the no-raise form: this is the hot path
+            self._on_alarm(execution_id)
+            return None
+        return asyncio.to_thread(self._on_alarm, execution_id)
+
+    def _on_alarm(self, execution_id: str) -> None:
+        """An alarm went off: resume the execution if it is still suspended and due.
+
+        An unknown execution is logged and dropped; a resume that loses the
+        compare-and-set is dropped (another runner made the transition).
+        """
+        try:
+            self._step(execution_id, self._alarm_check)
+        except ExecutionNotFound:
+            logger.warning("alarm of unknown execution %r dropped", execution_id)
+        except StaleVersionError:
+            logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
+
+    def _alarm_check(self, execution: WorkflowExecution) -> Move | None:
+        """An alarm's check: still suspended and due (an early one is armed again)."""
+        suspension = execution.suspension
+        if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
+            return None  # resumed, cancelled or finished since the alarm was armed
+        kind = suspension.kind
+        if kind == "sub_workflow":
+            return _CHILDREN  # an async child to start (or a parent to time out)
+        due_at = execution.due_at
+        if due_at is None:
+            return None  # waits for a delivery; nothing is due
+        if due_at > self.clock():
+            self.scheduler.schedule(execution.id, due_at)  # early: wait again
+            return None
+        return _EXPIRE if kind == "webhook" else _RESUME
+
+    # -- follow-ups --------------------------------------------------------------------
+
+    def _settle(self, execution: WorkflowExecution, version: int) -> None:
+        """After a save: wake waiters, then arm the alarm or run what the new state asks for.
+
+        The common cases (a retry or timer to arm, an execution that ended with no parent)
+        are handled at once; sub-workflow steps go through the per-thread queue.
+        """
+        del version
+        if self._waiters:
+            with self._changed:
+                self._saves += 1
+                self._changed.notify_all()
+        status = execution.status
+        suspension = execution.suspension
+        if status is ExecutionStatus.SUSPENDED:
+            if suspension is not None and suspension.kind != "sub_workflow":
+                due_at = execution.due_at
+                if due_at is not None and not self._arms_on_save:
+                    self.scheduler.schedule(execution.id, due_at)
+                return
+        elif execution.parent is None or status not in FINAL_STATUSES:
+            return
+        queue: collections.deque[WorkflowExecution] | None = getattr(self._local, "queue", None)
+        if queue is not None:
+            queue.append(execution)
+            return
+        queue = self._local.queue = collections.deque([execution])
+        try:
+            while queue:
+                follow = queue.popleft()
+                try:
+                    self._follow_up(follow)
+                except Exception:
+                    logger.exception(
+                        "follow-up of execution %r failed after its save; a runner that "
+                        "starts over this store will retry it",
+                        follow.id,
+                    )
+        finally:
+            self._local.queue = None
+
+    def _follow_up(self, execution: WorkflowExecution) -> None:
+        status = execution.status
+        if status is ExecutionStatus.SUSPENDED and execution.suspension is not None:
+            data = execution.suspension.data
+            if execution.suspension.kind == "sub_workflow" and isinstance(data, SubWorkflowData):
+                if data.mode == "async":
+                    self.scheduler.schedule(execution.id, self.clock())
+                else:
+                    self._run_child(execution)
+                return
+            due_at = execution.due_at
+            if due_at is not None and not self._arms_on_save:
+                self.scheduler.schedule(execution.id, due_at)
+        elif (
+            status in FINAL_STATUSES
+            and execution.parent is not None
+            and execution.parent.mode != "fire_and_forget"
+        ):
+            self._report_to_parent(execution)
+
+    # -- sub-workflows -----------------------------------------------------------------
+
+    def _sub_workflow_alarm(self, parent: WorkflowExecution) -> None:
+        """A parent's alarm: start its async child, or time the child out at its deadline."""
+        assert parent.suspension is not None
+        data = parent.suspension.data
+        expires = data.expires_at if isinstance(data, SubWorkflowData) else None
+        if expires is None or expires > self.clock():
+            self._run_child(parent)
+            return
+        key = parent.suspended_node
+        child_id = child_execution_id(parent)
+        if key is None or child_id is None:
+            return
+        error = {
+            "code": "timeout",
+            "message": f"sub-workflow {child_id} did not end within {data.timeout_ms} ms",
+        }
+        # The parent first: the cancelled child then finds it no longer waiting, and its own
+        # report (a cancelled child reads as failed) is dropped.
+        self._resume_parent(parent.id, key, child_id, {"status": "timeout", "error": error})
+        try:
+            child, _ = self.store.load(child_id)
+            if child.status not in FINAL_STATUSES:
+                self._cancel(child_id, reason=f"the parent's timeout: {error['message']}")
+        except (ExecutionNotFound, ResumeError, StaleVersionError):
+            pass  # never started, ended meanwhile, or cancelled by someone else
+
+    def _run_child(self, parent: WorkflowExecution) -> None:
+        """Start the child a parent waits on (once), or report a child that already ended."""
+        suspension = parent.suspension
+        key = parent.suspended_node
+        child_id = child_execution_id(parent)
+        if suspension is None or key is None or child_id is None:
+            return
+        data = suspension.data
+        if not isinstance(data, SubWorkflowData):
+            return
+        try:
+            child, _ = self.store.load(child_id)
+        except ExecutionNotFound:
+            child = None
+        started = child is None
+        if child is None:
+            ref = ParentRef(execution_id=parent.id, node_key=key, mode=data.mode)
+            try:
+                if data.version is None:
+                    workflow = self._definitions.latest(data.workflow_id)
+                else:
+                    workflow = self._definitions.get(data.workflow_id, data.version)
+                child = self._start(workflow, data.input, execution_id=child_id, parent=ref)
+            except StaleVersionError:
+                return  # started by someone else meanwhile; it reports when it ends
+            except (WorkflowNotFound, InvalidWorkflowError) as exc:
+                code = "workflow_not_found" if isinstance(exc, LookupError) else "invalid_workflow"
+                self._resume_parent(
+                    parent.id,
+                    key,
+                    child_id,
+                    {"status": "failed", "error": _exception_dict(exc, code)},
+                )
+                return
+        # The parent was read before the child started: if it stopped waiting meanwhile
+        # (cancelled), the child it no longer wants is cancelled too.
+        try:
+            current = self.store.load(parent.id)[0] if started else parent
+        except ExecutionNotFound:
+            current = None
+        if (
+            current is None
+            or current.status is not ExecutionStatus.SUSPENDED
+            or child_execution_id(current) != child_id
+        ):
+            with contextlib.suppress(ExecutionNotFound, ResumeError):
+                self._cancel(child_id, f"parent {parent.id!r} no longer waits on it")
+            return
+        if data.mode == "fire_and_forget":
+            self._resume_parent(
+                parent.id,
+                key,
+                child_id,
+                {"status": "completed", "output": {"execution_id": child_id}},
+            )
+        elif child.status in FINAL_STATUSES and child.id == child_id:
+            self._report_to_parent(child)
+        elif data.expires_at is not None:
+            self.scheduler.schedule(parent.id, data.expires_at)  # the parent's deadline
+
+    def _report_to_parent(self, child: WorkflowExecution) -> None:
+        """Resume the parent of an ended child with its output or its error."""
+        ref = child.parent
+        if ref is None:
+            return
+        if child.status is ExecutionStatus.COMPLETED:
+            data: dict[str, Any] = {"status": "completed", "output": child.output}
+        else:
+            data = {"status": "failed", "error": _error_dict(child)}
+        self._resume_parent(ref.execution_id, ref.node_key, child.id, data)
+
+    def _resume_parent(
+        self, parent_id: str, node_key: str, child_id: str, resume_data: Any
+    ) -> None:
+        """Resume a parent waiting on ``child_id`` at ``node_key``; anything else is dropped."""
+
+        def waits_on_the_child(parent: WorkflowExecution) -> Move | None:
+            if (
+                parent.status is not ExecutionStatus.SUSPENDED
+                or parent.suspended_node != node_key
+                or child_execution_id(parent) != child_id
+            ):
+                return None  # resumed already, cancelled, or waiting on another child now
+            return Move.RESUME
+
+        try:
+            self._step(parent_id, waits_on_the_child, resume_data)
+        except ExecutionNotFound:
+            logger.warning("child %r reports to unknown parent %r", child_id, parent_id)
+        except StaleVersionError:
+            pass  # another runner resumed the parent first
+
+    def _reconcile_parents(self) -> None:
+        """Finish what a crash may have cut short between a child's save and its parent's."""
+        for summary in self._suspended_without_alarm():
+            try:
+                execution, _ = self.store.load(summary)
+            except ExecutionNotFound:
+                continue
+            if (
+                execution.status is ExecutionStatus.SUSPENDED
+                and execution.suspension is not None
+                and execution.suspension.kind == "sub_workflow"
+            ):
+                self._run_child(execution)
+
+    def _suspended_without_alarm(self) -> Sequence[str]:
+        rows = self.store.list(ExecutionStatus.SUSPENDED, limit=1_000_000)
+        return [row.id for row in rows if row.due_at is None]
