@@ -30,7 +30,7 @@ def drive_sync(engine: Generator[Call, Result, Outcome]) -> Outcome:
 
 
 def _call_sync(call: Call) -> Result:
-    fn, args, timeout = call
+    fn, args, timeout, _ = call
     try:
         value = fn(*args) if timeout is None else _call_in_thread(fn, args, timeout)
         if type(value) not in _NEVER_AWAITABLE and inspect.isawaitable(value):
@@ -109,7 +109,7 @@ async def drive_async(engine: Generator[Call, Result, Outcome]) -> Outcome:
 async def _call_async(call: Call) -> Result:
     import asyncio
 
-    fn, args, timeout = call
+    fn, args, timeout, _ = call
     try:
         if timeout is not None and not inspect.iscoroutinefunction(fn):
             loop = asyncio.get_running_loop()

@@ -74,12 +74,19 @@ _FINAL_VALUES = frozenset(s.value for s in FINAL)
 
 Clock = Callable[[], datetime]
 
-Call = tuple[Callable[..., Any], tuple[Any, ...], "float | None"]
-"""One action call the engine needs made: ``(fn, args, timeout)``."""
+Continuation = tuple[CompiledNode, NodeRun, ActionContext, bool]
+"""What settles a call's result: ``(node, node_run, ctx, from_resume)``; ``from_resume``
+says the call is the action's ``resume`` callback (its failure never retries)."""
 
+Call = tuple[Callable[..., Any], tuple[Any, ...], "float | None", Continuation]
+"""One action call the engine needs made: ``(fn, args, timeout, continuation)``.
 
-Step = Any
-"""``Call | Outcome | None``: what the engine's last move produced (see ``Run.drive``)."""
+A driver makes ``fn(*args)`` (within ``timeout`` seconds) and sends the ``Result`` back;
+the continuation travels with the call, so the engine settles the result with it."""
+
+Step = Call | Outcome | None
+"""What the engine's last move produced (see ``Run.drive``)."""
+
 Result = tuple[bool, Any]
 """``(True, value)`` when the call returned, ``(False, exception)`` when it raised."""
 
@@ -178,7 +185,6 @@ class Run(Frontier):
 
     __slots__ = (
         "clock",
-        "current",
         "env",
         "graph",
         "id",
@@ -227,7 +233,6 @@ class Run(Frontier):
         self.started_at: datetime | None = None
         self.last_output: Any = None
         self.status = ExecutionStatus.PENDING
-        self.current: tuple[CompiledNode, NodeRun, ActionContext, bool]
         self.now_hint: datetime | None = None
         self.variables = graph.workflow.variables
         self.workflow_id = graph.workflow.id
@@ -348,7 +353,8 @@ class Run(Frontier):
         """Run ready nodes one at a time; yield each action call, return the outcome.
 
         A step is what the last move produced: a ``Call`` to make (its result is settled
-        by ``finish_call``), ``None`` (the node is done: pick the next), or an outcome.
+        with the call's own continuation), ``None`` (the node is done: pick the next), or
+        an outcome.
         """
         pending = self.pending
         while True:
@@ -358,20 +364,20 @@ class Run(Frontier):
                     key: str | None = next(iter(pending))
                 else:
                     key = self.pick_ready()
-                    if key is None:
-                        return self.complete()
-                step = self.run_node(key)  # type: ignore[arg-type]
+                if key is None:
+                    return self.complete()
+                step = self.run_node(key)
                 continue
             if type(step) is tuple:
                 ok, value = yield step
-                cn, node_run, ctx, from_resume = self.current
-                if ok and not from_resume:
+                continuation = step[3]
+                if ok and not continuation[3]:
+                    cn, node_run, ctx, _ = continuation
                     step = self.settle_value(cn, node_run, ctx, value, from_resume=False)
                 else:
-                    step = self.finish_call(ok, value)
+                    step = self.finish_call(continuation, ok, value)
                 continue
-            outcome: Outcome = step
-            return outcome
+            return step  # type: ignore[return-value]  # neither None nor a Call: an Outcome
 
     def complete(self) -> Completed:
         output = self.last_output
@@ -445,12 +451,11 @@ class Run(Frontier):
             params, problem = self.prepare_params(cn, node_run, ctx)
             if problem is not None:
                 return self.settle_failure(cn, node_run, problem)
-        self.current = (cn, node_run, ctx, False)
-        return (cn.spec.fn, (params, ctx), cn.timeout)
+        return (cn.spec.fn, (params, ctx), cn.timeout, (cn, node_run, ctx, False))
 
-    def finish_call(self, ok: bool, value: Any) -> Step:
-        """Settle the result of the call the last step asked for."""
-        cn, node_run, ctx, from_resume = self.current
+    def finish_call(self, continuation: Continuation, ok: bool, value: Any) -> Step:
+        """Settle the result of a call with the continuation it was made with."""
+        cn, node_run, ctx, from_resume = continuation
         if ok:
             return self.settle_value(cn, node_run, ctx, value, from_resume=from_resume)
         if from_resume:
@@ -897,8 +902,7 @@ class Run(Frontier):
             params, problem = self.prepare_params(cn, node_run, ctx)
             if problem is not None:
                 return self.settle_failure(cn, node_run, problem)
-            self.current = (cn, node_run, ctx, True)
-            return (resume_fn, (params, ctx, resume_data), cn.timeout)
+            return (resume_fn, (params, ctx, resume_data), cn.timeout, (cn, node_run, ctx, True))
         return self.settle_value(cn, node_run, ctx, value, from_resume=True)
 
 
