@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -23,10 +23,14 @@ from prana._policy import (
     REFERENCE,
     RESULT_REJECTED,
     RetryPolicy,
+    _resolve_level,
     error_class,
     resolve_reference,
 )
 from prana.testing import _testing_state
+
+if TYPE_CHECKING:
+    from prana._model import Node, Workflow
 
 # --- what a condition may name -----------------------------------------------------------
 
@@ -54,6 +58,48 @@ NOETL_NAMES: tuple[str, ...] = tuple(k for k in CONDITION_SCOPE if not k.startsw
 """The bare names a condition may use, as NoETL's templates write them."""
 
 
+CONDITION_FIELDS: tuple[str, ...] = ("retry_when", "stop_when", "retry_on_result")
+"""The policy fields that hold a condition."""
+
+
+def condition_problems(
+    node: Node, workflow: Workflow, spec_retry: tuple[RetryPolicy, ...] | None
+) -> list[str]:
+    """Every condition template of the policies ``node`` uses that names something outside
+    ``CONDITION_SCOPE`` (or does not parse), as ``"<where>.<field>: <why>"``.
+
+    Validation runs it, so a condition that could never hold is an error before anything
+    runs; ``<where>`` is where the policy was set (``settings.retry[1]``,
+    ``retry_defaults['http.request']``...).
+    """
+    level, policies = _resolve_level(node, workflow, spec_retry)
+    found = [
+        (index, field, value)
+        for index, policy in enumerate(policies)
+        for field in CONDITION_FIELDS
+        if isinstance(value := getattr(policy, field), str)
+    ]
+    if not found:
+        return []
+    from prana._templates import TemplateError, check_condition
+
+    where = {
+        "node": "settings.retry",
+        "simple": "settings",
+        "workflow_type": f"retry_defaults[{node.type!r}]",
+        "workflow_star": "retry_defaults['*']",
+        "action": f"the retry registered for {node.type!r}",
+    }.get(level, level)
+    problems: list[str] = []
+    for index, field, text in found:
+        place = f"{where}[{index}]" if len(policies) > 1 else where
+        try:
+            check_condition(text, roots=CONDITION_ROOTS, bare=NOETL_NAMES, path=f"{place}.{field}")
+        except TemplateError as exc:
+            problems.append(str(exc))
+    return problems
+
+
 def _status_code(value: Any) -> Any:
     """``status_code`` (or an int ``status``, as ``http.request`` records it) of a mapping."""
     if not isinstance(value, Mapping):
@@ -76,7 +122,8 @@ class AttemptView:
     when there is one (``None`` after a reload or for a rejected result);
     ``retry_after_seconds`` carries a ``RetryAfter`` hint when the exception is not live;
     ``execution_id`` and ``node_key`` say whose attempt it was; ``timeout_seconds`` is the
-    per-attempt timeout the next attempt would run under (``retry_timeout`` counts it).
+    per-attempt timeout the next attempt would run under (``retry_timeout`` counts it);
+    ``now`` is the injected clock's time, which turns a ``RetryAfter`` date into a delay.
     """
 
     attempt: int
@@ -88,6 +135,7 @@ class AttemptView:
     execution_id: str | None = None
     node_key: str | None = None
     timeout_seconds: float | None = None
+    now: datetime | None = None
 
     def names(self) -> dict[str, Any]:
         """NoETL's names for the attempt (see ``CONDITION_SCOPE``), written without ``$``.
@@ -254,7 +302,7 @@ def explain_retry(
         if verdict is not True:
             chosen = min(verdict, policy.max_delay, HINT_CEILING_SECONDS)
 
-    hint = exc.delay_seconds if isinstance(exc, RetryAfter) else view.retry_after_seconds
+    hint = exc.hint_seconds(view.now) if isinstance(exc, RetryAfter) else view.retry_after_seconds
     if chosen is not None:
         delay = chosen
     elif hint is not None:

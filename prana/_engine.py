@@ -745,6 +745,7 @@ class Run(Frontier):
                 execution_id=self.id,
                 node_key=key,
                 timeout_seconds=cn.timeout,
+                now=now,
             )
             explanation = explain_retry(
                 cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"

@@ -21,7 +21,7 @@ The tree::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 
 class PranaError(Exception):
@@ -72,20 +72,114 @@ class NonRetryable(Exception):  # noqa: N818 - the name reads as the instruction
 
 
 class RetryAfter(Exception):  # noqa: N818 - the name reads as the instruction it is
-    """Raise from an action to retry after ``delay`` (seconds, a timedelta or ``"30s"``).
+    """Raise from an action to retry after ``delay``: a server's ``Retry-After``, as it came.
 
-    Use it for a server's ``Retry-After``: the policy still decides *whether* to retry
-    (``RetryAfter`` is retryable under the default classification), and the hint is capped
-    by ``max_delay`` unless the policy sets ``hint_exceeds_max_delay=True``; a hard ceiling
-    of one day always applies.
+    ``delay`` is seconds, a ``timedelta``, duration text (``"30s"``), a ``Retry-After``
+    header value (delta-seconds, or an HTTP-date such as ``"Wed, 21 Oct 2015 07:28:00
+    GMT"``, RFC 9110), or an aware ``datetime``. A date becomes a delay by the executor's
+    injected clock when the retry is decided, or at once with ``now=`` (see
+    ``from_header``). The policy still decides *whether* to retry (``RetryAfter`` is
+    retryable under the default classification); the hint is capped by ``max_delay``
+    unless the policy sets ``hint_exceeds_max_delay=True``, and never passes one day.
+
+    A hint that cannot be read never turns a retryable failure into a permanent one: the
+    attempt retries on the policy's own delay, the message says so, and
+    ``details["retry_after_ignored"]`` records why (kept in the attempt's error).
     """
 
-    def __init__(self, delay: float | timedelta | str, message: str = "") -> None:
-        from prana._durations import to_seconds
-
-        self.delay_seconds = to_seconds(delay, field="RetryAfter.delay")
-        self.message = message or f"retry after {self.delay_seconds:g}s"
+    def __init__(self, delay: object, message: str = "", *, now: datetime | None = None) -> None:
+        self.delay_seconds: float | None = None
+        """The hint in seconds; ``None`` for a date not yet resolved, or an ignored hint."""
+        self.retry_at: datetime | None = None
+        """The time a date hint asks for, until a clock turns it into ``delay_seconds``."""
+        self.hint_problem: str | None = None
+        """Why the hint was ignored, or ``None``."""
+        if now is not None and not _aware(now):
+            raise ValueError(f"RetryAfter(now={now!r}): use an aware datetime such as ctx.now")
+        try:
+            self.delay_seconds, self.retry_at = _read_hint(delay, now)
+        except ValueError as exc:
+            self.hint_problem = str(exc)
+        if self.hint_problem is not None:
+            shown = f"{message}: " if message else ""
+            self.message = (
+                f"{shown}Retry-After hint ignored ({self.hint_problem}); retrying on the "
+                "policy's own delay"
+            )
+            details = getattr(self, "details", None)
+            merged = dict(details) if isinstance(details, dict) else {}
+            merged["retry_after_ignored"] = self.hint_problem
+            self.details = merged
+        elif message:
+            self.message = message
+        elif self.delay_seconds is not None:
+            self.message = f"retry after {self.delay_seconds:g}s"
+        else:
+            assert self.retry_at is not None
+            self.message = f"retry at {self.retry_at.isoformat()}"
         super().__init__(self.message)
+
+    @classmethod
+    def from_header(cls, value: object, *, now: datetime, message: str = "") -> RetryAfter:
+        """A ``RetryAfter`` from a ``Retry-After`` header value, resolved against ``now``.
+
+        ``now`` is the action's ``ctx.now``. Delta-seconds and every HTTP-date form RFC
+        9110 names are read; anything else gives a hint that is ignored (and says why).
+        """
+        return cls(value, message, now=now)
+
+    def hint_seconds(self, now: datetime | None) -> float | None:
+        """The delay this hint asks for, a date measured from ``now``; ``None``: no usable hint."""
+        if self.delay_seconds is not None:
+            return self.delay_seconds
+        if self.retry_at is not None and now is not None:
+            return max(0.0, (self.retry_at - now).total_seconds())
+        return None
+
+
+def _aware(value: datetime) -> bool:
+    return value.tzinfo is not None and value.utcoffset() is not None
+
+
+def _read_hint(value: object, now: datetime | None) -> tuple[float | None, datetime | None]:
+    """Read a retry hint as ``(seconds, None)`` or ``(None, date)``; ``ValueError`` says why not."""
+    from prana._durations import to_seconds
+
+    when: datetime | None = None
+    if isinstance(value, datetime):
+        if not _aware(value):
+            raise ValueError(f"a naive datetime ({value.isoformat()}); give an aware one")
+        when = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return float(text), None
+        try:
+            return to_seconds(text, field="Retry-After"), None
+        except ValueError:
+            pass
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            raise ValueError(
+                f"cannot read {text[:80]!r} as seconds, a duration such as '30s' or an "
+                "HTTP-date such as 'Wed, 21 Oct 2015 07:28:00 GMT'"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)  # HTTP-dates are GMT (RFC 9110 5.6.7)
+    elif isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+        raise ValueError(
+            f"a {type(value).__name__} is not a delay; give seconds, a timedelta, text such "
+            "as '30s', an HTTP-date or an aware datetime"
+        )
+    else:
+        seconds = to_seconds(value, field="Retry-After")  # refuses negative, NaN, infinity
+        return seconds, None
+    if now is not None:
+        return max(0.0, (when - now).total_seconds()), None
+    return None, when
 
 
 class AttemptTimeout(TimeoutError):  # noqa: N818 - the contract's name

@@ -10,16 +10,20 @@ meaning under prana's first-match rule differs from Waymark's maximum.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
 
+from prana import _errors
+from prana._decision import condition_problems
 from prana._durations import format_seconds
 from prana._model import ErrorInfo
 from prana._policy import (
     HINT_CEILING_SECONDS,
     PROGRAMMING_ERRORS,
+    RESULT_REJECTED,
     RetryPolicy,
     _resolve_level,
 )
@@ -39,7 +43,8 @@ class LintWarning:
 
     Codes: ``jitter_clipped``, ``hint_uncapped``, ``delays_exceed_budget``,
     ``timeout_exceeds_budget``, ``unbounded_retries``, ``retries_programming_errors``,
-    ``side_effects_without_idempotency``, ``first_match_differs_from_max``.
+    ``side_effects_without_idempotency``, ``first_match_differs_from_max``,
+    ``invalid_condition`` (also a validation error), ``unknown_exception``.
     """
 
     node_key: str
@@ -58,6 +63,7 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
     declarations are unknown, so those checks are skipped.
     """
     warnings: list[LintWarning] = []
+    known = _known_exception_names(registry)
     for node in workflow.nodes:
         spec = registry.get(node.type) if registry is not None else None
         level, policies = _resolve_level(node, workflow, spec.retry if spec else None)
@@ -70,6 +76,20 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
         warnings.extend(
             LintWarning(node_key=node.key, code="first_match_differs_from_max", message=message)
             for message in _first_match_vs_max(policies)
+        )
+        for index, policy in enumerate(policies):
+            where = f"policy {index + 1} " if len(policies) > 1 else ""
+            warnings.extend(
+                LintWarning(node_key=node.key, code="unknown_exception", message=where + message)
+                for message in _unknown_exceptions(policy, known)
+            )
+        warnings.extend(
+            LintWarning(
+                node_key=node.key,
+                code="invalid_condition",
+                message=f"{problem}; as written the condition never holds",
+            )
+            for problem in condition_problems(node, workflow, spec.retry if spec else None)
         )
         retries = any(p.enabled and p.max_attempts != 1 for p in policies)
         if spec is not None and spec.side_effects and not spec.uses_idempotency_key and retries:
@@ -86,6 +106,51 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
                 )
             )
     return warnings
+
+
+def _class_names(classes: Iterable[type[BaseException]]) -> set[str]:
+    """Each class's name and ``module.qualname``, and those of its bases."""
+    names: set[str] = set()
+    for cls in classes:
+        for base in cls.__mro__:
+            names.add(base.__name__)
+            names.add(f"{base.__module__}.{base.__qualname__}")
+    return names
+
+
+def _exceptions_in(namespace: dict[str, object]) -> list[type[BaseException]]:
+    return [v for v in namespace.values() if isinstance(v, type) and issubclass(v, BaseException)]
+
+
+_BUILTIN_EXCEPTIONS: frozenset[str] = frozenset(
+    _class_names(_exceptions_in(vars(builtins)) + _exceptions_in(vars(_errors))) | {RESULT_REJECTED}
+)
+"""Every built-in exception name, prana's own, and ``ResultRejected``."""
+
+
+def _known_exception_names(registry: Registry | None) -> frozenset[str]:
+    if registry is None or not registry.exceptions():
+        return _BUILTIN_EXCEPTIONS
+    return _BUILTIN_EXCEPTIONS | _class_names(registry._exceptions.values())
+
+
+def _unknown_exceptions(policy: RetryPolicy, known: frozenset[str]) -> list[str]:
+    """A message for each name in ``retry_on``/``exclude`` that no known exception has."""
+    found: list[str] = []
+    for field in ("retry_on", "exclude"):
+        for item in getattr(policy, field) or ():
+            if not isinstance(item, str) or item in known:
+                continue
+            close = difflib.get_close_matches(item, sorted(n for n in known if "." not in n), n=1)
+            guess = f"; did you mean {close[0]!r}?" if close else ""
+            short = item.rsplit(".", 1)[-1]
+            found.append(
+                f"{field}: no built-in or registered exception is named {item!r}{guess} "
+                f"(a name matches an error whose class or a base class has it; if it is your "
+                f"own, register it with registry.exception({short}) and pass the registry to "
+                "lint)"
+            )
+    return found
 
 
 def _check_policy(policy: RetryPolicy, node: Node, *, simple: bool) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ from prana._policy import RetryPolicy, coerce_policies
 ActionFn = Callable[[Any, "ActionContext"], Any]
 ResumeFn = Callable[[Any, "ActionContext", Any], Any]
 F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound=type[BaseException])
 
 
 @attrs.frozen(kw_only=True)
@@ -44,6 +45,7 @@ class Registry:
 
     def __init__(self, *, builtins: bool = True) -> None:
         self._specs: dict[str, ActionSpec] = {}
+        self._exceptions: dict[str, type[BaseException]] = {}
         self.generation = 0
         """Bumped on every ``register``, so compiled workflows know when to revalidate."""
         if builtins:
@@ -113,6 +115,24 @@ class Registry:
     def types(self) -> list[str]:
         """Every registered type name, sorted."""
         return sorted(self._specs)
+
+    def exception(self, cls: E) -> E:
+        """Make an exception class known by name (decorator or plain call); returns it.
+
+        ``retry_on``/``exclude`` match names through an error's MRO whether or not its class
+        is registered; registering lets ``prana.lint`` tell a real name from a typo.
+        """
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise InvalidSettingsError(
+                f"Registry.exception: expected an exception class, got {cls!r}; pass the class "
+                "itself, e.g. registry.exception(RateLimitError)"
+            )
+        self._exceptions[cls.__name__] = cls
+        return cls
+
+    def exceptions(self) -> list[str]:
+        """The names of the registered exception classes, sorted."""
+        return sorted(self._exceptions)
 
 
 class ActionContext:

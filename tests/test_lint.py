@@ -6,7 +6,16 @@ from typing import Any
 
 import pytest
 
-from prana import LintWarning, Node, NodeSettings, Registry, RetryPolicy, Workflow, lint
+from prana import (
+    InvalidSettingsError,
+    LintWarning,
+    Node,
+    NodeSettings,
+    Registry,
+    RetryPolicy,
+    Workflow,
+    lint,
+)
 
 
 def noop(params: Any, ctx: Any) -> Any:
@@ -162,3 +171,63 @@ def test_warnings_come_in_node_order() -> None:
         ("a", "hint_uncapped"),
         ("a", "retries_programming_errors"),
     ]
+
+
+# --- names in retry_on / exclude -----------------------------------------------------------
+
+
+def test_a_misspelt_exception_name_is_reported_with_the_closest_name() -> None:
+    """``retry_on=["ConectionError"]`` matches nothing ever raised: lint says so and suggests."""
+    wf = workflow_of(node(RetryPolicy(retry_on=["ConectionError"], exclude=["TimeoutEror"])))
+    warnings = lint(wf)
+    assert codes(warnings) == ["unknown_exception", "unknown_exception"]
+    assert "retry_on: no built-in or registered exception is named 'ConectionError'" in (
+        warnings[0].message
+    )
+    assert "did you mean 'ConnectionError'?" in warnings[0].message
+    assert "exclude: no built-in or registered exception is named 'TimeoutEror'" in (
+        warnings[1].message
+    )
+    assert "did you mean 'TimeoutError'?" in warnings[1].message
+
+
+class RateLimitError(ConnectionError):
+    """An application's own exception."""
+
+
+def test_registered_exceptions_and_their_bases_are_known() -> None:
+    """A name the registry knows (``registry.exception``) is not reported; unregistered ones are."""
+    wf = workflow_of(node(RetryPolicy(retry_on=["RateLimitError", "OSError"])))
+    before = lint(wf, Registry())
+    assert codes(before) == ["unknown_exception"]
+    assert "register it with registry.exception(RateLimitError)" in before[0].message
+    registry = Registry()
+    assert registry.exception(RateLimitError) is RateLimitError
+    assert lint(wf, registry) == []
+    qualified = workflow_of(node(RetryPolicy(retry_on=[f"{__name__}.RateLimitError"])))
+    assert lint(qualified, registry) == []
+
+
+def test_register_an_exception_as_a_decorator() -> None:
+    """``@registry.exception`` on a class registers it and returns it unchanged."""
+    registry = Registry()
+
+    @registry.exception
+    class QuotaExceededError(Exception):
+        pass
+
+    assert registry.exceptions() == ["QuotaExceededError"]
+    wf = workflow_of(node(RetryPolicy(retry_on=["QuotaExceededError", "AttemptTimeout"])))
+    assert lint(wf, registry) == []
+
+
+def test_registering_something_that_is_not_an_exception_class_is_refused() -> None:
+    """A clear error names what was given and what is expected."""
+    with pytest.raises(InvalidSettingsError, match=r"Registry\.exception: expected an exception"):
+        Registry().exception("ConnectionError")  # type: ignore[type-var]
+
+
+def test_classes_in_retry_on_are_not_checked_by_name() -> None:
+    """A class given directly is what it is; only names can be misspelt."""
+    wf = workflow_of(node(RetryPolicy(retry_on=[RateLimitError])))
+    assert lint(wf) == []

@@ -225,6 +225,28 @@ def test_several_ids_fire_each_once(env: Env) -> None:
     assert sorted(fired.ids) == [f"exec-{index}" for index in range(5)]
 
 
+def test_alarms_after_a_failing_one_still_fire(env: Env) -> None:
+    """The scheduler conformance check (tests/test_schedulers.py) over procrastinate: a fire
+    that raises never stops the worker; alarms armed before and after it still fire."""
+    scheduler = env.scheduler()
+    fired = Fired()
+
+    def fire(execution_id: str) -> None:
+        fired(execution_id)
+        if execution_id.startswith("bad"):
+            raise RuntimeError(f"boom {execution_id}")
+
+    scheduler.start(fire)
+    scheduler.schedule("bad-1", now())
+    scheduler.schedule("good-1", now() + timedelta(seconds=0.05))
+    assert fired.wait_for_ids({"bad-1", "good-1"})
+    scheduler.schedule("bad-2", now())
+    assert fired.wait_for_ids({"bad-2"})
+    scheduler.schedule("good-2", now())
+    assert fired.wait_for_ids({"good-2"})
+    assert fired.ids[:4] == ["bad-1", "good-1", "bad-2", "good-2"]
+
+
 def test_an_awaitable_returned_by_fire_is_run(env: Env) -> None:
     """A fire callback returning a coroutine has it run to completion in the job's thread."""
     scheduler = env.scheduler()

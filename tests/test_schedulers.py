@@ -100,8 +100,15 @@ class ManualHarness(SchedulerHarness):
         return self.clock()
 
     def wait_for(self, recorder: Recorder, count: int) -> None:
-        self.scheduler.advance(1.0)  # longer than any scenario
-        assert len(recorder.calls) >= count
+        # advance() hands a failing callback's error to its caller (the driver), which goes
+        # on advancing: later alarms must still fire
+        for _ in range(count + 1):
+            try:
+                self.scheduler.advance(1.0)  # longer than any scenario
+            except CallbackFailedError:
+                continue
+            break
+        assert len(recorder.calls) >= count, f"only {recorder.ids} fired, wanted {count}"
 
 
 class ThreadHarness(SchedulerHarness):
@@ -295,6 +302,140 @@ def test_shutdown_drops_pending_alarms_and_start_works_again(harness: SchedulerH
     harness.scheduler.schedule("sentinel", harness.now() + timedelta(milliseconds=80))
     harness.wait_for(second, 1)
     assert (first.ids, second.ids) == ([], ["sentinel"])
+
+
+class CallbackFailedError(RuntimeError):
+    """What the failing fire callback of the conformance check raises."""
+
+
+def check_alarms_after_a_failing_one_still_fire(harness: SchedulerHarness) -> None:
+    """The conformance check: a fire callback that raises never stops the scheduler.
+
+    Alarms already armed fire after the failure, and so do alarms armed after it (a timer
+    thread or task that died on the first error would fire neither), including after a
+    second failure.
+    """
+
+    def fail_bad(execution_id: str) -> None:
+        if execution_id.startswith("bad"):
+            raise CallbackFailedError(f"boom {execution_id}")
+
+    recorder = Recorder(then=fail_bad)
+    harness.start(recorder)
+    harness.scheduler.schedule("bad-1", harness.now() + timedelta(milliseconds=10))
+    harness.scheduler.schedule("good-1", harness.now() + timedelta(milliseconds=60))
+    harness.wait_for(recorder, 2)
+    harness.scheduler.schedule("bad-2", harness.now() + timedelta(milliseconds=10))
+    harness.wait_for(recorder, 3)
+    harness.scheduler.schedule("good-2", harness.now() + timedelta(milliseconds=10))
+    harness.wait_for(recorder, 4)
+    assert recorder.ids == ["bad-1", "good-1", "bad-2", "good-2"]
+
+
+def test_alarms_after_a_failing_one_still_fire(harness: SchedulerHarness) -> None:
+    """Every adapter keeps firing after a fire callback raised (checked once per adapter)."""
+    check_alarms_after_a_failing_one_still_fire(harness)
+
+
+class DyingThreadScheduler:
+    """A broken scheduler: its timer thread stops for good at the first fire that raises.
+
+    The suite must catch this defect (it passed the suite before the failing-alarm check).
+    """
+
+    def __init__(self) -> None:
+        self._alarms: dict[str, datetime] = {}
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.on_exit: Callable[[], None] = lambda: None
+
+    def schedule(self, execution_id: str, due_at: datetime) -> None:
+        with self._cond:
+            self._alarms[execution_id] = due_at
+            self._cond.notify_all()
+
+    def cancel(self, execution_id: str) -> None:
+        with self._cond:
+            self._alarms.pop(execution_id, None)
+
+    def start(self, fire: Callable[[str], object]) -> None:
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, args=(fire,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fire: Callable[[str], object]) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._stopping:
+                        due = sorted(self._alarms.items(), key=lambda item: item[1])
+                        if due and due[0][1] <= real_now():
+                            break
+                        wait = (due[0][1] - real_now()).total_seconds() if due else None
+                        self._cond.wait(wait)
+                    if self._stopping:
+                        return
+                    execution_id = due[0][0]
+                    del self._alarms[execution_id]
+                try:
+                    fire(execution_id)
+                except Exception:  # noqa: BLE001 - the defect: the thread quietly ends
+                    return
+        finally:
+            self.on_exit()
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._alarms.clear()
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(TIMEOUT)
+
+
+class DyingThreadHarness(SchedulerHarness):
+    """Waits until enough fired or the timer thread ended (so the failing case is quick)."""
+
+    name = "dying-thread"
+
+    def __init__(self) -> None:
+        self.scheduler = DyingThreadScheduler()
+        self.ended = threading.Event()
+
+    def start(self, fire: Recorder) -> None:
+        def ended() -> None:
+            self.ended.set()
+            with fire._cond:
+                fire._cond.notify_all()
+
+        self.scheduler.on_exit = ended
+        self.scheduler.start(fire)
+
+    def wait_for(self, recorder: Recorder, count: int) -> None:
+        with recorder._cond:
+            recorder._cond.wait_for(
+                lambda: len(recorder.calls) >= count or self.ended.is_set(), timeout=TIMEOUT
+            )
+        assert len(recorder.calls) >= count, f"only {recorder.ids} fired, wanted {count}"
+
+
+def test_the_suite_catches_a_timer_thread_that_dies_after_a_failing_alarm() -> None:
+    """The broken double passes every other shared check, and fails the failing-alarm one."""
+    healthy = DyingThreadHarness()
+    recorder = Recorder()
+    healthy.start(recorder)
+    play(healthy, SCENARIOS["due order"][0])
+    healthy.wait_for(recorder, 3)
+    assert recorder.ids == SCENARIOS["due order"][1]
+    healthy.close()
+
+    broken = DyingThreadHarness()
+    try:
+        with pytest.raises(AssertionError, match=r"only \['bad-1'\] fired, wanted 2"):
+            check_alarms_after_a_failing_one_still_fire(broken)
+    finally:
+        broken.close()
 
 
 def test_naive_due_at_is_refused(harness: SchedulerHarness) -> None:
