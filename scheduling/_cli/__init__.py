@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from prana import PranaError
 from scheduling import _ownership
@@ -39,12 +39,17 @@ __all__ = ["CLIError", "load_actions", "load_workflow_file", "main"]
 _COMMANDS = (run, worker, serve, listing, steer, demo)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage mistakes on one line: ``prana worker: error: ... (see --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     import prana
 
-    parser = argparse.ArgumentParser(
-        prog="prana", description="Run workflows with retries that survive restarts."
-    )
+    parser = _Parser(prog="prana", description="Run workflows with retries that survive restarts.")
     parser.add_argument(
         "--version",
         action="version",

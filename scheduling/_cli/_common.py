@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prana import ExecutionStatus, PranaError, Registry, Workflow
+from scheduling._cli._bounded import json_nesting_exceeds, load_yaml, nesting_error, read_bounded
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,18 +60,24 @@ def one_line(exc: BaseException) -> str:
 
 
 def load_workflow_file(path: str | os.PathLike[str]) -> Workflow:
-    """Read a workflow from a ``.json``, ``.yaml`` or ``.yml`` file."""
+    """Read a workflow from a ``.json``, ``.yaml`` or ``.yml`` file.
+
+    The file is untrusted: it is read up to ``MAX_FILE_BYTES``, and refused when it nests
+    deeper than ``MAX_NESTING`` levels or (YAML) expands its aliases without bound.
+    """
     from prana import loads_workflow
 
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_bounded(file, str(file))
     except FileNotFoundError:
         raise CLIError(f"{file}: no such file") from None
     except UnicodeDecodeError:
         raise CLIError(f"{file}: not UTF-8 text; save the workflow as UTF-8 JSON or YAML") from None
     except OSError as exc:
         raise CLIError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
     try:
         if file.suffix.lower() in (".yaml", ".yml"):
             try:
@@ -80,12 +87,16 @@ def load_workflow_file(path: str | os.PathLike[str]) -> Workflow:
                     f"{file}: reading YAML needs PyYAML: pip install 'prana-workflows[yaml]'"
                 ) from None
             try:
-                doc = yaml.safe_load(text)
+                doc = load_yaml(text, str(file))
             except yaml.YAMLError as exc:
                 raise CLIError(f"{file}: not valid YAML: {one_line(exc)}") from None
+            except ValueError as exc:
+                raise CLIError(str(exc)) from None
             if not isinstance(doc, dict):
                 raise CLIError(f"{file}: a workflow is a YAML mapping, got {type(doc).__name__}")
             return loads_workflow(doc)
+        if json_nesting_exceeds(text):
+            raise CLIError(nesting_error(str(file)))
         return loads_workflow(text)
     except PranaError as exc:
         if isinstance(exc, CLIError):
@@ -143,7 +154,9 @@ def load_actions(module_name: str | None) -> Registry:
 
 
 def parse_json(text: str, option: str) -> Any:
-    """``text`` parsed as JSON, or a one-line error naming ``option``."""
+    """``text`` parsed as JSON, or a one-line error naming ``option`` (also when too deep)."""
+    if json_nesting_exceeds(text):
+        raise CLIError(nesting_error(option))
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

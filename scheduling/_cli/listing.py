@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus
 from scheduling._cli._common import EXIT_OK, CLIError, open_store
 
 if TYPE_CHECKING:
-    import argparse
-
     from scheduling._cli._common import AddCommand
 
 

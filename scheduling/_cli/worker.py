@@ -31,7 +31,7 @@ from scheduling._cli._common import (
 from scheduling._errors import StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from prana import Registry
     from scheduling._cli._common import AddCommand
@@ -47,13 +47,13 @@ def register(add: AddCommand) -> None:
     worker.add_argument("--once", action="store_true", help="resume what is due now, then exit")
     worker.add_argument(
         "--poll",
-        type=_seconds("--poll"),
+        type=float,
         default=WORKER_POLL_SECONDS,
         help="seconds between checks for work left due by other processes (default 1)",
     )
     worker.add_argument(
         "--lease",
-        type=_seconds("--lease"),
+        type=float,
         default=LEASE_SECONDS,
         help="procrastinate: seconds a worker may stay silent (killed, cut off) before the "
         "others take up the alarms it was firing (default 30)",
@@ -72,27 +72,20 @@ _MAX_SECONDS = 86_400.0
 _STOPPED = "worker stopped ({}): suspended executions stay in the store for the next worker"
 
 
-def _seconds(option: str) -> Callable[[str], float]:
-    """An argparse type: a number of seconds > 0 and at most a day, else one clear line."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or not 0 < value <= _MAX_SECONDS:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a number of seconds > 0 and <= {_MAX_SECONDS:g} "
-                f"(e.g. {option} 1.5)"
-            )
-        return value
-
-    return parse
+def _check_seconds(option: str, value: float) -> None:
+    """Refuse a number of seconds that is not > 0 and at most a day, in one line."""
+    if not math.isfinite(value) or not 0 < value <= _MAX_SECONDS:
+        raise CLIError(
+            f"{option} {value!r}: use a number of seconds > 0 and <= {_MAX_SECONDS:g} "
+            f"(e.g. {option} 1.5)"
+        )
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     from scheduling._console import ConsoleView
 
+    _check_seconds("--poll", args.poll)
+    _check_seconds("--lease", args.lease)
     if args.scheduler == "procrastinate" and postgres_dsn(args) is None:
         raise CLIError(PROCRASTINATE_NEEDS_POSTGRES)
     registry = load_actions(args.actions)

@@ -49,10 +49,14 @@ def check_aware(when: Any, field: str) -> datetime:
     return when
 
 
+MAX_LIMIT = 10**9
+"""The largest ``limit`` a store takes (SQL integers overflow far above it; no list is longer)."""
+
+
 def check_limit(limit: Any, field: str = "limit") -> int:
-    """``limit`` if it is a whole number >= 1, else a clear error."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidSettingsError(f"{field}={limit!r}: use a whole number >= 1")
+    """``limit`` if it is a whole number from 1 to ``MAX_LIMIT``, else a clear error."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidSettingsError(f"{field}={limit!r}: use a whole number from 1 to {MAX_LIMIT}")
     return limit
 
 
