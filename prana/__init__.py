@@ -55,6 +55,7 @@ from prana._model import (
     WorkflowExecution,
 )
 from prana._policy import RetryPolicy, Schedule, ScheduleRow
+from prana._redrive import redrive_execution
 from prana._registry import ActionContext, ActionSpec, Registry
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ __all__ = [
     "loads",
     "loads_workflow",
     "make_converter",
+    "redrive_execution",
     "resume_workflow",
     "validate",
 ]

@@ -411,7 +411,7 @@ class Run(Frontier):
     ) -> Step:
         """Begin attempt ``number`` of ``node_run``: the call to make, or a settled failure."""
         key = cn.key
-        started = node_run.started_at if number == 1 else self.clock()
+        started = node_run.started_at if due_at is None else self.clock()
         node_run.attempt_number = number
         node_run.attempt_started = started
         node_run.attempt_due = due_at
@@ -618,6 +618,7 @@ class Run(Frontier):
                 error,
                 node_run.attempt_due,
                 None,
+                node_run.attempt_redrive,
             )
         )
         execution = new_node_execution(
@@ -657,7 +658,7 @@ class Run(Frontier):
         self.deliver(cn.key, port, node_run.execution_index)
 
     def elapsed(self, node_run: NodeRun) -> float:
-        return (self.clock() - node_run.started_at).total_seconds()
+        return (self.clock() - node_run.budget_start).total_seconds()
 
     def settle_suspend(self, cn: CompiledNode, node_run: NodeRun, value: Suspend) -> Outcome | None:
         """The action asked to pause: record it and hand the suspension to the caller."""
@@ -741,7 +742,7 @@ class Run(Frontier):
                 error=error,
                 exception=exception,
                 output=output,
-                elapsed_seconds=(now - node_run.started_at).total_seconds(),
+                elapsed_seconds=(now - node_run.budget_start).total_seconds(),
                 execution_id=self.id,
                 node_key=key,
                 timeout_seconds=cn.timeout,
@@ -763,6 +764,7 @@ class Run(Frontier):
                     decision.max_attempts,
                     error,
                     now + timedelta(milliseconds=delay_ms),
+                    False,
                 )
                 if self.observers:
                     self.event(
@@ -796,7 +798,7 @@ class Run(Frontier):
             now = self.clock()
             node_run.close_attempt(AttemptOutcome.FAILED, now, error)
             self.record(node_run, node_run.freeze(NodeStatus.FAILED, error=error, completed_at=now))
-            self.consume_activation(key)
+            # The activation stays pending: a redrive runs the node again with it.
             return self.fail_execution(error)
         port = "main" if mode == "continue" else "error"
         self.complete_node(cn, node_run, error.as_output(), port, error=error)
@@ -824,6 +826,10 @@ class Run(Frontier):
         node_run = self.suspended_node_run(key)
         if suspension.kind == "retry":
             data: RetryData = suspension.data
+            if data.redrive:
+                node_run.attempt_redrive = True
+                if data.attempt_number == 1:  # reset_attempts: the budget starts over too
+                    node_run.budget_start = self.clock()
             step = self.attempt(cn, node_run, data.attempt_number, data.resume_at)
         else:
             step = self.resume_node(cn, node_run, suspension, resume_data)
@@ -831,7 +837,7 @@ class Run(Frontier):
 
     def suspended_node_run(self, key: str) -> NodeRun:
         last = self.runs[key][-1]
-        return NodeRun(
+        node_run = NodeRun(
             key,
             last.execution_index,
             last.run_index,
@@ -840,6 +846,11 @@ class Run(Frontier):
             last.params,
             recorded=True,
         )
+        for attempt in reversed(last.attempts):
+            if attempt.redrive and attempt.number == 1:  # a redrive reset the budget here
+                node_run.budget_start = attempt.started_at
+                break
+        return node_run
 
     def expire(self, execution: WorkflowExecution) -> Generator[Call, Result, Outcome]:
         """Fail the paused webhook node with ``WebhookTimeout``; ``on_error`` decides the rest."""

@@ -34,6 +34,7 @@ class EventType(enum.Enum):
     EXECUTION_COMPLETED = "execution_completed"
     EXECUTION_FAILED = "execution_failed"
     EXECUTION_CANCELLED = "execution_cancelled"
+    EXECUTION_REDRIVEN = "execution_redriven"
 
 
 @attrs.frozen(kw_only=True)

@@ -359,7 +359,9 @@ class AttemptRecord:
     """One attempt of one node run: the audit trail keeps every one of them.
 
     ``due_at`` is when a retry attempt was scheduled to start, so ``started_at - due_at``
-    is its lateness; ``retry_delay_ms`` is the delay chosen after this attempt failed.
+    is its lateness; ``retry_delay_ms`` is the delay chosen after this attempt failed;
+    ``redrive`` marks the attempt a redrive started (``redrive_execution``), not the retry
+    policy. A redrive with ``reset_attempts`` starts numbering again at 1.
     """
 
     number: int
@@ -369,6 +371,7 @@ class AttemptRecord:
     error: ErrorInfo | None = None
     due_at: datetime | None = None
     retry_delay_ms: int | None = None
+    redrive: bool = False
 
 
 # Hot record: the rules above ErrorCode apply.
@@ -419,7 +422,9 @@ class RetryData:
     """What a ``Suspend(kind="retry")`` carries.
 
     ``attempt_number`` is the attempt that runs on resume (1-based), ``max_attempts`` the
-    total allowed (``None``: unlimited within a time budget), ``resume_at`` the due time.
+    total allowed (``None``: unlimited within a time budget), ``resume_at`` the due time;
+    ``redrive`` says a redrive, not the retry policy, asked for the attempt (its record is
+    marked so in the ledger).
     """
 
     retry_delay_ms: int
@@ -427,6 +432,7 @@ class RetryData:
     max_attempts: int | None
     original_error: ErrorInfo
     resume_at: datetime
+    redrive: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -660,7 +666,8 @@ new_node_execution: Callable[..., NodeExecution] = _fast_constructor(NodeExecuti
 """``new_node_execution(node_key, status, execution_index, run_index, started_at,
 completed_at, params, output, output_port, error, attempts)``."""
 new_attempt_record: Callable[..., AttemptRecord] = _fast_constructor(AttemptRecord)
-"""``new_attempt_record(number, started_at, ended_at, outcome, error, due_at, retry_delay_ms)``."""
+"""``new_attempt_record(number, started_at, ended_at, outcome, error, due_at, retry_delay_ms,
+redrive)``."""
 new_workflow_execution: Callable[..., WorkflowExecution] = _fast_constructor(WorkflowExecution)
 """``new_workflow_execution(id, workflow_id, workflow_version, status, input, node_executions,
 state, pending, next_index, suspended_node, suspension, output, error, parent, started_at,
@@ -670,7 +677,8 @@ new_activation: Callable[..., Activation] = _fast_constructor(Activation)
 new_error_info: Callable[..., ErrorInfo] = _fast_constructor(ErrorInfo)
 """``new_error_info(code, type, module, message, details, node_key)``."""
 new_retry_data: Callable[..., RetryData] = _fast_constructor(RetryData)
-"""``new_retry_data(retry_delay_ms, attempt_number, max_attempts, original_error, resume_at)``."""
+"""``new_retry_data(retry_delay_ms, attempt_number, max_attempts, original_error, resume_at,
+redrive)``."""
 new_suspend: Callable[..., Suspend] = _fast_constructor(Suspend)
 """``new_suspend(kind, data, execution)``: the executor's outcome, its kind already checked."""
 new_completed: Callable[..., Completed] = _fast_constructor(Completed)

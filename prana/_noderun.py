@@ -25,13 +25,17 @@ class NodeRun:
 
     ``attempts`` holds the closed attempts; the open one lives in the ``attempt_*`` fields
     until ``close_attempt`` turns it into a record, so each attempt costs one object.
+    ``budget_start`` is when ``retry_timeout`` started counting: the first attempt's start,
+    or the start of the first attempt after a redrive that reset the attempts.
     """
 
     __slots__ = (
         "attempt_due",
         "attempt_number",
+        "attempt_redrive",
         "attempt_started",
         "attempts",
+        "budget_start",
         "execution_index",
         "key",
         "params",
@@ -62,6 +66,8 @@ class NodeRun:
         self.attempt_number = 0
         self.attempt_started = started_at
         self.attempt_due: datetime | None = None
+        self.attempt_redrive = False
+        self.budget_start = started_at
         self.runs: list[NodeExecution] | None = None
         """The node's record list in the run, once known (saves a lookup per record)."""
 
@@ -86,6 +92,7 @@ class NodeRun:
                 error,
                 self.attempt_due,
                 retry_delay_ms,
+                self.attempt_redrive,
             )
         )
 
@@ -93,6 +100,7 @@ class NodeRun:
         """A paused attempt continues on resume: it is the same attempt, not a new one."""
         last = self.attempts.pop()
         self.open_attempt(last.number, last.started_at, last.due_at)
+        self.attempt_redrive = last.redrive
 
     def freeze(
         self,

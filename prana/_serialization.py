@@ -61,6 +61,7 @@ from prana._model import (
     ErrorInfo,
     Failed,
     Outcome,
+    RetryData,
     Suspend,
     WebhookData,
     Workflow,
@@ -564,6 +565,11 @@ def make_converter(
             _cattrs_detailed_validation=detailed_validation,
             token=override(omit=True),
         ),
+    )
+    # ``redrive`` is written only when set, so a policy's retry reads and writes as before.
+    conv.register_unstructure_hook(
+        RetryData,
+        make_dict_unstructure_fn(RetryData, conv, redrive=override(omit_if_default=True)),
     )
     register_rows(conv)
     if hand_tuned:

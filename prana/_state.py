@@ -2,9 +2,12 @@
 
 An execution starts ``pending``, is ``running`` only inside the executor, and leaves every
 executor call ``suspended``, ``completed``, ``failed`` or ``cancelled``. Only a suspended (or
-still pending) execution can be resumed or cancelled; the three end states are final.
-Every status change in prana goes through ``check_transition``, so this table is the whole
-truth; ``transition_diagram()`` renders it for the docs.
+still pending) execution can be resumed or cancelled. The three end states are final for
+a run: nothing the executor does leaves them. One edge is an operator's, not a run's: a
+redrive (``redrive_execution``) takes a ``failed`` execution back to ``suspended``, waiting
+to run its failed node again. Every status change in prana goes through
+``check_transition``, so this table is the whole truth; ``transition_diagram()`` renders it
+for the docs.
 """
 
 from __future__ import annotations
@@ -19,10 +22,15 @@ TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
     S.RUNNING: frozenset({S.SUSPENDED, S.COMPLETED, S.FAILED}),
     S.SUSPENDED: frozenset({S.RUNNING, S.CANCELLED}),
     S.COMPLETED: frozenset(),
-    S.FAILED: frozenset(),
+    S.FAILED: frozenset({S.SUSPENDED}),
     S.CANCELLED: frozenset(),
 }
-FINAL: frozenset[ExecutionStatus] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+REDRIVE: frozenset[tuple[ExecutionStatus, ExecutionStatus]] = frozenset({(S.FAILED, S.SUSPENDED)})
+"""The operator's edges: a redrive, never a run, takes an execution along them."""
+FINAL: frozenset[ExecutionStatus] = frozenset(
+    s for s, nxt in TRANSITIONS.items() if all((s, n) in REDRIVE for n in nxt)
+)
+"""The end states of a run: every edge out of them is a redrive."""
 
 
 _EDGES: frozenset[tuple[str, str]] = frozenset(

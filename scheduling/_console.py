@@ -239,6 +239,12 @@ class ConsoleView:
         if kind is EventType.EXECUTION_CANCELLED:
             self.running.pop(eid, None)
             return f"{FAIL} {short} cancelled"
+        if kind is EventType.EXECUTION_REDRIVEN:
+            self.running[eid] = f"redriven at {event.node_key}"
+            return (
+                f"{RETRY} {event.workflow_id} redriven from {event.node_key} "
+                f"(attempt {event.attempt}) after {format_error(event.error)} ({short})"
+            )
         return None
 
     def stats(self) -> RetryStats:
@@ -384,6 +390,8 @@ def format_timeline(execution: WorkflowExecution) -> str:
         lateness = dict(node_lateness(run))
         for attempt in run.attempts:
             text = f"      attempt {attempt.number}: {attempt.outcome.value}"
+            if attempt.redrive:
+                text += " (redrive)"
             text += f"  {_ts(attempt.started_at, origin)} .. {_ts(attempt.ended_at, origin)}"
             if attempt.due_at is not None:
                 text += f"  due {_ts(attempt.due_at, origin)}"

@@ -46,6 +46,7 @@ _LEVELS = {
     EventType.EXECUTION_COMPLETED: logging.INFO,
     EventType.EXECUTION_FAILED: logging.WARNING,
     EventType.EXECUTION_CANCELLED: logging.INFO,
+    EventType.EXECUTION_REDRIVEN: logging.INFO,
 }
 
 
@@ -70,6 +71,8 @@ def _message(event: Event) -> str:
         return f"{head} waits on {event.kind} at {event.node_key}"
     if kind is EventType.EXECUTION_FAILED:
         return f"{head} failed: {error}" if error else f"{head} failed"
+    if kind is EventType.EXECUTION_REDRIVEN:
+        return f"{head} redriven from node {event.node_key} (attempt {event.attempt}) after {error}"
     where = f" node {event.node_key}" if event.node_key is not None else ""
     return f"{head}:{where} {event.name}"
 

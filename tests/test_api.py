@@ -22,7 +22,7 @@ PRANA_PUBLIC = {
     "ScheduleRow", "SubWorkflowData", "Suspend", "TimerData", "WebhookData", "WebhookTimeout",
     "Workflow", "WorkflowExecution", "aexecute_workflow", "aresume_workflow",
     "cancel_execution", "dumps", "dumps_workflow", "execute_workflow", "expire_webhook", "lint",
-    "loads", "loads_workflow", "make_converter", "resume_workflow", "validate",
+    "loads", "loads_workflow", "make_converter", "redrive_execution", "resume_workflow", "validate",
 }  # fmt: skip
 
 SCHEDULING_PUBLIC = {

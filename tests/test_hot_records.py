@@ -85,6 +85,7 @@ def test_row_layouts_are_the_stored_order() -> None:
         "error",
         "due_at",
         "retry_delay_ms",
+        "redrive",
     ]
     assert [a.name for a in attrs.fields(NodeExecution)] == [
         "node_key",

@@ -543,11 +543,11 @@ def test_too_long_row_is_named() -> None:
     """A row with more items than the record has fields is refused at its path."""
 
     def mutate(e: dict[str, Any]) -> None:
-        e["node_executions"]["n0"][0][10][0] += [None, None, None, 7]
+        e["node_executions"]["n0"][0][10][0] += [None, None, None, False, 7]
 
     (problem,) = problems_of(corrupt(mutate))
     assert problem.startswith("$.execution.node_executions['n0'][0].attempts[0]: ")
-    assert "expected at most 7 items for AttemptRecord" in problem
+    assert "expected at most 8 items for AttemptRecord" in problem
 
 
 def test_timestamps_are_shared_not_confused() -> None:

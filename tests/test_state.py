@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from prana import ExecutionStatus, ResumeError
-from prana._state import FINAL, TRANSITIONS, check_transition, transition_diagram
+from prana._state import FINAL, REDRIVE, TRANSITIONS, check_transition, transition_diagram
 
 EDGES = [(src, dst) for src, targets in TRANSITIONS.items() for dst in targets]
 NON_EDGES = [
@@ -31,9 +31,12 @@ def test_every_other_pair_is_refused(src: ExecutionStatus, dst: ExecutionStatus)
 
 
 def test_table_covers_every_status_and_finals_are_final() -> None:
-    """Every status has a row; completed, failed and cancelled lead nowhere."""
+    """Every status has a row; from completed, failed and cancelled only a redrive leads on."""
     assert set(TRANSITIONS) == set(ExecutionStatus)
     assert {s.value for s in FINAL} == {"completed", "failed", "cancelled"}
+    assert {(a.value, b.value) for a, b in REDRIVE} == {("failed", "suspended")}
+    assert all(dst in TRANSITIONS[src] for src, dst in REDRIVE)
+    assert all((src, dst) in REDRIVE for src in FINAL for dst in TRANSITIONS[src])
     assert len(EDGES) + len(NON_EDGES) == len(ExecutionStatus) ** 2
 
 
