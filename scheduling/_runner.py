@@ -4,9 +4,10 @@ Theory of operation. Every transition of an execution is one step (``scheduling/
 writes it once): load it (with its version) from the store, compute the next state with
 the pure core, save it with a compare-and-set on that version, and only then arm the alarm
 for its next due time (persist, then arm). With a store that runs a hook inside its save
-transaction (``PostgresStore.on_save``) and a scheduler that arms inside a caller's
-transaction (``ProcrastinateScheduler.schedule_in``/``cancel_in``) on the same database,
-the runner arms in the save itself: the state and its alarm commit together or not at all.
+transaction (``abc.TransactionalStore``: ``PostgresStore``) and a scheduler that arms inside
+a caller's transaction (``abc.TransactionalScheduler``: ``ProcrastinateScheduler``) on the
+same database, the runner arms in the save itself: the state and its alarm commit together
+or not at all.
 
 The scheduler is only an alarm clock that carries an execution id; everything else is
 read back from the store when it fires, so any runner over the same store can finish any
@@ -57,7 +58,12 @@ from scheduling._steps import (
     Steps,
     child_execution_id,
 )
-from scheduling.abc import ExecutionStore, Scheduler
+from scheduling.abc import (
+    ExecutionStore,
+    Scheduler,
+    TransactionalScheduler,
+    TransactionalStore,
+)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -119,9 +125,10 @@ class Runner(Steps):
     runner then arms only what it saves itself, for a one-off command that must not run
     work it was not asked about (``prana run``, ``prana deliver``); a worker recovers.
 
-    Transactional alarms: when the store has an ``on_save`` hook slot (``PostgresStore``)
-    that is free, and the scheduler has ``schedule_in``/``cancel_in`` and says
-    ``same_database(store.dsn)`` (``ProcrastinateScheduler``), ``open`` installs a hook
+    Transactional alarms: when the store is a ``scheduling.abc.TransactionalStore``
+    (``PostgresStore``) whose ``on_save`` hook slot is free, and the scheduler a
+    ``scheduling.abc.TransactionalScheduler`` (``ProcrastinateScheduler``) that says
+    ``same_database(store.dsn)``, ``open`` installs a hook
     that arms each saved execution's ``due_at`` (or cancels its alarm when it has none)
     inside the save's transaction, and ``close`` removes it. Every save and its alarm
     change then commit together; the runner arms after the save only alarms no save
@@ -267,31 +274,28 @@ class Runner(Steps):
         self.scheduler.shutdown()
 
     def _remove_alarm_hook(self) -> None:
-        if self._arms_on_save:
+        store = self.store
+        if self._arms_on_save and isinstance(store, TransactionalStore):
             self._arms_on_save = False
-            self.store.on_save = None  # type: ignore[attr-defined]
+            store.on_save = None
 
     def _install_alarm_hook(self) -> None:
-        """Arm alarms inside the store's save transactions, if store and scheduler can."""
+        """Arm alarms inside the store's save transactions, if store and scheduler can.
+
+        They can when the store is a ``TransactionalStore`` whose hook slot is free and the
+        scheduler a ``TransactionalScheduler`` on the same database (``scheduling.abc``).
+        """
         store, scheduler = self.store, self.scheduler
-        schedule_in = getattr(scheduler, "schedule_in", None)
-        cancel_in = getattr(scheduler, "cancel_in", None)
-        same_database = getattr(scheduler, "same_database", None)
-        dsn = getattr(store, "dsn", None)
         if (
-            not callable(schedule_in)
-            or not callable(cancel_in)
-            or not callable(same_database)
-            or not isinstance(dsn, str)
-            or not hasattr(store, "on_save")
-            or getattr(store, "on_save", None) is not None
-            or not same_database(dsn)
+            not isinstance(store, TransactionalStore)
+            or not isinstance(scheduler, TransactionalScheduler)
+            or store.on_save is not None
+            or not isinstance(store.dsn, str)
+            or not scheduler.same_database(store.dsn)
         ):
             return
-
-        setup = getattr(scheduler, "setup", None)
-        if callable(setup):
-            setup()  # the job tables must exist before the first save arms in them
+        scheduler.setup()  # the job tables must exist before the first save arms in them
+        schedule_in, cancel_in = scheduler.schedule_in, scheduler.cancel_in
 
         def arm_in(conn: Any, execution: WorkflowExecution) -> None:
             due_at = execution.due_at

@@ -1,6 +1,10 @@
-"""The shell's two interfaces: the alarm clock (``Scheduler``), the truth (``ExecutionStore``).
+"""The shell's interfaces: the alarm clock (``Scheduler``), the truth (``ExecutionStore``).
 
-Invariants every backend keeps (see ``docs/extending.md``):
+Two optional ones let a store and a scheduler on the same database arm each alarm inside
+the save that implies it (``TransactionalStore``, ``TransactionalScheduler``); the
+``Runner`` looks for nothing else.
+
+Invariants every backend keeps (see ``docs/extending/backends.md``):
 
 - ``Scheduler.schedule`` is idempotent and replacing: one alarm per execution id, the
   latest due time wins. Firing is at-least-once: a fired id may fire again, late or twice;
@@ -9,13 +13,15 @@ Invariants every backend keeps (see ``docs/extending.md``):
 - ``ExecutionStore.save`` never overwrites a newer record: a save whose
   ``expected_version`` is not the stored one raises ``StaleVersionError`` and changes nothing.
 - A workflow definition never changes for a given id and version.
+- A ``TransactionalStore``'s ``on_save`` hook runs inside the save's transaction: the row
+  and what the hook writes commit together; if the hook raises, nothing is stored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -92,3 +98,44 @@ class ExecutionStore(Protocol):
 
     def close(self) -> None:
         """Release connections and files."""
+
+
+OnSave = Callable[[Any, WorkflowExecution], None]
+"""A hook run inside a save's transaction, with its connection and the execution saved."""
+
+
+@runtime_checkable
+class TransactionalStore(Protocol):
+    """A store that runs a hook inside each save's transaction (``PostgresStore``).
+
+    ``on_save`` is the hook slot, ``None`` while free: when set, every successful save
+    calls ``on_save(connection, execution)`` after the row write and before the commit;
+    if it raises, the transaction rolls back, ``save`` raises and nothing is stored.
+    ``dsn`` names the database, so a scheduler can tell whether it is its own.
+    """
+
+    dsn: str
+    on_save: OnSave | None
+
+
+@runtime_checkable
+class TransactionalScheduler(Protocol):
+    """A scheduler that arms and disarms in a caller's transaction (``ProcrastinateScheduler``).
+
+    With a ``TransactionalStore`` on the same database (``same_database(store.dsn)``), the
+    ``Runner`` calls ``setup()`` once, then installs an ``on_save`` hook that arms each
+    saved execution's ``due_at`` with ``schedule_in`` (or ``cancel_in`` when it has none):
+    each save and its alarm change commit together or not at all.
+    """
+
+    def same_database(self, dsn: str) -> bool:
+        """Whether ``dsn`` names the database this scheduler keeps its alarms in."""
+
+    def setup(self) -> None:
+        """Create what arming needs (the job tables) before the first save arms in them."""
+
+    def schedule_in(self, conn: Any, execution_id: str, due_at: datetime) -> None:
+        """``schedule`` on the caller's connection ``conn``, inside its open transaction."""
+
+    def cancel_in(self, conn: Any, execution_id: str) -> None:
+        """``cancel`` on the caller's connection ``conn``, inside its open transaction."""

@@ -2,6 +2,9 @@
 
 - Tests are filed by subject, and every helper shared by test modules is defined once, in
   ``doubles.py`` (builders and doubles) or ``conftest.py`` (fixtures).
+- Every seam of the shell is a protocol in ``scheduling/abc.py``, documented in
+  ``docs/extending/backends.md``; a scheduler adapter never imports a store module, nor a
+  store an adapter module.
 - No module of ``scheduling`` is over 900 lines (``prana``'s joins the rule once its
   modules are split).
 """
@@ -77,3 +80,51 @@ def test_no_module_is_over_900_lines(path: Path) -> None:
     """Every module of ``scheduling`` stays readable: split it along its seams."""
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} has {lines} lines"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports (``from a.b import c`` counts ``a.b`` and ``a.b.c``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("folder", "other"),
+    [("adapters", "scheduling.stores"), ("stores", "scheduling.adapters")],
+)
+def test_a_backend_kind_never_imports_the_other(folder: str, other: str) -> None:
+    """Adapters and stores share code through ``scheduling/_*.py``, never through each other."""
+    offenders = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in sorted((ROOT / "scheduling" / folder).glob("*.py"))
+        for module in imported_modules(path)
+        if module == other or module.startswith(other + ".")
+    }
+    assert offenders == set()
+
+
+def test_every_interface_in_abc_is_documented_for_backend_writers() -> None:
+    """Each protocol of ``scheduling.abc`` is named in ``docs/extending/backends.md``."""
+    import typing
+
+    import scheduling.abc
+
+    protocols = [
+        name
+        for name, value in vars(scheduling.abc).items()
+        if inspect.isclass(value)
+        and value.__module__ == "scheduling.abc"
+        and getattr(value, "_is_protocol", False)
+        and typing.Protocol in value.__mro__
+    ]
+    assert {"ExecutionStore", "Scheduler", "TransactionalStore", "TransactionalScheduler"} <= set(
+        protocols
+    )
+    doc = (ROOT / "docs" / "extending" / "backends.md").read_text(encoding="utf-8")
+    assert [name for name in protocols if f"`{name}`" not in doc] == []

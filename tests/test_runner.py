@@ -42,6 +42,7 @@ from scheduling import (
 from scheduling._cli import main
 from scheduling._console import node_lateness
 from scheduling._runner import child_execution_id, is_settled
+from scheduling.abc import OnSave, TransactionalScheduler, TransactionalStore
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.memory import MemoryStore
 from scheduling.stores.sqlite import SQLiteStore
@@ -1171,11 +1172,11 @@ def test_a_deliver_that_loses_to_a_cancel_raises(
         assert runner_a.get(eid).status is ExecutionStatus.CANCELLED
 
 
-# -- the transactional alarm seam, with duck-typed doubles (no database) ------------------
+# -- the transactional alarm seam (scheduling.abc), with doubles (no database) ---------------
 
 
 class HookStore(MemoryStore):
-    """A ``MemoryStore`` with ``PostgresStore``'s ``dsn`` and ``on_save`` hook slot.
+    """A ``MemoryStore`` that is a ``TransactionalStore``: a ``dsn`` and an ``on_save`` slot.
 
     The hook runs before the row is stored; if it raises, nothing is stored (the
     all-or-nothing promise of ``PostgresStore.on_save``).
@@ -1184,7 +1185,7 @@ class HookStore(MemoryStore):
     def __init__(self, *, fail_alarms: bool = False) -> None:
         super().__init__()
         self.dsn = "host=db dbname=prana"
-        self.on_save: Any = None
+        self.on_save: OnSave | None = None
         self.fail_alarms = fail_alarms
 
     def save(self, execution: WorkflowExecution, expected_version: int | None) -> int:
@@ -1200,15 +1201,19 @@ class HookStore(MemoryStore):
 
 
 class InTransactionScheduler(ManualScheduler):
-    """A ``ManualScheduler`` with ``ProcrastinateScheduler``'s in-transaction arming API."""
+    """A ``ManualScheduler`` that is a ``TransactionalScheduler`` (arms in the store's save)."""
 
     def __init__(self, clock: ManualClock) -> None:
         super().__init__(clock)
         self.outside: list[tuple[str, str]] = []
         self.inside: list[tuple[str, str]] = []
+        self.setups = 0
 
     def same_database(self, dsn: str) -> bool:
         return dsn == "host=db dbname=prana"
+
+    def setup(self) -> None:
+        self.setups += 1
 
     def schedule(self, execution_id: str, due_at: datetime) -> None:
         self.outside.append(("schedule", execution_id))
@@ -1395,3 +1400,82 @@ def test_no_resume_path_moves_a_cancelled_execution(path: str) -> None:
         else:
             resume()
         assert runner.get(eid) == cancelled
+
+
+def test_the_doubles_and_the_real_pair_are_the_abc_protocols() -> None:
+    """PostgresStore and ProcrastinateScheduler (and the doubles) are the seam; others not."""
+    from scheduling.adapters.procrastinate import ProcrastinateScheduler
+    from scheduling.stores.postgres import PostgresStore
+
+    dsn = "postgresql://postgres@127.0.0.1:1/prana?connect_timeout=1"  # never connected to
+    store: TransactionalStore = PostgresStore(dsn)  # mypy checks the structure too
+    scheduler: TransactionalScheduler = ProcrastinateScheduler(dsn)
+    clock = ManualClock(T0)
+    try:
+        for transactional_store in (store, HookStore()):
+            assert isinstance(transactional_store, TransactionalStore)
+        for transactional in (scheduler, InTransactionScheduler(clock)):
+            assert isinstance(transactional, TransactionalScheduler)
+        assert scheduler.same_database(store.dsn)
+        assert not isinstance(MemoryStore(), TransactionalStore)
+        assert not isinstance(ManualScheduler(clock), TransactionalScheduler)
+    finally:
+        assert isinstance(store, PostgresStore)
+        store.close()
+
+
+class NoSetupScheduler(InTransactionScheduler):
+    """Everything of the seam but ``setup``: not a ``TransactionalScheduler``."""
+
+    setup = None  # type: ignore[assignment]
+
+
+class NoDsnStore(HookStore):
+    """An ``on_save`` slot but no ``dsn``: not a ``TransactionalStore``."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "dsn":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+@pytest.mark.parametrize(
+    ("store_type", "scheduler_type", "in_save"),
+    [
+        (HookStore, InTransactionScheduler, True),
+        (NoDsnStore, InTransactionScheduler, False),
+        (HookStore, NoSetupScheduler, False),
+        (MemoryStore, InTransactionScheduler, False),
+        (HookStore, ManualScheduler, False),
+    ],
+    ids=["both", "store-without-dsn", "scheduler-without-setup", "plain-store", "plain-scheduler"],
+)
+def test_the_runner_finds_the_seam_through_the_abc_protocols(
+    store_type: type[MemoryStore], scheduler_type: type[ManualScheduler], in_save: bool
+) -> None:
+    """The hook goes in exactly when the store and the scheduler are the abc protocols."""
+    clock = ManualClock(T0)
+    store, scheduler = store_type(), scheduler_type(clock)
+    assert in_save == (
+        isinstance(store, TransactionalStore) and isinstance(scheduler, TransactionalScheduler)
+    )
+    with Runner(store=store, scheduler=scheduler, clock=clock):
+        assert (getattr(store, "on_save", None) is not None) is in_save
+        if in_save:
+            assert isinstance(scheduler, InTransactionScheduler)
+            assert scheduler.setups == 1  # the job tables first, then the hook
+    assert getattr(store, "on_save", None) is None
+
+
+def test_the_seam_needs_the_same_database() -> None:
+    """A transactional pair on two databases arms after the save, as any other pair."""
+    clock = ManualClock(T0)
+    store, scheduler = HookStore(), InTransactionScheduler(clock)
+    store.dsn = "host=elsewhere dbname=prana"
+    registry = Registry()
+    registry.register("test.flaky", Flaky(1))
+    with Runner(registry, store, scheduler, clock) as runner:
+        assert store.on_save is None
+        eid = runner.start(workflow(flaky_node()))
+    assert scheduler.inside == []
+    assert scheduler.outside == [("schedule", eid)]

@@ -62,9 +62,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from prana import InvalidSettingsError
+from scheduling._checks import check_schema_name
 from scheduling._errors import StoreError
 from scheduling.adapters._common import SchedulerStateError, require_aware
-from scheduling.stores._sql import check_schema_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator, Mapping

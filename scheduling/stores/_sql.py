@@ -88,23 +88,6 @@ def check_status(status: Any) -> ExecutionStatus | None:
         raise InvalidSettingsError(f"status={status!r}: use one of {choices}") from None
 
 
-def check_schema_name(name: Any, field: str) -> str:
-    """A plain SQL identifier (letters, digits, underscores; not starting with a digit)."""
-    if (
-        not isinstance(name, str)
-        or not name
-        or len(name) > 40
-        or not name.isascii()
-        or not (name.replace("_", "a").isalnum())
-        or name[0].isdigit()
-    ):
-        raise InvalidSettingsError(
-            f"{field}={name!r}: use letters, digits and underscores (at most 40, "
-            "not starting with a digit)"
-        )
-    return name
-
-
 def stale(execution_id: str, expected_version: int | None, stored: int | None) -> StaleVersionError:
     """The error for a refused save, saying what was expected and what is stored."""
     if expected_version is None:

@@ -39,6 +39,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from prana import ExecutionStatus, InvalidSettingsError, Workflow, WorkflowExecution, dumps
+from scheduling._checks import check_schema_name
 from scheduling._errors import (
     ExecutionNotFound,
     StoreError,
@@ -51,7 +52,6 @@ from scheduling.stores._sql import (
     check_aware,
     check_limit,
     check_save,
-    check_schema_name,
     check_status,
     conflict_message,
     dump_workflow,
