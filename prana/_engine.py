@@ -226,9 +226,7 @@ class Run(Frontier):
         self.runs: dict[str, Sequence[NodeExecution]] = {}
         """Records per node: tuples as loaded, lists once this run writes to them."""
         self.state: dict[str, Any] = {}
-        self.pending = {}
-        self.backlog = {}
-        self.heap = []
+        self.init_frontier()
         self.next_index = 0
         self.started_at: datetime | None = None
         self.last_output: Any = None
@@ -270,6 +268,7 @@ class Run(Frontier):
                 run.pending[a.node_key] = activation
         run.heap = [(-p.seq, k) for k, p in run.pending.items()]
         heapq.heapify(run.heap)
+        run.recount()
         run.next_index = execution.next_index
         run.started_at = execution.started_at
         run.last_output = execution.output
@@ -345,7 +344,7 @@ class Run(Frontier):
         self.started_at = self.clock()
         if self.observers:
             self.event(EventType.EXECUTION_STARTED)
-        self.pending[self.graph.trigger] = Pending(-1, {})
+        self.enter(self.graph.trigger, Pending(-1, {}))
         self.activate(self.graph.trigger, -1)
         return self.drive()
 
@@ -645,7 +644,7 @@ class Run(Frontier):
         if key in self.backlog:
             self.consume_activation(key)
         else:
-            self.pending.pop(key, None)
+            self.leave(key)
         self.last_output = output
         if self.observers:
             self.event(

@@ -76,7 +76,7 @@ def _compile_params(params: Any) -> CompiledParams | None:
 class CompiledGraph:
     """The validated, indexed form of a workflow for one registry."""
 
-    __slots__ = ("__weakref__", "nodes", "successors", "trigger", "workflow")
+    __slots__ = ("__weakref__", "_feeds", "nodes", "successors", "trigger", "workflow")
 
     def __init__(self, workflow: Workflow, nodes: dict[str, CompiledNode], trigger: str) -> None:
         self.workflow = workflow
@@ -86,6 +86,42 @@ class CompiledGraph:
             key: frozenset(to for targets in cn.outgoing.values() for to, _ in targets)
             for key, cn in nodes.items()
         }
+        self._feeds: dict[str, tuple[tuple[str, str], ...]] | None = None
+
+    def join_feeds(self) -> dict[str, tuple[tuple[str, str], ...]]:
+        """For each node X, the AND-join ports ``(join, port)`` that X can still feed.
+
+        X feeds port P of a join J (a node with several input ports) when a path leads
+        from X (included) to a source of P without passing through J. While such an X is
+        pending, P may still receive data, so J waits for it; this is the readiness rule
+        of ``reachable_from``, precomputed once per graph (a backward walk per join port)
+        so the executor counts live feeders instead of walking the graph at every pick.
+        Empty when the workflow has no AND-join.
+        """
+        feeds = self._feeds
+        if feeds is not None:
+            return feeds
+        predecessors: dict[str, set[str]] = {key: set() for key in self.nodes}
+        for key, targets in self.successors.items():
+            for target in targets:
+                predecessors[target].add(key)
+        found: dict[str, list[tuple[str, str]]] = {}
+        for join, cn in self.nodes.items():
+            if len(cn.in_ports) <= 1:
+                continue
+            for port, sources in cn.in_ports.items():
+                stack = [src for src, _ in sources if src != join]
+                seen: set[str] = set()
+                while stack:
+                    key = stack.pop()
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    stack.extend(n for n in predecessors[key] if n != join and n not in seen)
+                for key in seen:
+                    found.setdefault(key, []).append((join, port))
+        feeds = self._feeds = {key: tuple(pairs) for key, pairs in found.items()}
+        return feeds
 
     def reachable_from(self, starts: Iterable[str], avoid: str) -> set[str]:
         """Every node reachable from ``starts`` (included) without passing through ``avoid``."""
