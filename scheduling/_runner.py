@@ -456,6 +456,34 @@ class Runner(Steps):
             )
         return outcome
 
+    def redrive(
+        self, execution_id: str, node: str | None = None, *, reset_attempts: bool = False
+    ) -> Outcome:
+        """Take a failed execution up again and run it in the caller; return the outcome.
+
+        The failed node (or ``node``, one that leads to it) runs again with its input
+        rebuilt fresh, then the rest of the workflow, until the execution completes, fails
+        or suspends again (its retries are armed as usual). The ledger keeps every earlier
+        attempt and marks the redriven one; observers see ``execution_redriven``.
+        ``reset_attempts`` restarts the node's attempt count and retry budget. Raises
+        ``ExecutionNotFound`` for an unknown id, ``ResumeError`` (with the reason) for an
+        execution that did not fail, was cancelled, is a sub-workflow its parent waits on,
+        or a node it cannot start from, and ``StaleVersionError`` if another process moved
+        it first. ``store.list(ExecutionStatus.FAILED)`` lists what can be redriven.
+        """
+        if node is not None and (not isinstance(node, str) or not node):
+            raise InvalidSettingsError(
+                f"redrive(node={node!r}): name a node key, or leave it out for the failed node"
+            )
+
+        def redrivable(execution: WorkflowExecution) -> Move:
+            del execution  # the core refuses what cannot be redriven, with the reason
+            return Move.REDRIVE
+
+        outcome = self._step(execution_id, redrivable, (node, reset_attempts))
+        assert outcome is not None, "redrivable() always moves"
+        return outcome
+
     def cancel(self, execution_id: str, reason: str | None = None) -> WorkflowExecution:
         """Cancel a pending or suspended execution, disarm its alarm; return it cancelled.
 

@@ -40,6 +40,7 @@ from prana import (
     cancel_execution,
     execute_workflow,
     expire_webhook,
+    redrive_execution,
     resume_workflow,
     validate,
 )
@@ -77,6 +78,9 @@ class Move(enum.Enum):
     """Its webhook wait is past its deadline: fail the wait (``expire_webhook``)."""
     CHILDREN = "children"
     """A parent's sub-workflow alarm: start its child or time it out, outside the lock."""
+    REDRIVE = "redrive"
+    """A failed execution taken up again (``redrive_execution``, then ``resume_workflow``);
+    the step's data is ``(node, reset_attempts)``."""
 
 
 _RESUME, _EXPIRE, _CHILDREN = Move.RESUME, Move.EXPIRE, Move.CHILDREN  # hot-path aliases
@@ -215,6 +219,8 @@ class Steps:
                         env=self.env,
                         observers=self._observers(),
                     )
+                elif move is Move.REDRIVE:
+                    outcome = self._redrive(execution, workflow, *data)
                 else:
                     outcome = self._expire_webhook(execution, workflow)
                 new = outcome.execution
@@ -231,6 +237,30 @@ class Steps:
             self._note_hook(outcome)
         self._settle(new, version)
         return outcome
+
+    def _redrive(
+        self, execution: WorkflowExecution, workflow: Workflow, node: str | None, reset: bool
+    ) -> Outcome:
+        """Redrive a failed execution with the core, then run it in the caller as a resume."""
+        observers = self._observers()
+        redriven = redrive_execution(
+            execution,
+            workflow=workflow,
+            node=node,
+            reset_attempts=reset,
+            registry=self.registry,
+            clock=self.clock,
+            observers=observers,
+        )
+        return resume_workflow(
+            redriven,
+            None,
+            workflow=workflow,
+            registry=self.registry,
+            clock=self.clock,
+            env=self.env,
+            observers=observers,
+        )
 
     def _start(
         self,

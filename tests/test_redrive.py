@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 
     from scheduling.abc import ExecutionStore
 
-XFAIL = pytest.mark.xfail(strict=True, reason="redrive is not implemented yet")
-
 
 class Switch:
     """An action that fails while ``broken`` is set and echoes its input otherwise.
@@ -482,7 +480,6 @@ def test_a_redriven_execution_ends_like_one_that_never_failed(
 # -- the runner, over every store ------------------------------------------------------------
 
 
-@XFAIL
 def test_runner_redrive_completes_a_failed_execution(store: ExecutionStore) -> None:
     """``Runner.redrive`` takes a dead letter up again; the redrive is in the events."""
     from prana import EventType
@@ -493,7 +490,7 @@ def test_runner_redrive_completes_a_failed_execution(store: ExecutionStore) -> N
     flaky = Switch()
     events: list[Event] = []
     scheduler = ManualScheduler(clock)
-    runner: Any = Runner(
+    runner = Runner(
         registry_with(flaky),
         store,
         scheduler,
@@ -539,7 +536,6 @@ ACTIONS = textwrap.dedent(
 )
 
 
-@XFAIL
 def test_cli_redrive_completes_a_failed_execution(tmp_path: Path) -> None:
     """``prana run`` fails, ``list --status failed`` shows it, ``prana redrive`` completes it."""
     actions = tmp_path / "redrive_actions.py"

@@ -22,6 +22,7 @@ from prana import (
     ErrorInfo,
     Failed,
     InvalidSettingsError,
+    InvalidWorkflowError,
     Node,
     NodeSettings,
     Registry,
@@ -34,6 +35,7 @@ from prana import (
     lint,
     loads_workflow,
     resume_workflow,
+    validate,
 )
 from prana._decision import (
     CONDITION_SCOPE,
@@ -197,6 +199,19 @@ def test_noetl_condition_scope_has_every_noetl_name() -> None:
     assert why.decision is None
     assert "unknown name 'statuscode'" in why.text
     assert "status_code" in why.text
+
+
+def test_noetl_conditions_pass_validation_and_a_typo_is_named() -> None:
+    """A workflow with NoETL's conditions validates; a misspelt NoETL name is refused by name.
+
+    noetl/noetl docs: "retry_when: \"{{ status_code >= 500 or error != None }}\"".
+    """
+    registry = always_fails(HTTPError(503))
+    retry = yaml.safe_load(NOETL_FULL)["retry"]
+    validate(one_node(NodeSettings(retry=retry)), registry)
+    retry["retry_when"] = "{{ statuscode >= 500 }}"
+    with pytest.raises(InvalidWorkflowError, match="did you mean status_code"):
+        validate(one_node(NodeSettings(retry=retry)), registry)
 
 
 def test_noetl_stop_when_reads_status_code_and_success_from_the_output() -> None:

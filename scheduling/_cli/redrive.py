@@ -1,0 +1,51 @@
+"""``prana redrive``: take a failed execution (a dead letter) up again.
+
+``prana list --status failed`` lists the dead letters; ``prana redrive ID`` runs the failed
+node again with its input rebuilt fresh (``--node KEY`` starts from a node that leads to
+it, ``--reset-attempts`` gives the node its retry policy afresh), then the rest of the
+workflow, in this process: it waits out retries like ``prana run``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduling._cli._common import finish, load_actions, make_runner, open_store
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scheduling._cli._common import AddCommand
+
+
+def register(add: AddCommand) -> None:
+    """Add ``redrive`` to the parser."""
+    redrive = add(
+        "redrive",
+        "run a failed execution again from its failed node (list them: list --status failed)",
+    )
+    redrive.add_argument("id", help="the execution id")
+    redrive.add_argument(
+        "--node", metavar="KEY", help="start from this node (one that leads to the failed node)"
+    )
+    redrive.add_argument(
+        "--reset-attempts",
+        action="store_true",
+        help="restart the node's attempt count and retry budget (default: they carry on)",
+    )
+    redrive.add_argument("--actions", help="module (or .py file) registering your actions")
+    redrive.set_defaults(handler=_cmd_redrive)
+
+
+def _cmd_redrive(args: argparse.Namespace) -> int:
+    from scheduling._console import ConsoleView
+
+    registry = load_actions(args.actions)
+    store = open_store(args, must_exist=True)
+    view = ConsoleView()
+    try:
+        with make_runner(registry, store, view) as runner, view.live():
+            runner.redrive(args.id, args.node, reset_attempts=args.reset_attempts)
+            return finish(runner, args.id, view)
+    finally:
+        store.close()
