@@ -68,7 +68,7 @@ from prana._model import (
 from prana._noderun import NodeRun
 from prana._registry import ActionContext
 from prana._schema import structure_params
-from prana._state import FINAL, check_transition
+from prana._state import FINAL, check_node_transition, check_transition
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL)
 
@@ -606,7 +606,8 @@ class Run(Frontier):
         error: ErrorInfo | None = None,
     ) -> None:
         self.now_hint = now = self.clock()
-        # The hot path: close_attempt + freeze + record, inlined.
+        # The hot path: close_attempt + freeze + record, inlined. Both edges it takes,
+        # running -> completed (or failed, for the attempt), are in prana._state's tables.
         attempts = node_run.attempts
         attempts.append(
             new_attempt_record(
@@ -835,7 +836,9 @@ class Run(Frontier):
         return self.drive(step)
 
     def suspended_node_run(self, key: str) -> NodeRun:
+        """The suspended node's run, running again (its record is replaced when it settles)."""
         last = self.runs[key][-1]
+        check_node_transition(key, last.status, NodeStatus.RUNNING)
         node_run = NodeRun(
             key,
             last.execution_index,

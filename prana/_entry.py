@@ -19,7 +19,9 @@ from prana._events import Observer
 from prana._graph import CompiledGraph, compile_workflow
 from prana._jsoncheck import json_problem
 from prana._model import (
+    AttemptOutcome,
     ExecutionStatus,
+    NodeStatus,
     Outcome,
     ParentRef,
     RetryData,
@@ -28,6 +30,7 @@ from prana._model import (
     WorkflowExecution,
 )
 from prana._registry import Registry
+from prana._state import check_attempt_transition, check_node_transition
 
 _EMPTY_ENV: Mapping[str, Any] = {}
 
@@ -121,6 +124,16 @@ def _prepare_resume(
             f"execution {execution.id!r} names suspended node {key!r}, which the workflow "
             "or the execution's records do not have"
         )
+    last = runs[-1]
+    check_node_transition(key, last.status, NodeStatus.RUNNING)
+    if execution.suspension.kind != "retry":  # the paused attempt is the one that continues
+        if not last.attempts:
+            raise ResumeError(
+                f"execution {execution.id!r}: node {key!r} is paused but its record has no "
+                "attempt (the record is inconsistent: was it edited by hand?)"
+            )
+        paused = last.attempts[-1]
+        check_attempt_transition(key, paused.number, paused.outcome, AttemptOutcome.RUNNING)
     if execution.suspension.kind == "retry" and not isinstance(
         execution.suspension.data, RetryData
     ):

@@ -41,7 +41,7 @@ from prana._model import (
     WorkflowExecution,
 )
 from prana._registry import Registry
-from prana._state import check_transition
+from prana._state import ATTEMPT_TRANSITIONS, check_node_transition, check_transition
 
 
 def execute_workflow(
@@ -164,8 +164,9 @@ def cancel_execution(
     key = execution.suspended_node
     if key is not None and runs.get(key):
         last = runs[key][-1]
+        check_node_transition(key, last.status, NodeStatus.CANCELLED)
         attempts = list(last.attempts)
-        if attempts and attempts[-1].outcome in (AttemptOutcome.RUNNING, AttemptOutcome.SUSPENDED):
+        if attempts and AttemptOutcome.CANCELLED in ATTEMPT_TRANSITIONS[attempts[-1].outcome]:
             attempts[-1] = attrs.evolve(
                 attempts[-1], ended_at=now, outcome=AttemptOutcome.CANCELLED
             )

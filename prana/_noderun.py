@@ -18,6 +18,7 @@ from prana._model import (
     new_attempt_record,
     new_node_execution,
 )
+from prana._state import check_attempt_transition, check_node_transition
 
 
 class NodeRun:
@@ -83,6 +84,7 @@ class NodeRun:
         error: ErrorInfo | None = None,
         retry_delay_ms: int | None = None,
     ) -> None:
+        check_attempt_transition(self.key, self.attempt_number, AttemptOutcome.RUNNING, outcome)
         self.attempts.append(
             new_attempt_record(
                 self.attempt_number,
@@ -99,6 +101,7 @@ class NodeRun:
     def reopen_paused_attempt(self) -> None:
         """A paused attempt continues on resume: it is the same attempt, not a new one."""
         last = self.attempts.pop()
+        check_attempt_transition(self.key, last.number, last.outcome, AttemptOutcome.RUNNING)
         self.open_attempt(last.number, last.started_at, last.due_at)
         self.attempt_redrive = last.redrive
 
@@ -111,6 +114,8 @@ class NodeRun:
         error: ErrorInfo | None = None,
         completed_at: datetime | None = None,
     ) -> NodeExecution:
+        """The run's record as it settles with ``status`` (the run was running)."""
+        check_node_transition(self.key, NodeStatus.RUNNING, status)
         return new_node_execution(
             self.key,
             status,

@@ -1,19 +1,45 @@
-"""Theory of operation: the execution-status state machine, as one table.
+"""Theory of operation: the state machines of an execution, a node run and an attempt.
 
-An execution starts ``pending``, is ``running`` only inside the executor, and leaves every
-executor call ``suspended``, ``completed``, ``failed`` or ``cancelled``. Only a suspended (or
-still pending) execution can be resumed or cancelled. The three end states are final for
-a run: nothing the executor does leaves them. One edge is an operator's, not a run's: a
-redrive (``redrive_execution``) takes a ``failed`` execution back to ``suspended``, waiting
-to run its failed node again. Every status change in prana goes through
-``check_transition``, so this table is the whole truth; ``transition_diagram()`` renders it
-for the docs.
+Rule 1 (h11's): everything that affects these state machines lives in this module, as
+tables; the engine and ``cancel_execution`` check each change against them, and the tests
+walk every edge.
+
+Executions. An execution starts ``pending``, is ``running`` only inside the executor, and
+leaves every executor call ``suspended``, ``completed``, ``failed`` or ``cancelled``. Only
+a suspended (or still pending) execution can be resumed or cancelled. The three end states
+are final for a run: nothing the executor does leaves them. One edge is an operator's, not
+a run's: a redrive (``redrive_execution``) takes a ``failed`` execution back to
+``suspended``, waiting to run its failed node again. Every status change goes through
+``check_transition``.
+
+Node runs. A node run is ``running`` from the moment the engine picks its node until it
+settles, and its record is written when it settles: ``completed`` (an output, or a failure
+that ``on_error`` continues past), ``failed`` (``stop_workflow``) or ``suspended`` (a pause,
+or a wait before a retry). A suspended run goes back to ``running`` when its execution
+resumes (the retry's next attempt, or the paused attempt continuing) or is ``cancelled``
+with its execution. A redrive is again the operator's edge: it takes the ``failed`` run
+back to ``suspended`` (or, redriving from an earlier node, starts that node's new run as
+``suspended``, waiting for its first attempt).
+
+Attempts. An attempt is ``running`` while its action (or ``resume`` callback) runs and
+ends ``completed``, ``failed`` or ``suspended`` (a pause). A failed attempt stays failed:
+a retry, or a redrive, is a new attempt. A suspended attempt is the same attempt
+continuing when the execution resumes (``running`` again) or is ``cancelled`` with the
+execution.
+
+``transition_diagram(table)`` renders any of the three tables for the docs.
 """
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
 from prana._errors import ResumeError
-from prana._model import ExecutionStatus
+from prana._model import AttemptOutcome, ExecutionStatus, NodeStatus
+
+E = TypeVar("E", bound=enum.Enum)
 
 S = ExecutionStatus
 
@@ -44,15 +70,75 @@ def check_transition(current: ExecutionStatus, new: ExecutionStatus) -> None:
     if (current._value_, new._value_) not in _EDGES:
         raise ResumeError(
             f"an execution that is {current.value} cannot become {new.value}; "
-            f"from {current.value} it may become: "
-            + (", ".join(sorted(s.value for s in TRANSITIONS[current])) or "nothing (final)")
+            f"from {current.value} it may become: {_targets(TRANSITIONS, current)}"
         )
 
 
-def transition_diagram() -> str:
-    """The table as a Mermaid state diagram."""
-    lines = ["stateDiagram-v2", "    [*] --> pending"]
-    for src, targets in TRANSITIONS.items():
+N = NodeStatus
+
+NODE_TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
+    N.RUNNING: frozenset({N.COMPLETED, N.FAILED, N.SUSPENDED}),
+    N.SUSPENDED: frozenset({N.RUNNING, N.CANCELLED}),
+    N.COMPLETED: frozenset(),
+    N.FAILED: frozenset({N.SUSPENDED}),
+    N.CANCELLED: frozenset(),
+}
+"""A node run's statuses; a run starts ``running`` (see the theory of operation)."""
+NODE_REDRIVE: frozenset[tuple[NodeStatus, NodeStatus]] = frozenset({(N.FAILED, N.SUSPENDED)})
+"""The operator's edge for node runs: a redrive, never a run, takes a node run along it."""
+
+A = AttemptOutcome
+
+ATTEMPT_TRANSITIONS: dict[AttemptOutcome, frozenset[AttemptOutcome]] = {
+    A.RUNNING: frozenset({A.COMPLETED, A.FAILED, A.SUSPENDED, A.CANCELLED}),
+    A.SUSPENDED: frozenset({A.RUNNING, A.CANCELLED}),
+    A.COMPLETED: frozenset(),
+    A.FAILED: frozenset(),
+    A.CANCELLED: frozenset(),
+}
+"""An attempt's outcomes; an attempt starts ``running`` (see the theory of operation)."""
+
+
+def check_node_transition(key: str, current: NodeStatus, new: NodeStatus) -> None:
+    """Raise ``ResumeError`` unless node run ``current -> new`` is an edge of its table."""
+    if new not in NODE_TRANSITIONS[current]:
+        raise ResumeError(
+            f"node {key!r}: a run that is {current.value} cannot become {new.value} (the "
+            "record is inconsistent: was it edited by hand?); from "
+            f"{current.value} it may become: {_targets(NODE_TRANSITIONS, current)}"
+        )
+
+
+def check_attempt_transition(
+    key: str, number: int, current: AttemptOutcome, new: AttemptOutcome
+) -> None:
+    """Raise ``ResumeError`` unless attempt ``current -> new`` is an edge of its table."""
+    if new not in ATTEMPT_TRANSITIONS[current]:
+        raise ResumeError(
+            f"node {key!r}: attempt {number}, which is {current.value}, cannot become "
+            f"{new.value} (the record is inconsistent: was it edited by hand?); from "
+            f"{current.value} it may become: {_targets(ATTEMPT_TRANSITIONS, current)}"
+        )
+
+
+def _targets(table: Mapping[E, frozenset[E]], current: E) -> str:
+    return ", ".join(sorted(s.value for s in table[current])) or "nothing (final)"
+
+
+_OPERATOR_EDGES: frozenset[tuple[Any, Any]] = REDRIVE | NODE_REDRIVE
+
+
+def transition_diagram(table: Mapping[Any, frozenset[Any]] | None = None) -> str:
+    """A table (the executions' by default) as a Mermaid state diagram.
+
+    The first row's state is where the machine starts; a state whose every way out is an
+    operator's edge (a redrive) ends a run.
+    """
+    rows = TRANSITIONS if table is None else table
+    start = next(iter(rows))
+    finals = [s for s, t in rows.items() if all((s, n) in _OPERATOR_EDGES for n in t)]
+    lines = ["stateDiagram-v2", f"    [*] --> {start.value}"]
+    for src, targets in rows.items():
         lines.extend(f"    {src.value} --> {dst.value}" for dst in sorted(targets, key=str))
-    lines.extend(f"    {s.value} --> [*]" for s in sorted(FINAL, key=str))
+    lines.extend(f"    {s.value} --> [*]" for s in sorted(finals, key=str))
     return "\n".join(lines)

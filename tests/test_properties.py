@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -46,6 +46,7 @@ from prana import (
     resume_workflow,
 )
 from prana._policy import resolve
+from prana._state import ATTEMPT_TRANSITIONS, NODE_TRANSITIONS
 from prana.testing import ManualClock, set_testing
 
 MAX_STEPS = 400
@@ -292,6 +293,44 @@ def test_resuming_reloaded_executions_matches_in_memory_run(scenario: Scenario) 
     assert summary(execution_of(final_reloaded)) == summary(execution_of(final))
     assert execution_of(final_reloaded) == execution_of(final)
     assert final_reloaded == final
+
+
+def _reachable(table: Mapping[Any, frozenset[Any]], src: Any, dst: Any) -> bool:
+    """Whether ``dst`` can follow ``src`` in ``table`` through one edge or more."""
+    seen: set[Any] = set()
+    frontier = [src]
+    while frontier:
+        for following in table[frontier.pop()]:
+            if following == dst:
+                return True
+            if following not in seen:
+                seen.add(following)
+                frontier.append(following)
+    return False
+
+
+@PROPERTY_SETTINGS
+@given(scenarios())
+def test_records_change_along_the_node_and_attempt_tables(scenario: Scenario) -> None:
+    """Between two outcomes every node run and attempt moves along its table in prana._state."""
+    previous: dict[int, NodeExecution] = {}
+    for step in drive(scenario):
+        for record in all_runs(execution_of(step.outcome)):
+            old = previous.get(record.execution_index)
+            if old == record:
+                continue
+            if old is None:  # a run that started (running) and settled since the last outcome
+                assert record.status in NODE_TRANSITIONS[NodeStatus.RUNNING]
+            else:
+                assert _reachable(NODE_TRANSITIONS, old.status, record.status), (old, record)
+            before = {a.number: a.outcome for a in old.attempts} if old is not None else {}
+            for attempt in record.attempts:
+                was = before.get(attempt.number)
+                if was is None:
+                    assert attempt.outcome in ATTEMPT_TRANSITIONS[AttemptOutcome.RUNNING]
+                elif was is not attempt.outcome:
+                    assert _reachable(ATTEMPT_TRANSITIONS, was, attempt.outcome), (was, attempt)
+            previous[record.execution_index] = record
 
 
 # -- 4. determinism -------------------------------------------------------------------------
