@@ -356,6 +356,40 @@ def test_an_unknown_definition_raises_not_found(store: ExecutionStore) -> None:
         store.load_workflow("wf", 2)
 
 
+def test_definitions_are_written_once_in_the_store_base(store: ExecutionStore) -> None:
+    """Every store keeps definitions through ``BaseStore``: one save_workflow, one load_workflow."""
+    from scheduling.stores._base import BaseStore
+
+    assert isinstance(store, BaseStore)
+    for cls in type(store).__mro__:
+        if cls is BaseStore:
+            break
+        if cls.__module__.startswith("scheduling."):
+            assert {"save_workflow", "load_workflow"}.isdisjoint(vars(cls)), cls
+
+
+def test_a_definition_is_written_once_and_parsed_once(
+    store: ExecutionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saving a definition again touches no row; loading it again parses nothing."""
+    from scheduling.stores._base import BaseStore
+
+    assert isinstance(store, BaseStore)
+    writes: list[tuple[str, int]] = []
+    insert = store._insert_workflow
+
+    def counting(key: tuple[str, int], text: str) -> str | bytes | None:
+        writes.append(key)
+        return insert(key, text)
+
+    monkeypatch.setattr(store, "_insert_workflow", counting)
+    store.save_workflow(definition())
+    store.save_workflow(definition())
+    first = store.load_workflow("wf", 1)
+    assert writes == [("wf", 1)]
+    assert store.load_workflow("wf", 1) is first
+
+
 @pytest.mark.parametrize("garbage", ["{not json", "[1, 2, 3]", '{"id": "e1"}'])
 def test_a_corrupt_record_raises_record_error_naming_the_id(
     store: ExecutionStore, garbage: str

@@ -9,22 +9,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
-
-import orjson
+from typing import Any, TypeVar
 
 from prana import (
     ExecutionStatus,
     InvalidSettingsError,
     RecordError,
-    Workflow,
     WorkflowExecution,
-    dumps_workflow,
     loads,
-    loads_workflow,
 )
 from scheduling._errors import StaleVersionError
 from scheduling.abc import ExecutionSummary
+
+T = TypeVar("T")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
@@ -106,19 +103,24 @@ def stale(execution_id: str, expected_version: int | None, stored: int | None) -
     )
 
 
-def read_execution(execution_id: str, text: Any) -> WorkflowExecution:
-    """Parse a stored execution; an unreadable one raises ``RecordError`` naming the id."""
+def read_record(where: str, parse: Callable[[Any], T], text: Any) -> T:
+    """``parse(text)``; a record that cannot be read raises ``RecordError`` naming ``where``."""
     try:
-        execution = loads(text)
+        return parse(text)
     except RecordError as exc:
         raise RecordError(
-            f"stored execution {execution_id!r} cannot be read: {exc.args[0] if exc.args else ''}"
+            f"{where} cannot be read: {exc.args[0] if exc.args else ''}"
             if not exc.problems
-            else f"stored execution {execution_id!r} cannot be read",
+            else f"{where} cannot be read",
             exc.problems,
         ) from exc
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise RecordError(f"stored execution {execution_id!r} cannot be read: {exc}") from exc
+        raise RecordError(f"{where} cannot be read: {exc}") from exc
+
+
+def read_execution(execution_id: str, text: Any) -> WorkflowExecution:
+    """Parse a stored execution; an unreadable one raises ``RecordError`` naming the id."""
+    execution = read_record(f"stored execution {execution_id!r}", loads, text)
     if execution.id != execution_id:
         raise RecordError(
             f"stored execution {execution_id!r} cannot be read",
@@ -170,22 +172,6 @@ class ParsedCache:
             self._entries.clear()
 
 
-def read_workflow(workflow_id: str, version: int, text: Any) -> Workflow:
-    """Parse a stored definition; an unreadable one raises ``RecordError`` naming id and version."""
-    where = f"stored workflow {workflow_id!r} version {version}"
-    try:
-        return loads_workflow(text)
-    except RecordError as exc:
-        raise RecordError(
-            f"{where} cannot be read: {exc.args[0] if exc.args else ''}"
-            if not exc.problems
-            else f"{where} cannot be read",
-            exc.problems,
-        ) from exc
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise RecordError(f"{where} cannot be read: {exc}") from exc
-
-
 def summary_from_row(row: Any, read_time: Callable[[Any], datetime | None]) -> ExecutionSummary:
     """An ``ExecutionSummary`` from a ``list`` row; ``read_time`` turns a stored time into one."""
     eid, workflow_id, workflow_version, status, version, due_at, updated_at = row
@@ -209,39 +195,3 @@ def read_status(execution_id: str, value: Any) -> ExecutionStatus:
             f"stored execution {execution_id!r} cannot be read",
             [f"status: {value!r} is not an execution status"],
         ) from None
-
-
-def same_definition(stored_text: str | bytes, new_text: str) -> bool:
-    """Whether two serialized definitions hold the same data (key order does not matter)."""
-    if stored_text == new_text:
-        return True
-    try:
-        return bool(orjson.loads(stored_text) == orjson.loads(new_text))
-    except orjson.JSONDecodeError:
-        return False
-
-
-def dump_workflow(workflow: Any) -> str:
-    """Serialize a definition, refusing anything that is not a ``prana.Workflow``."""
-    if not isinstance(workflow, Workflow):
-        raise InvalidSettingsError(
-            f"save_workflow(workflow={type(workflow).__name__}): pass a prana.Workflow"
-        )
-    return dumps_workflow(workflow)
-
-
-def conflict_message(workflow_id: str, version: int) -> str:
-    """The message of ``WorkflowConflictError``."""
-    return (
-        f"workflow {workflow_id!r} version {version} is already stored with a different "
-        "definition; a definition never changes for a given id and version: bump "
-        "Workflow.version"
-    )
-
-
-def not_found_message(workflow_id: str, version: int) -> str:
-    """The message of ``WorkflowNotFound``."""
-    return (
-        f"no workflow {workflow_id!r} version {version} is stored; save it with "
-        "save_workflow() (Runner.start does) before resuming its executions"
-    )

@@ -10,20 +10,16 @@ import threading
 from itertools import count
 from typing import TYPE_CHECKING
 
-from prana import ExecutionStatus, Workflow, WorkflowExecution, dumps
-from scheduling._errors import ExecutionNotFound, WorkflowConflictError, WorkflowNotFound
+from prana import ExecutionStatus, WorkflowExecution, dumps
+from scheduling._errors import ExecutionNotFound
 from scheduling.abc import ExecutionSummary
+from scheduling.stores._base import BaseStore
 from scheduling.stores._sql import (
     check_aware,
     check_limit,
     check_save,
     check_status,
-    conflict_message,
-    dump_workflow,
-    not_found_message,
     read_execution,
-    read_workflow,
-    same_definition,
     stale,
 )
 
@@ -43,7 +39,7 @@ from; ``seq`` is creation order. A plain tuple, because building one is most of 
 """
 
 
-class MemoryStore:
+class MemoryStore(BaseStore):
     """Executions and definitions in process memory; lost when the process ends.
 
     By default it keeps the frozen ``WorkflowExecution`` it was given and hands the same
@@ -55,12 +51,12 @@ class MemoryStore:
     """
 
     def __init__(self, *, serialize: bool = False) -> None:
+        super().__init__()
         self.serialize = serialize
         self._lock = threading.Lock()
         self._rows: dict[str, _Row] = {}
         self._due: dict[str, datetime] = {}
         self._workflows: dict[tuple[str, int], str] = {}
-        self._workflow_cache: dict[tuple[str, int], Workflow] = {}
         self._seq = count(1)
 
     def __repr__(self) -> str:
@@ -145,31 +141,16 @@ class MemoryStore:
             for _, eid, version, execution in rows[:limit]
         ]
 
-    def save_workflow(self, workflow: Workflow) -> None:
-        """Keep a definition; the same one again is a no-op, a different one is refused."""
-        text = dump_workflow(workflow)
-        key = (workflow.id, workflow.version)
+    def _insert_workflow(self, key: tuple[str, int], text: str) -> str | None:
         with self._lock:
             stored = self._workflows.get(key)
             if stored is None:
                 self._workflows[key] = text
-                return
-        if not same_definition(stored, text):
-            raise WorkflowConflictError(conflict_message(*key))
+        return stored
 
-    def load_workflow(self, workflow_id: str, version: int) -> Workflow:
-        """The stored definition; ``WorkflowNotFound`` if there is none."""
-        key = (workflow_id, version)
-        cached = self._workflow_cache.get(key)
-        if cached is not None:
-            return cached
+    def _select_workflow(self, key: tuple[str, int]) -> str | None:
         with self._lock:
-            text = self._workflows.get(key)
-        if text is None:
-            raise WorkflowNotFound(not_found_message(workflow_id, version))
-        workflow = read_workflow(workflow_id, version, text)
-        self._workflow_cache[key] = workflow
-        return workflow
+            return self._workflows.get(key)
 
     def latest_workflow_version(self, workflow_id: str) -> int | None:
         """The highest stored version of ``workflow_id``, or None."""

@@ -31,33 +31,28 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from prana import ExecutionStatus, InvalidSettingsError, Workflow, WorkflowExecution, dumps
+from prana import ExecutionStatus, InvalidSettingsError, WorkflowExecution, dumps
 from scheduling._checks import check_schema_name
 from scheduling._errors import (
     ExecutionNotFound,
     StoreError,
     WorkflowConflictError,
-    WorkflowNotFound,
 )
 from scheduling.abc import ExecutionSummary
+from scheduling.stores._base import BaseStore, conflict_message
 from scheduling.stores._sql import (
     ParsedCache,
     check_aware,
     check_limit,
     check_save,
     check_status,
-    conflict_message,
-    dump_workflow,
-    not_found_message,
-    read_workflow,
-    same_definition,
     stale,
     summary_from_row,
 )
@@ -144,7 +139,7 @@ def _utc(when: datetime | None) -> datetime | None:
     return None if when is None else when.astimezone(timezone.utc)
 
 
-class PostgresStore:
+class PostgresStore(BaseStore):
     """Executions and definitions in PostgreSQL; tables are created on first use.
 
     ``schema`` puts the tables (``prana_executions``, ``prana_workflows``) in that schema,
@@ -206,8 +201,7 @@ class PostgresStore:
         self._pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
         self._ready = False
-        self._workflow_cache: dict[tuple[str, int], Workflow] = {}
-        self._workflows_saved: dict[tuple[str, int], str] = {}
+        super().__init__()
         self._parsed = ParsedCache(cache_size)
         self._q = _queries(schema)
         self.on_save: OnSave | None = on_save
@@ -332,8 +326,7 @@ class PostgresStore:
         with self._connection("dropping the tables") as conn:
             conn.execute(self._q["drop"])
         self._ready = False
-        self._workflow_cache.clear()
-        self._workflows_saved.clear()
+        self._forget_workflows()
         self._parsed.clear()
 
     def close(self) -> None:
@@ -492,39 +485,20 @@ class PostgresStore:
 
     # -- workflow definitions ---------------------------------------------------------
 
-    def save_workflow(self, workflow: Workflow) -> None:
-        """Keep a definition; the same one again is a no-op, a different one is refused."""
-        text = dump_workflow(workflow)
-        key = (workflow.id, workflow.version)
-        if self._workflows_saved.get(key) == text:
-            return
-        with self._connection(f"save of workflow {workflow.id!r}") as conn:
-            inserted = conn.execute(self._q["insert_workflow"], (*key, text)).rowcount
-            row = None if inserted == 1 else conn.execute(self._q["workflow"], key).fetchone()
-        if inserted != 1 and (row is None or not same_definition(row[0], text)):
+    def _insert_workflow(self, key: tuple[str, int], text: str) -> str | bytes | None:
+        with self._connection(f"save of workflow {key[0]!r}") as conn:
+            if conn.execute(self._q["insert_workflow"], (*key, text)).rowcount == 1:
+                return None
+            row = conn.execute(self._q["workflow"], key).fetchone()
+        if row is None:  # taken, then gone: nothing to compare with
             raise WorkflowConflictError(conflict_message(*key))
-        self._workflows_saved[key] = text
+        return cast("str | bytes", row[0])
 
-    def load_workflow(self, workflow_id: str, version: int) -> Workflow:
-        """The stored definition; ``WorkflowNotFound`` if there is none.
-
-        Definitions never change for an id and version, so each is parsed once and cached.
-        """
-        key = (workflow_id, version)
-        cached = self._workflow_cache.get(key)
-        if cached is not None:
-            return cached
+    def _select_workflow(self, key: tuple[str, int]) -> str | bytes | None:
         row = self._read(
-            f"load of workflow {workflow_id!r} version {version}",
-            self._q["workflow"],
-            key,
-            one=True,
+            f"load of workflow {key[0]!r} version {key[1]}", self._q["workflow"], key, one=True
         )
-        if row is None:
-            raise WorkflowNotFound(not_found_message(workflow_id, version))
-        workflow = read_workflow(workflow_id, version, row[0])
-        self._workflow_cache[key] = workflow
-        return workflow
+        return None if row is None else cast("str | bytes", row[0])
 
     def latest_workflow_version(self, workflow_id: str) -> int | None:
         """The highest stored version of ``workflow_id``, or None."""

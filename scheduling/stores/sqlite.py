@@ -19,28 +19,22 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from prana import ExecutionStatus, InvalidSettingsError, Workflow, WorkflowExecution, dumps
+from prana import ExecutionStatus, InvalidSettingsError, WorkflowExecution, dumps
 from scheduling._errors import (
     ExecutionNotFound,
     StoreError,
-    WorkflowConflictError,
-    WorkflowNotFound,
 )
 from scheduling.abc import ExecutionSummary
+from scheduling.stores._base import BaseStore
 from scheduling.stores._sql import (
     ParsedCache,
     check_aware,
     check_limit,
     check_save,
     check_status,
-    conflict_message,
-    dump_workflow,
     from_micros,
-    not_found_message,
-    read_workflow,
-    same_definition,
     stale,
     summary_from_row,
     to_micros,
@@ -144,7 +138,7 @@ def _time_or_none(micros: int | None) -> datetime | None:
     return None if micros is None else from_micros(micros)
 
 
-class SQLiteStore:
+class SQLiteStore(BaseStore):
     """Executions and definitions in one SQLite database file (``":memory:"`` works).
 
     ``synchronous`` is ``"NORMAL"`` (survives a process crash) or ``"FULL"`` (survives a
@@ -183,8 +177,7 @@ class SQLiteStore:
         self.busy_timeout_ms = busy_timeout_ms
         self._closed = False
         self._lock = _Guard(self)
-        self._workflow_cache: dict[tuple[str, int], Workflow] = {}
-        self._workflows_saved: dict[tuple[str, int], str] = {}
+        super().__init__()
         self._parsed = ParsedCache(cache_size)
         self._conn = self._connect()
 
@@ -337,12 +330,7 @@ class SQLiteStore:
                 rows = self._conn.execute(_LIST_STATUS, (wanted.value, limit)).fetchall()
         return [summary_from_row(row, _time_or_none) for row in rows]
 
-    def save_workflow(self, workflow: Workflow) -> None:
-        """Keep a definition; the same one again is a no-op, a different one is refused."""
-        text = dump_workflow(workflow)
-        key = (workflow.id, workflow.version)
-        if self._workflows_saved.get(key) == text:
-            return
+    def _insert_workflow(self, key: tuple[str, int], text: str) -> str | bytes | None:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -353,26 +341,12 @@ class SQLiteStore:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
-        if row is not None and not same_definition(row[0], text):
-            raise WorkflowConflictError(conflict_message(*key))
-        self._workflows_saved[key] = text
+        return None if row is None else cast("str | bytes", row[0])
 
-    def load_workflow(self, workflow_id: str, version: int) -> Workflow:
-        """The stored definition; ``WorkflowNotFound`` if there is none.
-
-        Definitions never change for an id and version, so each is parsed once and cached.
-        """
-        key = (workflow_id, version)
-        cached = self._workflow_cache.get(key)
-        if cached is not None:
-            return cached
+    def _select_workflow(self, key: tuple[str, int]) -> str | bytes | None:
         with self._lock:
             row = self._conn.execute(_WORKFLOW, key).fetchone()
-        if row is None:
-            raise WorkflowNotFound(not_found_message(workflow_id, version))
-        workflow = read_workflow(workflow_id, version, row[0])
-        self._workflow_cache[key] = workflow
-        return workflow
+        return None if row is None else cast("str | bytes", row[0])
 
     def latest_workflow_version(self, workflow_id: str) -> int | None:
         """The highest stored version of ``workflow_id``, or None."""
