@@ -20,6 +20,7 @@ from prana import (
     Node,
     NodeSettings,
     Registry,
+    RetryData,
     RetryPolicy,
     Suspend,
     Workflow,
@@ -70,7 +71,7 @@ def main(
 ) -> Any:
     """Run the workflow, waiting out each retry suspension; return the final output."""
     outcome = execute_workflow(workflow, {"city": "Lisbon"}, registry=registry, clock=clock)
-    while isinstance(outcome, Suspend) and outcome.kind == "retry":
+    while isinstance(outcome, Suspend) and isinstance(outcome.data, RetryData):
         data = outcome.data
         say(
             f"attempt {data.attempt_number - 1} failed ({data.original_error.message}); "

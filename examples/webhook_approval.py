@@ -17,6 +17,7 @@ from prana import (
     Node,
     Registry,
     Suspend,
+    WebhookData,
     Workflow,
     dumps,
     execute_workflow,
@@ -66,8 +67,8 @@ def main(
         workflow, {"item": "laptop", "price": 1200}, registry=registry, clock=clock
     )
     assert isinstance(outcome, Suspend)
-    assert outcome.kind == "webhook"
-    assert outcome.execution is not None
+    assert isinstance(outcome.data, WebhookData)
+    assert outcome.data.expires_at is not None
     say(f"waiting for approval until {outcome.data.expires_at:%Y-%m-%d %H:%M} UTC")
     stored = dumps(outcome.execution)
     say(f"stored the suspended execution as {len(stored)} bytes of JSON")

@@ -708,7 +708,9 @@ class Run(Frontier):
             )
         return self.suspend_execution(key, suspension, given)
 
-    def suspend_execution(self, key: str, suspension: Suspend, given: Any = None) -> Suspend:
+    def suspend_execution(
+        self, key: str, suspension: Suspend, given: Any = None
+    ) -> Suspend[Any, WorkflowExecution]:
         """Freeze the execution suspended; the outcome carries ``given`` data if there is any."""
         execution = self.freeze(
             ExecutionStatus.SUSPENDED, suspended_node=key, suspension=suspension

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, overload
 
 import attrs
 
@@ -18,7 +18,26 @@ from prana._codegen import generate
 from prana._errors import InvalidSettingsError
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from typing_extensions import TypeVar
+
     from prana._policy import RetryPolicy
+
+    DataT = TypeVar("DataT", covariant=True, default=Any)
+    ExecutionT = TypeVar(
+        "ExecutionT",
+        bound="WorkflowExecution | None",
+        covariant=True,
+        default="WorkflowExecution | None",
+    )
+else:
+    # Type-variable defaults exist for type checkers only (typing_extensions is not imported
+    # at run time: it costs import time, and nothing at run time reads a default).
+    from typing import TypeVar
+
+    DataT = TypeVar("DataT", covariant=True)
+    ExecutionT = TypeVar("ExecutionT", covariant=True)
 
 JSON = Any
 """A JSON-native value: str-keyed dicts, lists, str, int, float, bool or None."""
@@ -480,7 +499,18 @@ class SubWorkflowData:
     expires_at: datetime | None = None
 
 
-SuspendData = RetryData | TimerData | WebhookData | SubWorkflowData | Any
+if TYPE_CHECKING:
+    JSONValue: TypeAlias = (
+        "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
+    )
+    SuspendData: TypeAlias = RetryData | TimerData | WebhookData | SubWorkflowData | JSONValue
+    """What ``Suspend.data`` holds: a built-in kind's record, or an action's own JSON data.
+
+    Narrow it by type (``isinstance(outcome.data, RetryData)`` or ``match``): mypy and
+    pyright then check the fields you read (no ``Any`` here, so a typo is an error).
+    """
+else:
+    SuspendData = RetryData | TimerData | WebhookData | SubWorkflowData | Any
 BUILTIN_SUSPEND_DATA: dict[str, type[Any]] = {
     "retry": RetryData,
     "timer": TimerData,
@@ -554,16 +584,33 @@ class Output:
 
 # Hot record: the rules above ErrorCode apply (``new_suspend`` skips this __init__'s check).
 @attrs.frozen(init=False, weakref_slot=False)
-class Suspend:
-    """A pause: returned by an action (``execution`` unset) or by the executor (filled in)."""
+class Suspend(Generic[DataT, ExecutionT]):
+    """A pause: returned by an action (``execution`` unset) or by the executor (filled in).
 
+    For type checkers it is generic in its data and its execution: an action's
+    ``Suspend("timer", TimerData(...))`` is a ``Suspend[TimerData, None]``, and the
+    executor's outcome is a ``Suspend[SuspendData, WorkflowExecution]``, whose
+    ``execution`` is never ``None``. At run time it is one plain class.
+    """
+
+    # A frozen record may be covariant in its fields; mypy's attrs plugin flags the
+    # generated __attrs_init__ taking them, which is private and called with checked values.
     kind: str
-    data: Any = None
-    execution: WorkflowExecution | None = None
+    data: DataT  # type: ignore[misc]
+    execution: ExecutionT  # type: ignore[misc]
 
-    def __init__(
-        self, kind: str, data: Any = None, execution: WorkflowExecution | None = None
-    ) -> None:
+    if TYPE_CHECKING:
+
+        @overload
+        def __init__(self: Suspend[None, None], kind: str) -> None: ...
+
+        @overload
+        def __init__(self: Suspend[DataT, None], kind: str, data: DataT) -> None: ...
+
+        @overload
+        def __init__(self, kind: str, data: DataT, execution: ExecutionT) -> None: ...
+
+    def __init__(self, kind: str, data: Any = None, execution: Any = None) -> None:
         if not isinstance(kind, str) or not kind:
             raise InvalidSettingsError(f"Suspend.kind={kind!r}: use a non-empty string")
         self.__attrs_init__(kind=kind, data=data, execution=execution)
@@ -586,7 +633,11 @@ class Failed:
     error: ErrorInfo
 
 
-Outcome = Completed | Suspend | Failed
+if TYPE_CHECKING:
+    Outcome: TypeAlias = Completed | Suspend[SuspendData, WorkflowExecution] | Failed
+    """What the executor returns: exactly one of the three, each with its execution."""
+else:
+    Outcome = Completed | Suspend | Failed
 
 
 def slot_twin(cls: type[Any]) -> type[Any] | None:
@@ -679,7 +730,7 @@ new_error_info: Callable[..., ErrorInfo] = _fast_constructor(ErrorInfo)
 new_retry_data: Callable[..., RetryData] = _fast_constructor(RetryData)
 """``new_retry_data(retry_delay_ms, attempt_number, max_attempts, original_error, resume_at,
 redrive)``."""
-new_suspend: Callable[..., Suspend] = _fast_constructor(Suspend)
+new_suspend: Callable[..., Suspend[Any, WorkflowExecution]] = _fast_constructor(Suspend)
 """``new_suspend(kind, data, execution)``: the executor's outcome, its kind already checked."""
 new_completed: Callable[..., Completed] = _fast_constructor(Completed)
 """``new_completed(execution, output)``."""

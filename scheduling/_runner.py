@@ -28,7 +28,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 from prana import (
     ExecutionStatus,
@@ -68,7 +68,15 @@ from scheduling.abc import (
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from typing_extensions import Self, TypeVar
+
     from prana import Event
+
+    SchedulerT = TypeVar("SchedulerT", bound=Scheduler, covariant=True, default=Scheduler)
+else:
+    from typing import TypeVar
+
+    SchedulerT = TypeVar("SchedulerT", bound=Scheduler, covariant=True)
 
 __all__ = ["Runner", "child_execution_id", "is_settled"]
 
@@ -110,8 +118,11 @@ def _check_observers(observers: Any) -> tuple[Callable[[Event], object], ...]:
     return found
 
 
-class Runner(Steps):
+class Runner(Steps, Generic[SchedulerT]):
     """Runs workflows to the end: persists every outcome, arms alarms, resumes when due.
+
+    For type checkers it is generic in its scheduler, so ``runner.scheduler`` keeps the
+    type it was given (``Runner(..., scheduler=ManualScheduler(...)).scheduler.advance``).
 
     ``store`` defaults to a ``MemoryStore`` and ``scheduler`` to an ``APSchedulerAdapter``
     in a background thread. ``clock`` is shared by the runner, the core and the
@@ -138,11 +149,13 @@ class Runner(Steps):
     loop, and ``astart``/``adeliver``/``acancel``/``await_execution`` are the async facade.
     """
 
+    scheduler: SchedulerT  # the concrete type it was given (Steps declares the protocol)
+
     def __init__(
         self,
         registry: Registry | None = None,
         store: ExecutionStore | None = None,
-        scheduler: Scheduler | None = None,
+        scheduler: SchedulerT | None = None,
         clock: Clock | None = None,
         *,
         env: Mapping[str, Any] | None = None,
@@ -196,7 +209,7 @@ class Runner(Steps):
         if scheduler is None:
             from scheduling.adapters.apscheduler import APSchedulerAdapter
 
-            scheduler = APSchedulerAdapter()
+            scheduler = cast("SchedulerT", APSchedulerAdapter())
         now = clock()
         if not isinstance(now, datetime) or now.utcoffset() is None:
             raise InvalidSettingsError(
@@ -215,7 +228,7 @@ class Runner(Steps):
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def __enter__(self) -> Runner:
+    def __enter__(self) -> Self:
         self.open()
         return self
 

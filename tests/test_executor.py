@@ -1676,6 +1676,7 @@ def test_sync_attempt_timeout_abandons_the_thread() -> None:
     try:
         outcome = execute_workflow(wf, None, registry=reg)
         assert isinstance(outcome, Suspend)
+        assert isinstance(outcome.data, RetryData)
         assert outcome.data.original_error.type == "AttemptTimeout"
     finally:
         release.set()

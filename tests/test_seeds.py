@@ -82,8 +82,8 @@ def run_to_end(
 ) -> Completed | Failed | Suspend:
     """Run ``workflow``, resuming every retry when it falls due, until it ends."""
     outcome = execute_workflow(workflow, {}, registry=registry, clock=clock)
-    while isinstance(outcome, Suspend) and outcome.kind == "retry":
-        data: RetryData = outcome.data
+    while isinstance(outcome, Suspend) and isinstance(outcome.data, RetryData):
+        data = outcome.data
         assert outcome.execution is not None
         clock.set(max(clock(), data.resume_at))
         outcome = resume_workflow(
@@ -171,7 +171,7 @@ def test_noetl_retry_when_sees_status_code_and_error_from_the_error() -> None:
         workflow, {}, registry=always_fails(HTTPError(503)), clock=ManualClock()
     )
     assert isinstance(outcome, Suspend)
-    assert outcome.kind == "retry"
+    assert isinstance(outcome.data, RetryData)
     assert outcome.data.max_attempts == 5
 
 
@@ -488,6 +488,7 @@ def test_prana_max_retries_counts_retries_and_max_attempts_counts_every_attempt(
     registry = always_fails(ConnectionError("down"))
     first = execute_workflow(one_node(settings), {}, registry=registry, clock=ManualClock())
     assert isinstance(first, Suspend)
+    assert isinstance(first.data, RetryData)
     assert (first.data.attempt_number, first.data.max_attempts) == (2, 4)
     outcome = run_to_end(one_node(settings), registry, ManualClock())
     assert attempts_of(outcome) == 4

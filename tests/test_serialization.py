@@ -869,7 +869,7 @@ def test_bad_outcome_records(change: dict[str, Any], expected: str) -> None:
 def test_action_suspend_is_not_an_outcome() -> None:
     """A ``Suspend`` without an execution is an action's return value, not an outcome."""
     with pytest.raises(RecordError, match="expected an executor outcome"):
-        dumps_outcome(Suspend("timer", TimerData(resume_at=T0)))
+        dumps_outcome(Suspend("timer", TimerData(resume_at=T0)))  # type: ignore[arg-type]
 
 
 # -- workflows -------------------------------------------------------------------------------
