@@ -1135,8 +1135,7 @@ def run_retries(
         wf, None, registry=registry, clock=clock, observers=observers, execution_id="e1"
     )
     seen: list[RetryData] = []
-    while isinstance(outcome, Suspend) and outcome.kind == "retry":
-        assert outcome.execution is not None
+    while isinstance(outcome, Suspend) and isinstance(outcome.data, RetryData):
         seen.append(outcome.data)
         clock.set(outcome.data.resume_at)
         outcome = resume_workflow(
@@ -1217,7 +1216,7 @@ def test_policy_precedence_and_enabled_false_at_each_level(
         assert isinstance(outcome, Failed)
     else:
         assert isinstance(outcome, Suspend)
-        assert outcome.kind == "retry"
+        assert isinstance(outcome.data, RetryData)
         assert outcome.data.max_attempts == expected
 
 
@@ -1291,6 +1290,7 @@ def test_retry_timeout_budget_holds_with_a_moving_clock(registry: Registry) -> N
     assert isinstance(outcome, Suspend)
     assert outcome.execution is not None
     start = outcome.execution.node_executions["x"][0].started_at
+    assert isinstance(outcome.data, RetryData)
     assert outcome.data.resume_at <= start + timedelta(seconds=2)
 
 
@@ -1314,6 +1314,7 @@ def test_retry_after_hint_is_capped(
         assert isinstance(outcome, Failed)
     else:
         assert isinstance(outcome, Suspend)
+        assert isinstance(outcome.data, RetryData)
         assert outcome.data.retry_delay_ms == delay_ms
         assert outcome.data.resume_at == T0 + timedelta(milliseconds=delay_ms)
 
