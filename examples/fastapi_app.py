@@ -24,7 +24,7 @@ from scheduling import ExecutionNotFound, Runner
 from scheduling.web import create_app
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncGenerator
 
     from scheduling.abc import ExecutionStore
 
@@ -76,7 +76,7 @@ def build_app(store: ExecutionStore | None = None) -> FastAPI:
     runner = Runner(registry=make_registry(), store=store, workflows=[ORDER])
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncGenerator[None, None]:
         async with runner:
             yield
 
