@@ -8,6 +8,7 @@ round-trip through JSON. Execution records (``WorkflowExecution``, ``NodeExecuti
 from __future__ import annotations
 
 import enum
+import types
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, overload
@@ -649,7 +650,12 @@ def slot_twin(cls: type[Any]) -> type[Any] | None:
     field reads back.
     """
     names = [a.name for a in attrs.fields(cls)]
-    twin = type(f"_{cls.__name__}Twin", (), {"__slots__": tuple(names)})
+    # A generic record (Suspend) has typing.Generic as its base: the twin needs the same base
+    # for CPython to call the layouts equal; Generic adds no slots and no per-call cost.
+    bases = tuple(getattr(cls, "__orig_bases__", ()))
+    twin = types.new_class(
+        f"_{cls.__name__}Twin", bases, exec_body=lambda ns: ns.update(__slots__=tuple(names))
+    )
     probe = twin()
     for index, name in enumerate(names):
         setattr(probe, name, index)
