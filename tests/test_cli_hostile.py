@@ -137,3 +137,14 @@ def test_worker_poll_must_be_a_sane_number_of_seconds(tmp_path: Path, poll: str)
 def test_worker_lease_must_be_a_sane_number_of_seconds(tmp_path: Path) -> None:
     """``worker --lease nan`` is a one-line error."""
     assert_one_line(prana(tmp_path, "worker", "--lease", "nan"), "--lease")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--concurrency", "0"), ("--concurrency", "100000"), ("--fetch-poll", "nan")],
+)
+def test_worker_concurrency_and_fetch_poll_must_be_sane(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    """``worker --concurrency 0`` or ``--fetch-poll nan`` is a one-line error naming the option."""
+    assert_one_line(prana(tmp_path, "worker", option, value), option)

@@ -598,3 +598,52 @@ def test_the_worker_carries_on_after_its_connections_are_cut(env: Env) -> None:
     scheduler.schedule("own", now())  # its own connections were cut too
     assert fired.wait_for_ids({"own"}, reconnect)
     assert env.wait_until(lambda: env.jobs() == [], reconnect)
+
+
+# -- speed rules (issue 11) ----------------------------------------------------------------
+
+
+def test_arming_an_alarm_already_queued_for_that_time_writes_nothing(env: Env) -> None:
+    """Re-arming for the same due time keeps the queued job; another time replaces it."""
+    scheduler = env.scheduler()
+    due = now() + timedelta(hours=1)
+    scheduler.schedule("exec-1", due)
+    [first] = env.jobs()
+    scheduler.schedule("exec-1", due)
+    assert [job["id"] for job in env.jobs()] == [first["id"]]  # the same row: no write
+    later = due + timedelta(seconds=1)
+    scheduler.schedule("exec-1", later)
+    [replaced] = env.jobs()
+    assert replaced["id"] != first["id"]
+    assert replaced["scheduled_at"] == later
+
+
+def test_only_the_workers_own_bookkeeping_commits_asynchronously(env: Env) -> None:
+    """The worker's app connections run synchronous_commit=off; the scheduler's pool does not."""
+    scheduler = env.scheduler()
+    connector = scheduler.app.connector
+    assert isinstance(connector, PsycopgConnector)
+
+    async def worker_setting() -> str:
+        async with scheduler.app.open_async():
+            rows = await connector.execute_query_all_async("SHOW synchronous_commit")
+        return str(rows[0]["synchronous_commit"])
+
+    assert asyncio.run(worker_setting()) == "off"
+
+    def own_setting(conn: psycopg.Connection[Any]) -> str:
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        assert row is not None
+        return str(row[0])
+
+    assert scheduler._run("reading a setting", own_setting) == "on"
+    durable = env.scheduler(async_job_commits=False)
+    assert durable.app.connector is not connector
+    assert isinstance(durable.app.connector, PsycopgConnector)
+
+    async def durable_setting() -> str:
+        async with durable.app.open_async():
+            rows = await durable.app.connector.execute_query_all_async("SHOW synchronous_commit")
+        return str(rows[0]["synchronous_commit"])
+
+    assert asyncio.run(durable_setting()) == "on"

@@ -59,6 +59,19 @@ def register(add: AddCommand) -> None:
         "others take up the alarms it was firing (default 30)",
     )
     worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        help=f"procrastinate: alarms one worker fires at once (default {CONCURRENCY})",
+    )
+    worker.add_argument(
+        "--fetch-poll",
+        type=float,
+        default=FETCH_POLL_SECONDS,
+        help="procrastinate: seconds between looks for alarms that came due (default "
+        f"{FETCH_POLL_SECONDS:g}; an alarm fires at most this late when the worker is idle)",
+    )
+    worker.add_argument(
         "--scheduler",
         choices=("apscheduler", "procrastinate"),
         default="apscheduler",
@@ -68,6 +81,12 @@ def register(add: AddCommand) -> None:
 
 
 LEASE_SECONDS = 30.0
+CONCURRENCY = 8
+"""Alarms a procrastinate worker fires at once: each waits mostly on the database (its
+save's commit), so several in flight let the server flush their commits together."""
+FETCH_POLL_SECONDS = 0.05
+"""procrastinate notifies a worker when a job is deferred, never when a scheduled one
+comes due: a worker looks for due jobs this often (one cheap query when idle)."""
 _MAX_SECONDS = 86_400.0
 _STOPPED = "worker stopped ({}): suspended executions stay in the store for the next worker"
 
@@ -86,6 +105,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     _check_seconds("--poll", args.poll)
     _check_seconds("--lease", args.lease)
+    _check_seconds("--fetch-poll", args.fetch_poll)
+    if not 1 <= args.concurrency <= 1000:
+        raise CLIError(f"--concurrency {args.concurrency}: use a whole number from 1 to 1000")
     if args.scheduler == "procrastinate" and postgres_dsn(args) is None:
         raise CLIError(PROCRASTINATE_NEEDS_POSTGRES)
     registry = load_actions(args.actions)
@@ -141,6 +163,10 @@ def _procrastinate_worker(
         schema=postgres_schema(args),
         run_in_thread=False,
         stalled_after_seconds=args.lease,
+        concurrency=args.concurrency,
+        poll_interval=args.fetch_poll,
+        listen=True,
+        max_connections=max(4, args.concurrency),
     )
     stop = threading.Event()
     with make_runner(registry, store, view, scheduler, recover=True) as runner, view.live():

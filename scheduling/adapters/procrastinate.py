@@ -95,6 +95,12 @@ _SETUP_LOCK = 0x70_72_6F_63_72  # one advisory lock so concurrent setups do not 
 
 _DELETE_QUEUED = "DELETE FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'"
 
+_ARMED = (
+    "SELECT 1 FROM procrastinate_jobs"
+    " WHERE queueing_lock = %s AND status = 'todo' AND scheduled_at = %s"
+)
+"""The alarm is queued already, for that due time."""
+
 _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 """Re-arms of one id wait for each other (until the transaction ends) instead of racing."""
 
@@ -226,9 +232,26 @@ def _with_search_path(dsn: str, schema: str | None) -> str:
     """``dsn`` with ``search_path`` set to ``schema`` on every connection (when given)."""
     if schema is None:
         return dsn
+    return _with_option(dsn, f"-c search_path={schema}")
+
+
+def _with_option(dsn: str, extra: str) -> str:
+    """``dsn`` with ``extra`` added to the server ``options`` of every connection."""
     options = conninfo_to_dict(dsn).get("options")
-    extra = f"-c search_path={schema}"
     return make_conninfo(dsn, options=f"{options} {extra}" if options else extra)
+
+
+_ASYNC_COMMIT = "-c synchronous_commit=off"
+"""The speed rule of the worker's own connections (``async_job_commits``).
+
+Only the connections of the app the scheduler makes for its worker get it: they take
+jobs, record their end and beat. Those rows are bookkeeping, never the truth: a commit
+lost in a crash of the *server* brings a job back to ``todo`` (it fires again) or leaves
+it ``doing`` under a worker that no longer beats (taken up as stalled, and fires again),
+and the store's compare-and-set makes a repeated fire a no-op. Everything the truth
+depends on stays synchronous: the store's saves, and the alarms deferred in their
+transactions (``schedule_in``) or through the scheduler's own pool (``schedule``,
+``cancel``). Without it each fired alarm waits for two extra disk flushes."""
 
 
 class ProcrastinateScheduler:
@@ -269,6 +292,10 @@ class ProcrastinateScheduler:
     ``concurrency`` how many alarms one worker fires at once (each in a thread);
     ``stalled_after_seconds`` how long a worker may stay silent before the others take up
     the jobs it was running (see the module: it beats three times in that span);
+    ``async_job_commits`` (on by default) lets the worker's own bookkeeping (taking a job,
+    recording its end, beating) commit without waiting for the disk: a crash of the
+    server may then fire an alarm again, which the store's compare-and-set makes a no-op,
+    and nothing the store says is ever lost (see ``_ASYNC_COMMIT``);
     ``worker_options`` are passed on to procrastinate's ``Worker`` (they win over ours).
 
     Errors reaching the database from this scheduler's own connections (``setup``,
@@ -298,6 +325,7 @@ class ProcrastinateScheduler:
         connect_timeout_seconds: float = 10.0,
         shutdown_timeout: float = 30.0,
         stalled_after_seconds: float = 30.0,
+        async_job_commits: bool = True,
         worker_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(dsn, str) or not dsn:
@@ -349,9 +377,13 @@ class ProcrastinateScheduler:
         self.shutdown_timeout = float(shutdown_timeout)
         self.stalled_after_seconds = float(stalled_after_seconds)
         self.worker_options: dict[str, Any] = dict(worker_options or {})
-        self.app = (
-            app if app is not None else App(connector=PsycopgConnector(conninfo=self.conninfo))
-        )
+        self.async_job_commits = bool(async_job_commits)
+        if app is None:
+            worker_conninfo = self.conninfo
+            if self.async_job_commits:
+                worker_conninfo = _with_option(worker_conninfo, _ASYNC_COMMIT)
+            app = App(connector=PsycopgConnector(conninfo=worker_conninfo))
+        self.app = app
         if TASK_NAME not in self.app.tasks:
             self.app.task(name=TASK_NAME, pass_context=True, queue=queue)(prana_resume)
         # Deferring with connection= runs on that connection only: this connector is never
@@ -454,13 +486,14 @@ class ProcrastinateScheduler:
             if self.schema is None or own:
                 yield
                 return
-            row = conn.execute("SELECT current_setting('search_path')").fetchone()
-            previous = "" if row is None else str(row[0])
             path = sql.Identifier(self.schema).as_string(conn)
-            conn.execute(
-                "SELECT set_config('search_path', %s, true)",
-                (f"{path}, {previous}" if previous else path,),
-            )
+            # One round trip: read the caller's path, then put ours first (left to right).
+            row = conn.execute(
+                "SELECT current_setting('search_path'), set_config('search_path',"
+                " concat_ws(', ', %s::text, nullif(current_setting('search_path'), '')), true)",
+                (path,),
+            ).fetchone()
+            previous = "" if row is None else str(row[0])
             yield
             conn.execute("SELECT set_config('search_path', %s, true)", (previous,))
 
@@ -510,13 +543,19 @@ class ProcrastinateScheduler:
     def schedule(self, execution_id: str, due_at: datetime) -> None:
         """Arm (or re-arm) the one alarm of ``execution_id`` for ``due_at`` (aware).
 
-        Deletes the queued job of the execution and defers a new one, in one transaction.
+        Deletes the queued job of the execution and defers a new one, in one transaction;
+        when a queued job of the execution is already due at ``due_at``, it is left as it
+        is (one read, no write: re-arming what the store says is due, as every worker does
+        when it starts and every ``--poll``, costs no commit for alarms already queued).
         """
         require_aware(due_at, f"ProcrastinateScheduler.schedule({execution_id!r})")
-        self._run(
-            f"arming the alarm of {execution_id!r}",
-            lambda conn: self._replace(conn, execution_id, due_at, own=True),
-        )
+
+        def arm(conn: psycopg.Connection[Any]) -> None:
+            if conn.execute(_ARMED, (self.lock_key(execution_id), due_at)).fetchone():
+                return
+            self._replace(conn, execution_id, due_at, own=True)
+
+        self._run(f"arming the alarm of {execution_id!r}", arm)
 
     def schedule_in(
         self, conn: psycopg.Connection[Any], execution_id: str, due_at: datetime
