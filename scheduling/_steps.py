@@ -94,7 +94,9 @@ def child_execution_id(parent: WorkflowExecution) -> str | None:
 
     It is derived from the parent's id, node key, run index and attempt, so starting the
     child twice (a fire delivered twice, a restart) collides in the store instead of
-    running a second child, and a retried sub-workflow node gets a fresh child.
+    running a second child, and a retried sub-workflow node gets a fresh child. The attempt
+    is its place in the run's ledger, which is its number unless a redrive reset the
+    numbering: a redriven node gets a fresh child too.
     """
     suspension = parent.suspension
     key = parent.suspended_node
@@ -103,7 +105,7 @@ def child_execution_id(parent: WorkflowExecution) -> str | None:
     run = parent.node(key)
     if run is None:
         return None
-    attempt = run.attempts[-1].number if run.attempts else 1
+    attempt = len(run.attempts) or 1
     return f"{parent.id}:{key}:{run.run_index}:{attempt}"
 
 

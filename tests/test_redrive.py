@@ -516,6 +516,50 @@ def test_runner_redrive_completes_a_failed_execution(store: ExecutionStore) -> N
     assert [a.redrive for a in record.attempts] == [False, False, True]
 
 
+@pytest.mark.parametrize("reset", [False, True])
+def test_redriving_a_parent_starts_a_new_child(reset: bool) -> None:
+    """A parent failed by its sub-workflow, redriven, runs a fresh child that now completes."""
+    from scheduling import Runner
+    from scheduling.adapters.manual import ManualScheduler
+    from scheduling.stores.memory import MemoryStore
+
+    clock = ManualClock()
+    flaky = Switch()
+    store = MemoryStore()
+    runner = Runner(registry_with(flaky), store, ManualScheduler(clock), clock=clock)
+    child = Workflow(
+        id="child",
+        nodes=[Node(key="start", type="manual.trigger"), Node(key="store", type="test.flaky")],
+        connections=[Connection(from_node="start", to_node="store")],
+    )
+    parent = Workflow(
+        id="parent",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="call",
+                type="workflow.execute_workflow",
+                params={"workflow_id": "child", "mode": "sync"},
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+    with runner:
+        runner.register_workflow(child)
+        pid = runner.start(parent, {"order": 7})
+        assert runner.get(pid).status is ExecutionStatus.FAILED
+        (first_child,) = [row.id for row in store.list() if row.id != pid]
+        flaky.broken = False
+        runner.redrive(pid, reset_attempts=reset)
+        done = runner.get(pid)
+        assert done.status is ExecutionStatus.COMPLETED, done.error
+        children = [row.id for row in store.list() if row.id != pid]
+        assert len(children) == 2
+        assert runner.get(first_child).status is ExecutionStatus.FAILED
+        with pytest.raises(ResumeError, match="redrive the parent instead"):
+            runner.redrive(first_child)
+
+
 # -- the command line ------------------------------------------------------------------------
 
 
