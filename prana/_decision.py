@@ -8,6 +8,7 @@ seeded with text (see ``RetryPolicy.delay_for``).
 
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -20,17 +21,17 @@ from prana._errors import DurationError, InvalidSettingsError, NonRetryable, Ret
 from prana._model import NEVER_RETRY_CODES, ErrorCode, ErrorInfo
 from prana._policy import (
     HINT_CEILING_SECONDS,
-    REFERENCE,
     RESULT_REJECTED,
     RetryPolicy,
     _resolve_level,
     error_class,
-    resolve_reference,
+    is_template,
 )
 from prana.testing import _testing_state
 
 if TYPE_CHECKING:
     from prana._model import Node, Workflow
+    from prana._registry import Registry
 
 # --- what a condition may name -----------------------------------------------------------
 
@@ -62,15 +63,20 @@ CONDITION_FIELDS: tuple[str, ...] = ("retry_when", "stop_when", "retry_on_result
 """The policy fields that hold a condition."""
 
 
-def condition_problems(
-    node: Node, workflow: Workflow, spec_retry: tuple[RetryPolicy, ...] | None
-) -> list[str]:
-    """Every condition template of the policies ``node`` uses that names something outside
-    ``CONDITION_SCOPE`` (or does not parse), as ``"<where>.<field>: <why>"``.
+def check_conditions(
+    node: Node,
+    workflow: Workflow,
+    spec_retry: tuple[RetryPolicy, ...] | None,
+    registry: Registry | None,
+) -> tuple[tuple[RetryPolicy, ...], list[str]]:
+    """The policies ``node`` uses with condition names resolved, and every problem found.
 
-    Validation runs it, so a condition that could never hold is an error before anything
-    runs; ``<where>`` is where the policy was set (``settings.retry[1]``,
-    ``retry_defaults['http.request']``...).
+    A template is compiled against ``CONDITION_SCOPE``; a name is looked up among the
+    conditions registered on ``registry`` (skipped without one, as ``lint`` may be). Each
+    problem reads ``"<where>.<field>: <why>"``, ``<where>`` being where the policy was set
+    (``settings.retry[1]``, ``retry_defaults['http.request']``...). Validation runs this,
+    so a condition that could never hold, or that names code nobody registered, is an
+    error before anything runs; nothing is imported to resolve a name (DESIGN §7).
     """
     level, policies = _resolve_level(node, workflow, spec_retry)
     found = [
@@ -80,9 +86,7 @@ def condition_problems(
         if isinstance(value := getattr(policy, field), str)
     ]
     if not found:
-        return []
-    from prana._templates import TemplateError, check_condition
-
+        return policies, []
     where = {
         "node": "settings.retry",
         "simple": "settings",
@@ -91,13 +95,51 @@ def condition_problems(
         "action": f"the retry registered for {node.type!r}",
     }.get(level, level)
     problems: list[str] = []
+    resolved: dict[int, dict[str, Any]] = {}
     for index, field, text in found:
         place = f"{where}[{index}]" if len(policies) > 1 else where
-        try:
-            check_condition(text, roots=CONDITION_ROOTS, bare=NOETL_NAMES, path=f"{place}.{field}")
-        except TemplateError as exc:
-            problems.append(str(exc))
-    return problems
+        if is_template(text):
+            from prana._templates import TemplateError, check_condition
+
+            try:
+                check_condition(
+                    text, roots=CONDITION_ROOTS, bare=NOETL_NAMES, path=f"{place}.{field}"
+                )
+            except TemplateError as exc:
+                problems.append(str(exc))
+            continue
+        if registry is None:
+            continue
+        fn = registry.get_condition(text)
+        if fn is None:
+            problems.append(f"{place}.{field}: {_unknown_condition(text, registry)}")
+        else:
+            resolved.setdefault(index, {})[field] = fn
+    if resolved and not problems:
+        policies = tuple(
+            attrs.evolve(policy, **resolved[i]) if i in resolved else policy
+            for i, policy in enumerate(policies)
+        )
+    return policies, problems
+
+
+def _unknown_condition(name: str, registry: Registry) -> str:
+    names = registry.conditions()
+    known = (
+        f"registered conditions: {', '.join(names)}" if names else "no conditions are registered"
+    )
+    close = difflib.get_close_matches(name, names, n=1)
+    guess = f"; did you mean {close[0]!r}?" if close else ""
+    old = (
+        " (it reads like an old 'module:qualname' reference: prana no longer imports code "
+        "named in data)"
+        if ":" in name
+        else ""
+    )
+    return (
+        f"unknown condition {name!r}{old}{guess}; {known}. Register the callable with "
+        f"registry.condition({name!r}, fn) or use a {{{{ }}}} template"
+    )
 
 
 def _status_code(value: Any) -> Any:
@@ -376,8 +418,11 @@ def rejects_result(policies: Sequence[RetryPolicy], view: AttemptView) -> bool:
 def _evaluate(condition: Callable[..., Any] | str, arg: Any, view: AttemptView) -> Any:
     if callable(condition) and not isinstance(condition, str):
         return condition(arg)
-    if REFERENCE.match(condition):
-        return resolve_reference(condition)(arg)
+    if not is_template(condition):
+        raise InvalidSettingsError(
+            f"condition {condition!r} is a name that was not resolved: run the workflow "
+            "through execute_workflow (which validates it) with the registry that holds it"
+        )
     from prana._templates import evaluate
 
     return evaluate(condition, view.scope(), names=view.names())

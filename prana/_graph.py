@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from prana._decision import condition_problems
+from prana._decision import check_conditions
 from prana._errors import InvalidWorkflowError
 from prana._model import Connection, Node, Workflow
 from prana._policy import RetryPolicy, attempt_timeout
@@ -181,14 +181,12 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
             )
             continue
         try:
-            nodes[node.key] = CompiledNode(node, spec, workflow)
+            compiled = nodes[node.key] = CompiledNode(node, spec, workflow)
         except ValueError as exc:
             problems.append(f"node {node.key!r}: {exc}")
             continue
-        problems.extend(
-            f"node {node.key!r}: {problem}"
-            for problem in condition_problems(node, workflow, spec.retry)
-        )
+        compiled.policies, found = check_conditions(node, workflow, spec.retry, registry)
+        problems.extend(f"node {node.key!r}: {problem}" for problem in found)
         if spec.trigger:
             triggers.append(node.key)
     known_keys = {n.key for n in workflow.nodes if isinstance(n, Node)}

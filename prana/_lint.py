@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from prana import _errors
-from prana._decision import condition_problems
+from prana._decision import check_conditions
 from prana._durations import format_seconds
 from prana._model import ErrorInfo
 from prana._policy import (
@@ -89,7 +89,9 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
                 code="invalid_condition",
                 message=f"{problem}; as written the condition never holds",
             )
-            for problem in condition_problems(node, workflow, spec.retry if spec else None)
+            for problem in check_conditions(node, workflow, spec.retry if spec else None, registry)[
+                1
+            ]
         )
         retries = any(p.enabled and p.max_attempts != 1 for p in policies)
         if spec is not None and spec.side_effects and not spec.uses_idempotency_key and retries:

@@ -63,7 +63,9 @@ RESULT_REJECTED = "ResultRejected"
 
 _SCHEDULE_LIMIT = 1000
 _DECORRELATED_WINDOW = 16
-REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+CONDITION_NAME = re.compile(r"^[A-Za-z_][\w.:\-]*$")
+"""What a registered condition's name looks like (old ``module:qualname`` text fits, and is
+read as a name, never imported)."""
 
 Condition = Callable[..., Any] | str | None
 ErrorFilter = tuple[str | type[BaseException], ...] | None
@@ -269,20 +271,6 @@ def _jitter(value: Any) -> str | float:
     )
 
 
-def _exception_class(text: str, field: str) -> type[BaseException]:
-    """The exception class a ``"module:Class"`` reference names, imported now."""
-    try:
-        target: Any = resolve_reference(text)
-    except (ImportError, AttributeError, InvalidSettingsError) as exc:
-        raise InvalidSettingsError(
-            f"RetryPolicy.{field}: cannot resolve {text!r} ({exc}); name an importable "
-            "exception class as 'module:Class', or give its name ('ConnectionError')"
-        ) from None
-    if not (isinstance(target, type) and issubclass(target, BaseException)):
-        raise InvalidSettingsError(f"RetryPolicy.{field}: {text!r} is not an exception class")
-    return target
-
-
 def _type_names(value: Any, field: str) -> ErrorFilter:
     if value is None:
         return None
@@ -294,10 +282,8 @@ def _type_names(value: Any, field: str) -> ErrorFilter:
         )
     out: list[str | type[BaseException]] = []
     for item in value:
-        if isinstance(item, str) and REFERENCE.match(item.strip()):
-            out.append(_exception_class(item.strip(), field))
-        elif isinstance(item, str) and item.strip():
-            out.append(item.strip())
+        if isinstance(item, str) and item.strip():
+            out.append(item.strip())  # a name, matched through the MRO: never imported
         elif isinstance(item, type) and issubclass(item, BaseException):
             out.append(item)
         else:
@@ -321,23 +307,25 @@ def _exclude(value: Any) -> ErrorFilter:
     return _type_names(value, "exclude")
 
 
+def is_template(text: str) -> bool:
+    """Whether a condition string is a ``{{ }}`` template (otherwise it is a registered name)."""
+    return "{{" in text and "}}" in text
+
+
 def _condition(value: Any, field: str) -> Condition:
+    """A callable (from code), a ``{{ }}`` template, or the name of a registered condition.
+
+    A name is kept as text and resolved on the ``Registry`` when the workflow is validated;
+    nothing here imports or calls anything (DESIGN §7).
+    """
     if value is None or (callable(value) and not isinstance(value, str)):
         return value
-    if isinstance(value, str) and "{{" in value and "}}" in value:
+    if isinstance(value, str) and (is_template(value) or CONDITION_NAME.match(value)):
         return value
-    if isinstance(value, str) and REFERENCE.match(value):
-        # resolved now, so the policy holds what serialization writes and reads back
-        try:
-            return resolve_reference(value)
-        except (ImportError, AttributeError, InvalidSettingsError) as exc:
-            raise InvalidSettingsError(
-                f"RetryPolicy.{field}={value!r}: cannot resolve the reference ({exc}); name an "
-                "importable module-level function as 'module:function'"
-            ) from None
     raise InvalidSettingsError(
-        f"RetryPolicy.{field}={value!r}: use a callable, a template such as "
-        "\"{{ $attempt < 3 }}\", or a 'module:function' reference"
+        f"RetryPolicy.{field}={value!r}: use the name of a condition registered with "
+        "registry.condition('name', fn), a template such as \"{{ $attempt < 3 }}\", or (in "
+        "Python) a callable"
     )
 
 
@@ -416,8 +404,14 @@ class RetryPolicy:
     add it to ``exclude``: ``exclude=("AttemptTimeout",)`` (or ``"TimeoutError"`` for
     every timeout).
 
-    Conditions (callables get the ``AttemptView``; data uses ``{{ }}`` templates over
-    ``$error`` (type, message, details, code), ``$output``, ``$attempt``, ``$elapsed``):
+    Exception names are never imported: ``"httpx.ConnectError"`` (or old
+    ``"httpx:ConnectError"`` text) matches an error whose class or a base class has that
+    dotted name.
+
+    Conditions (callables get the ``AttemptView``; in data, the name of a callable
+    registered with ``registry.condition(name, fn)``, resolved when the workflow is
+    validated, or a ``{{ }}`` template over ``$error`` (type, message, details, code),
+    ``$output``, ``$attempt``, ``$elapsed`` and NoETL's names):
     ``stop_when`` true means no retry; ``retry_when`` false means no retry, and a number
     (seconds) or ``timedelta`` it returns is the next delay (still capped). A condition
     that raises counts as "do not retry". ``retry_on_result`` gets the output (templates:
@@ -841,19 +835,6 @@ class Schedule(list[ScheduleRow]):
         ]
         rule = "  ".join("-" * w for w in widths)
         return "\n".join([title, rendered[0], rule, *rendered[1:]])
-
-
-def resolve_reference(text: str) -> Callable[..., Any]:
-    """The callable a ``"module:qualname"`` reference names (the module must be importable)."""
-    import importlib
-
-    module_name, _, qualname = text.partition(":")
-    target: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise InvalidSettingsError(f"{text!r} does not name a callable")
-    return target  # type: ignore[no-any-return]
 
 
 # --- the seam -----------------------------------------------------------------------------

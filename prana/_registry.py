@@ -6,12 +6,12 @@ import builtins
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import attrs
 
 from prana._errors import InvalidSettingsError
-from prana._policy import RetryPolicy, coerce_policies
+from prana._policy import CONDITION_NAME, RetryPolicy, coerce_policies
 
 ActionFn = Callable[[Any, "ActionContext"], Any]
 ResumeFn = Callable[[Any, "ActionContext", Any], Any]
@@ -40,12 +40,35 @@ class ActionSpec:
     uses_idempotency_key: bool = False
 
 
+_CONDITION_NAMES: dict[int, tuple[Callable[..., Any], str]] = {}
+"""Every condition registered on any ``Registry`` in this process, by ``id`` of the
+callable: lets ``dumps_workflow`` write a callable's name without being handed the
+registry (the stores write definitions deep inside the runner). The most recent
+registration of a callable wins."""
+
+
+def condition_name(fn: Callable[..., Any], registry: Registry | None = None) -> str | None:
+    """The name ``fn`` is registered under: on ``registry`` first, else on any registry."""
+    if registry is not None:
+        for name, registered in registry._conditions.items():
+            if registered is fn:
+                return name
+    entry = _CONDITION_NAMES.get(id(fn))
+    return entry[1] if entry is not None and entry[0] is fn else None
+
+
 class Registry:
-    """Maps node types (``"<integration>.<action>"``) to actions; starts with the built-ins."""
+    """Maps node types (``"<integration>.<action>"``) to actions; starts with the built-ins.
+
+    It also holds the named conditions (``condition``) a workflow's data may refer to, and
+    the exception classes ``lint`` should know (``exception``). Nothing read from data can
+    run code that is not registered here (DESIGN §7).
+    """
 
     def __init__(self, *, builtins: bool = True) -> None:
         self._specs: dict[str, ActionSpec] = {}
         self._exceptions: dict[str, type[BaseException]] = {}
+        self._conditions: dict[str, Callable[..., Any]] = {}
         self.generation = 0
         """Bumped on every ``register``, so compiled workflows know when to revalidate."""
         if builtins:
@@ -115,6 +138,46 @@ class Registry:
     def types(self) -> list[str]:
         """Every registered type name, sorted."""
         return sorted(self._specs)
+
+    @overload
+    def condition(self, name: str) -> Callable[[F], F]: ...
+
+    @overload
+    def condition(self, name: str, fn: F) -> F: ...
+
+    def condition(self, name: str, fn: F | None = None) -> F | Callable[[F], F]:
+        """Register a retry condition under ``name``: ``@registry.condition("name")`` or
+        ``registry.condition("name", fn)``; returns ``fn``.
+
+        Data refers to it by that name (``retry_on_result: is_rate_limited``); validation
+        resolves the name here, and an unknown name is an error. ``retry_when`` and
+        ``stop_when`` call it with the ``AttemptView``, ``retry_on_result`` with the output.
+        """
+        if not isinstance(name, str) or not CONDITION_NAME.match(name):
+            raise InvalidSettingsError(
+                f"Registry.condition: name={name!r}; use a plain name such as "
+                "'is_rate_limited' (letters, digits, '_', '.', ':' or '-'; not a template)"
+            )
+        if fn is None:
+
+            def decorate(function: F) -> F:
+                return self.condition(name, function)
+
+            return decorate
+        if not callable(fn):
+            raise InvalidSettingsError(f"Registry.condition({name!r}): {fn!r} is not callable")
+        self._conditions[name] = fn
+        _CONDITION_NAMES[id(fn)] = (fn, name)
+        self.generation += 1
+        return fn
+
+    def get_condition(self, name: str) -> Callable[..., Any] | None:
+        """The condition registered under ``name``, or ``None``."""
+        return self._conditions.get(name)
+
+    def conditions(self) -> list[str]:
+        """Every registered condition name, sorted."""
+        return sorted(self._conditions)
 
     def exception(self, cls: E) -> E:
         """Make an exception class known by name (decorator or plain call); returns it.

@@ -11,8 +11,12 @@ Shape of the converter (cattrs' ``preconf/orjson`` plus):
   enums are stored by value;
 - a ``Suspend``'s ``kind`` tags its ``data`` (``BUILTIN_SUSPEND_DATA``); its
   ``execution`` is never stored inside an execution (it would be the execution itself);
-- classes and callables in policies are stored by reference, ``"module:qualname"``, and
-  imported back; a lambda or local function is refused when writing;
+- data never names code to import (DESIGN §7): a callable in a policy is written as the
+  name it is registered under (``registry.condition``) and read back as that name, which
+  validation resolves on the registry; an exception class is written as its name (short
+  for builtins, ``module.qualname`` otherwise) and read back as a name matched through
+  an error's MRO. Nothing read is ever imported; an unregistered callable is refused when
+  writing;
 - primitives are strict: ``"3"`` is not an int and ``2.5`` is not silently truncated;
 - unknown keys are refused, so a typo in a hand-written workflow is an error, not a no-op.
 
@@ -24,7 +28,7 @@ field in a ``RecordError``.
 
 from __future__ import annotations
 
-import importlib
+import contextvars
 import re
 import types
 import typing
@@ -67,7 +71,8 @@ from prana._model import (
     Workflow,
     WorkflowExecution,
 )
-from prana._policy import RetryPolicy
+from prana._policy import CONDITION_NAME, RetryPolicy
+from prana._registry import Registry, condition_name
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -90,10 +95,10 @@ _READABLE_VERSIONS: Final = (1, 2)
 
 T = TypeVar("T")
 
-_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-"""A reference to a module-level object: ``"package.module:Qual.name"``."""
-
-_CALLABLE_FIX = "use a module-level function or a {{ }} template string"
+_DUMPS_REGISTRY: contextvars.ContextVar[Registry | None] = contextvars.ContextVar(
+    "prana_dumps_registry", default=None
+)
+"""The registry ``dumps_workflow`` was given, if any, to name callables by."""
 _OUTCOME_TAGS: Final[dict[type[Any], str]] = {
     Completed: "completed",
     Suspend: "suspended",
@@ -104,70 +109,38 @@ _OUTCOME_TAGS: Final[dict[type[Any], str]] = {
 _MISSING: Final = object()
 
 
-# -- references: classes and callables stored as "module:qualname" -------------------------
+# -- names: callables by their registered name, classes by their own ------------------------
 
 
-def _resolve(ref: str) -> Any:
-    """Import the object ``ref`` (``"module:qualname"``) names, or raise ``FieldError``."""
-    if not _REF.match(ref):
-        raise FieldError(f"{ref!r} is not a reference; use 'package.module:QualifiedName'")
-    module_name, _, qualname = ref.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise FieldError(f"{ref!r}: cannot import module {module_name!r} ({exc})") from None
-    for part in qualname.split("."):
-        obj = getattr(obj, part, _MISSING)
-        if obj is _MISSING:
-            raise FieldError(f"{ref!r}: module {module_name!r} has no {qualname!r}")
-    return obj
+def _name_of(obj: Any) -> str:
+    """The text a class or callable is written as: a class's name, a callable's registered one.
 
-
-def _ref_of(obj: Any) -> str:
-    """The ``"module:qualname"`` text that resolves back to ``obj`` itself.
-
-    Raises ``InvalidSettingsError`` for anything that would not come back as the same
-    object (a lambda, a local function, a bound method, a partial).
+    Raises ``InvalidSettingsError`` for a callable no registry knows, saying how to
+    register it.
     """
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    what = "class" if isinstance(obj, type) else "callable"
-    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
-        raise InvalidSettingsError(
-            f"{what} {obj!r} cannot be stored by reference; "
-            + (_CALLABLE_FIX if what == "callable" else "use a module-level class")
-        )
-    ref = f"{module}:{qualname}"
-    try:
-        back = _resolve(ref)
-    except FieldError:
-        back = None
-    if back is not obj:
-        raise InvalidSettingsError(
-            f"{what} {obj!r} cannot be stored by reference ({ref!r} does not import back "
-            "to it); " + (_CALLABLE_FIX if what == "callable" else "use a module-level class")
-        )
-    return ref
+    if isinstance(obj, type):
+        if obj.__module__ == "builtins":
+            return obj.__name__
+        return f"{obj.__module__}.{obj.__qualname__}"
+    name = condition_name(obj, _DUMPS_REGISTRY.get())
+    if name is not None:
+        return name
+    label = getattr(obj, "__name__", "")
+    suggested = label if isinstance(label, str) and CONDITION_NAME.match(label) else "name"
+    raise InvalidSettingsError(
+        f"the callable {obj!r} is not registered, so it cannot be written as data (data never "
+        f"names code to import); register it with registry.condition({suggested!r}, "
+        f"{suggested if suggested != 'name' else 'fn'}) and it is written as that name, or use "
+        "a {{ }} template"
+    )
 
 
-def _load_class(value: Any, base: type[Any]) -> type[Any]:
-    """Import the class ``value`` names and check it subclasses ``base``."""
-    if not isinstance(value, str):
-        raise FieldError(f"expected a class reference 'module:QualName', got {value!r}")
-    cls = _resolve(value)
-    if not isinstance(cls, type) or not issubclass(cls, base):
-        raise FieldError(f"{value!r} is not a subclass of {base.__name__}")
-    return cls
-
-
-def _load_callable(value: Any) -> Callable[..., Any]:
-    """Import the callable ``value`` names."""
-    if not isinstance(value, str):
-        raise FieldError(f"expected a reference 'module:function', got {value!r}")
-    fn = _resolve(value)
-    if not callable(fn):
-        raise FieldError(f"{value!r} is not callable")
-    return fn  # type: ignore[no-any-return]
+def _no_code(value: Any, _: Any) -> Any:
+    """A pure class or callable slot: data never holds one (it would name code to import)."""
+    raise FieldError(
+        f"cannot read {value!r} as a class or callable: definitions are data and name no code; "
+        "use a registered condition's name or an exception's name"
+    )
 
 
 def _class_slot(t: Any) -> type[Any] | None:
@@ -193,22 +166,13 @@ def _is_ref_union(t: Any) -> bool:
     )
 
 
-def _has_ref_slot(t: Any) -> bool:
-    """Whether a class or callable slot appears anywhere inside type ``t``."""
-    if _class_slot(t) is not None or _is_callable_slot(t):
-        return True
-    return any(_has_ref_slot(a) for a in typing.get_args(t) if a is not Ellipsis)
-
-
 def _structure_ref_union(conv: OrjsonConverter, t: Any) -> Callable[[Any, Any], Any]:
     """Structure a union such as ``str | type[BaseException]`` or ``Callable | str | None``.
 
-    A string that reads as a reference is imported into the class or callable slot; any
-    other string stays a string (a type name, or a ``{{ }}`` template condition).
+    Text stays text: a condition's registered name or template, an exception's name. The
+    class and callable members are for values built in Python; nothing is imported.
     """
     args = typing.get_args(t)
-    class_base = next((b for a in args if (b := _class_slot(a)) is not None), None)
-    has_callable = any(_is_callable_slot(a) for a in args)
     rest = tuple(a for a in args if _class_slot(a) is None and not _is_callable_slot(a))
     accepts_str = str in rest
     accepts_none = type(None) in rest
@@ -218,14 +182,8 @@ def _structure_ref_union(conv: OrjsonConverter, t: Any) -> Callable[[Any, Any], 
     def structure(value: Any, _: Any) -> Any:
         if value is None and accepts_none:
             return None
-        if isinstance(value, str):
-            if _REF.match(value):
-                if class_base is not None:
-                    return _load_class(value, class_base)
-                if has_callable:
-                    return _load_callable(value)
-            if accepts_str:
-                return value
+        if isinstance(value, str) and accepts_str:
+            return value
         if other_hook is not None and not isinstance(value, str):
             return other_hook(value, Union[others])  # noqa: UP007
         raise FieldError(f"cannot read {value!r} as {t}")
@@ -234,11 +192,11 @@ def _structure_ref_union(conv: OrjsonConverter, t: Any) -> Callable[[Any, Any], 
 
 
 def _unstructure_ref_union(conv: OrjsonConverter) -> Callable[[Any], Any]:
-    """Write a union value: classes and callables by reference, anything else as usual."""
+    """Write a union value: classes and callables by name, anything else as usual."""
 
     def unstructure(value: Any) -> Any:
         if isinstance(value, type) or (callable(value) and not isinstance(value, str)):
-            return _ref_of(value)
+            return _name_of(value)
         return conv.unstructure(value)
 
     return unstructure
@@ -354,20 +312,16 @@ def _converter_field_hook(
     """The hook for a field with an attrs converter (``"500ms"``, ``retry: 3``, ...).
 
     Scalars are what users write for such fields, so they skip the type and go to the
-    converter as they are; a reference text is imported first. The converter runs here,
-    so its error is reported at this field; ``__init__`` runs it again on its own output,
-    which these normalizing converters leave unchanged.
+    converter as they are (text is never imported). The converter runs here, so its
+    error is reported at this field; ``__init__`` runs it again on its own output, which
+    these normalizing converters leave unchanged.
     """
     t = a.type
-    refs = _has_ref_slot(t)
     typed_hook = conv.get_structure_hook(t)
-    class_base = _first_class_slot(t)
     convert = a.converter if callable(a.converter) else _identity
 
     def structure(value: Any, _: Any) -> Any:
         if isinstance(value, _SCALARS):
-            if refs and isinstance(value, str) and _REF.match(value):
-                value = _load_class(value, class_base) if class_base else _load_callable(value)
             return convert(value)
         return convert(typed_hook(value, t))
 
@@ -377,17 +331,6 @@ def _converter_field_hook(
 def _identity(value: Any) -> Any:
     """Stand-in for a converter that cannot be called on its own (``attrs.Converter``)."""
     return value
-
-
-def _first_class_slot(t: Any) -> type[Any] | None:
-    """The base class of the first class slot inside ``t``, or ``None``."""
-    base = _class_slot(t)
-    if base is not None:
-        return base
-    for a in typing.get_args(t):
-        if a is not Ellipsis and (found := _first_class_slot(a)) is not None:
-            return found
-    return None
 
 
 # -- the retry slot: policies, or the shorthands users write --------------------------------
@@ -523,21 +466,18 @@ def make_converter(
     conv.register_structure_hook(datetime, _structure_datetime)
     conv.register_unstructure_hook_func(lambda t: t is Any, lambda v: v)
 
-    # References: classes (runtime type: a metaclass) and plain functions.
+    # Code is written by name and never read back as code (DESIGN §7).
     conv.register_unstructure_hook_func(
         lambda t: (
             _class_slot(t) is not None
             or _is_callable_slot(t)
             or (isinstance(t, type) and issubclass(t, type | types.FunctionType))
         ),
-        _ref_of,
+        _name_of,
     )
-    conv.register_unstructure_hook(types.BuiltinFunctionType, _ref_of)
-    conv.register_structure_hook_func(
-        lambda t: _class_slot(t) is not None,
-        lambda v, t: _load_class(v, _class_slot(t) or object),
-    )
-    conv.register_structure_hook_func(_is_callable_slot, lambda v, _: _load_callable(v))
+    conv.register_unstructure_hook(types.BuiltinFunctionType, _name_of)
+    conv.register_structure_hook_func(lambda t: _class_slot(t) is not None, _no_code)
+    conv.register_structure_hook_func(_is_callable_slot, _no_code)
     conv.register_structure_hook_factory(_is_ref_union, lambda t: _structure_ref_union(conv, t))
     conv.register_unstructure_hook_factory(_is_ref_union, lambda _: _unstructure_ref_union(conv))
 
@@ -722,17 +662,20 @@ def loads(text: str | bytes | bytearray | memoryview) -> WorkflowExecution:
     return _structure(body, WorkflowExecution, "$.execution", "execution")
 
 
-def dumps_workflow(workflow: Workflow) -> str:
+def dumps_workflow(workflow: Workflow, *, registry: Registry | None = None) -> str:
     """Serialize a workflow definition to JSON text: ``{"schema_version": 2, "workflow": {...}}``.
 
-    Classes and callables in policies are written as ``"module:qualname"``; one that
-    cannot be (a lambda, a local function) raises ``InvalidSettingsError`` naming it.
+    A callable in a policy is written as the name it is registered under
+    (``registry.condition``): on ``registry`` if given, else on any registry of this
+    process. An unregistered one raises ``InvalidSettingsError`` naming the field and how
+    to register it. Exception classes are written as their names.
     """
     if not isinstance(workflow, Workflow):
         raise RecordError(
             f"dumps_workflow() takes a prana.Workflow, got {type(workflow).__name__} "
             "(use dumps for a WorkflowExecution)"
         )
+    token = _DUMPS_REGISTRY.set(registry)
     try:
         body = _fast().unstructure(workflow, Workflow)
     except InvalidSettingsError:
@@ -742,6 +685,8 @@ def dumps_workflow(workflow: Workflow) -> str:
         raise InvalidSettingsError(
             "cannot serialize the workflow:\n" + "\n".join(f"  - {p}" for p in problems)
         ) from None
+    finally:
+        _DUMPS_REGISTRY.reset(token)
     return _encode({"schema_version": SCHEMA_VERSION, "workflow": body}, "workflow")
 
 
@@ -825,7 +770,7 @@ def _find_bad_refs(obj: Any, path: str) -> list[str]:
         return [p for k, v in obj.items() for p in _find_bad_refs(v, f"{path}[{k!r}]")]
     if isinstance(obj, type) or (callable(obj) and not isinstance(obj, str)):
         try:
-            _ref_of(obj)
+            _name_of(obj)
         except InvalidSettingsError as exc:
             return [f"{path}: {exc}"]
     return []

@@ -758,10 +758,10 @@ def _workflow_cases() -> list[Any]:
             id="retry-backoff",
         ),
         case(
-            settings(lambda s: s.update(retry=[{"retry_on": ["nosuchmod:Err"]}])),
-            "retry[0].retry_on[0]",
-            "nosuchmod",
-            id="retry-on-bad-reference",
+            settings(lambda s: s.update(retry=[{"retry_when": "not a name"}])),
+            "retry[0].retry_when",
+            "registry.condition",
+            id="retry-when-not-a-name",
         ),
         case(settings(lambda s: s.update(timeout=-1)), "settings.timeout", id="timeout-neg"),
         case(settings(lambda s: s.update(bogus=1)), "settings", "bogus", id="settings-extra"),
@@ -827,7 +827,7 @@ def test_loads_workflow_rejects_bad_definition(
                 )
             ),
             "retry_when",
-            "module-level function",
+            "registry.condition(",
             id="dumps-workflow-lambda",
         ),
     ],

@@ -231,3 +231,14 @@ def test_classes_in_retry_on_are_not_checked_by_name() -> None:
     """A class given directly is what it is; only names can be misspelt."""
     wf = workflow_of(node(RetryPolicy(retry_on=[RateLimitError])))
     assert lint(wf) == []
+
+
+def test_lint_with_a_registry_reports_an_unknown_condition_name() -> None:
+    """Given the registry, lint flags a condition name nobody registered."""
+    wf = workflow_of(node(RetryPolicy(retry_on_result="is_pendng")))
+    registry = Registry()
+    registry.condition("is_pending", lambda output: False)
+    warnings = lint(wf, registry)
+    assert codes(warnings) == ["invalid_condition"]
+    assert "unknown condition 'is_pendng'; did you mean 'is_pending'?" in warnings[0].message
+    assert lint(wf) == []  # without the registry the name cannot be checked

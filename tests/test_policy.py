@@ -138,7 +138,7 @@ def test_durations_are_read_as_float_seconds(value: Any, seconds: float) -> None
         ({"exclude": [int]}, "exclude"),
         ({"retry_when": "attempt < 3"}, "retry_when"),
         ({"stop_when": 3}, "stop_when"),
-        ({"retry_on_result": "yes"}, "retry_on_result"),
+        ({"retry_on_result": "not a name"}, "retry_on_result"),
         ({"timeout": 0}, "timeout"),
         ({"retry_timeout": "-1s"}, "retry_timeout"),
         ({"hint_exceeds_max_delay": "yes"}, "hint_exceeds_max_delay"),
@@ -707,15 +707,22 @@ def test_condition_strings_read_as_booleans() -> None:
 
 
 def is_pending(output: Any) -> bool:
-    """A module-level predicate usable as a 'module:qualname' reference."""
+    """A module-level predicate: data names it only once it is registered."""
     return isinstance(output, dict) and output.get("status") == "pending"
 
 
-def test_conditions_may_be_module_references() -> None:
-    """A 'module:qualname' string is imported and called like the callable."""
+def test_module_references_are_names_never_imported() -> None:
+    """'module:qualname' text is kept as a name (DESIGN §7): never imported or called.
+
+    Unresolved, it cannot run: the engine resolves names on the registry at validation.
+    """
     p = RetryPolicy(retry_on_result=f"{__name__}:is_pending")
-    assert rejects_result([p], AttemptView(attempt=1, error=None, output={"status": "pending"}))
-    assert not rejects_result([p], AttemptView(attempt=1, error=None, output={"status": "done"}))
+    assert p.retry_on_result == f"{__name__}:is_pending"
+    view = AttemptView(attempt=1, error=None, output={"status": "pending"})
+    assert not rejects_result([p], view)  # an unresolved name never holds
+    why = explain_retry([RetryPolicy(stop_when="some_name")], view_of(OSError()), seed=SEED)
+    assert why.reason is RetryReason.STOP_WHEN_FAILED
+    assert "not resolved" in why.text
 
 
 # --- retry_on_result --------------------------------------------------------------------------

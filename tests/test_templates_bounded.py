@@ -273,10 +273,14 @@ def test_ordinary_templates_render_as_before(text: str, expected: Any) -> None:
     assert render({"p": text})["p"] == expected
 
 
-def test_the_readme_states_the_limits_in_force() -> None:
-    """The README's table of template limits shows the numbers the code enforces."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("\n## Templates\n", 1)[1].split("\n## ", 1)[0]
+@pytest.mark.parametrize(
+    ("document", "heading"),
+    [("README.md", "## Templates"), ("docs/reference/templates.md", "## Limits")],
+)
+def test_the_docs_state_the_limits_in_force(document: str, heading: str) -> None:
+    """The README's and the reference's tables of template limits show the enforced numbers."""
+    text = (Path(__file__).parent.parent / document).read_text()
+    section = text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
     limits = (
         MAX_SIZE,
         MAX_STEPS,
