@@ -33,6 +33,7 @@ from prana import (
     NodeSettings,
     RecordError,
     Registry,
+    RetryData,
     RetryPolicy,
     Suspend,
     Workflow,
@@ -217,6 +218,7 @@ def run_to_end(workflow: Workflow, registry: Registry) -> Any:
     outcome = execute_workflow(workflow, {}, registry=registry, clock=clock)
     while isinstance(outcome, Suspend):
         assert outcome.execution is not None
+        assert isinstance(outcome.data, RetryData)
         clock.advance(outcome.data.retry_delay_ms / 1000)
         outcome = resume_workflow(
             outcome.execution, workflow=workflow, registry=registry, clock=clock
