@@ -59,6 +59,7 @@ from scheduling._steps import (
     child_execution_id,
 )
 from scheduling.abc import (
+    ClockedScheduler,
     ExecutionStore,
     Scheduler,
     TransactionalScheduler,
@@ -194,7 +195,7 @@ class Runner(Steps, Generic[SchedulerT]):
                 f"Runner(recover={recover!r}): use True (a worker: re-arm what the store holds "
                 "on open) or False (a one-off command: only this runner's own work)"
             )
-        scheduler_clock = getattr(scheduler, "clock", None)
+        scheduler_clock = scheduler.clock if isinstance(scheduler, ClockedScheduler) else None
         if clock is None:
             clock = scheduler_clock if callable(scheduler_clock) else _utcnow
         elif callable(scheduler_clock) and scheduler_clock is not clock:

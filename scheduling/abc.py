@@ -1,8 +1,9 @@
 """The shell's interfaces: the alarm clock (``Scheduler``), the truth (``ExecutionStore``).
 
-Two optional ones let a store and a scheduler on the same database arm each alarm inside
-the save that implies it (``TransactionalStore``, ``TransactionalScheduler``); the
-``Runner`` looks for nothing else.
+Optional ones name what some backends can do more: a scheduler that keeps the time itself
+(``ClockedScheduler``), and a store and a scheduler on one database that arm each alarm
+inside the save that implies it (``TransactionalStore``, ``TransactionalScheduler``). The
+``Runner`` finds every capability through these protocols and looks for nothing else.
 
 Invariants every backend keeps (see ``docs/extending/backends.md``):
 
@@ -46,6 +47,19 @@ class Scheduler(Protocol):
 
     def shutdown(self) -> None:
         """Stop firing; pending alarms are dropped (the store still knows them)."""
+
+
+@runtime_checkable
+class ClockedScheduler(Protocol):
+    """A scheduler that keeps the time itself (``ManualScheduler``): its ``clock`` is *the* clock.
+
+    A ``Runner`` given no clock uses it (runner, core and scheduler then share one clock);
+    given another one, the runner refuses to be built.
+    """
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The clock the scheduler fires by: a callable returning an aware datetime."""
 
 
 @attrs.frozen(kw_only=True)

@@ -42,7 +42,7 @@ from scheduling import (
 from scheduling._cli import main
 from scheduling._console import node_lateness
 from scheduling._runner import child_execution_id, is_settled
-from scheduling.abc import OnSave, TransactionalScheduler, TransactionalStore
+from scheduling.abc import ClockedScheduler, OnSave, TransactionalScheduler, TransactionalStore
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.memory import MemoryStore
 from scheduling.stores.sqlite import SQLiteStore
@@ -1479,3 +1479,14 @@ def test_the_seam_needs_the_same_database() -> None:
         eid = runner.start(workflow(flaky_node()))
     assert scheduler.inside == []
     assert scheduler.outside == [("schedule", eid)]
+
+
+def test_the_runner_takes_a_clocked_schedulers_clock() -> None:
+    """A ``ClockedScheduler``'s clock becomes the runner's; another clock is refused."""
+    clock = ManualClock(T0)
+    clocked: ClockedScheduler = ManualScheduler(clock)  # mypy checks the structure too
+    assert isinstance(clocked, ClockedScheduler)
+    runner = Runner(scheduler=ManualScheduler(clock))
+    assert runner.clock is clock
+    with pytest.raises(InvalidSettingsError, match="its own clock"):
+        Runner(scheduler=ManualScheduler(clock), clock=ManualClock(T0))
