@@ -25,7 +25,7 @@ import importlib.util
 import math
 import sys
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from prana._errors import NonRetryable, RetryAfter
@@ -71,12 +71,20 @@ class HTTPStatusError(Exception):
 
 
 class HTTPRetryAfter(RetryAfter):
-    """A retryable status that came with ``Retry-After``: the hint plus the response's details."""
+    """A retryable status that came with ``Retry-After``: the hint plus the response's details.
 
-    def __init__(self, delay_seconds: float, error: HTTPStatusError) -> None:
+    The header is read by ``RetryAfter`` itself (``from_header``'s rules: delta-seconds or
+    an HTTP-date against ``now``); one that cannot be read is ignored and says why in
+    ``details["retry_after_ignored"]``, beside the status, and the policy's delay applies.
+    """
+
+    def __init__(
+        self, retry_after: object, error: HTTPStatusError, *, now: datetime | None = None
+    ) -> None:
         self.status = error.status
-        self.details = error.details
-        super().__init__(delay_seconds, f"{error} (Retry-After {delay_seconds:g}s)")
+        self.details = dict(error.details)
+        shown = retry_after.strip()[:80] if isinstance(retry_after, str) else retry_after
+        super().__init__(retry_after, f"{error} (Retry-After {shown})", now=now)
 
 
 @functools.cache
@@ -156,24 +164,6 @@ def _build(params: Any, ctx: ActionContext) -> tuple[dict[str, Any], float]:
 # --- the response ---------------------------------------------------------------------------
 
 
-def retry_after_seconds(value: str | None, now: datetime) -> float | None:
-    """A ``Retry-After`` header as seconds from ``now``: delta-seconds or an HTTP-date."""
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    from email.utils import parsedate_to_datetime
-
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - now).total_seconds())
-
-
 def _excerpt(response: httpx.Response) -> str:
     text = response.text
     text = " ".join(text.split())
@@ -189,9 +179,9 @@ def _outcome(response: httpx.Response, ctx: ActionContext) -> dict[str, Any]:
     if status >= 400:
         error = HTTPStatusError(status, method, url, _excerpt(response))
         if status in RETRYABLE_STATUSES or status >= 500:
-            delay = retry_after_seconds(response.headers.get("retry-after"), ctx.now)
-            if delay is not None:
-                raise HTTPRetryAfter(delay, error)
+            header = response.headers.get("retry-after")
+            if header is not None:
+                raise HTTPRetryAfter(header, error, now=ctx.now)
             raise error
         raise NonRetryable(error)
     output: dict[str, Any] = {"status": status, "headers": dict(response.headers)}

@@ -21,6 +21,7 @@ from prana import (
     Node,
     NodeSettings,
     Registry,
+    RetryAfter,
     RetryData,
     RetryPolicy,
     Suspend,
@@ -198,6 +199,42 @@ def test_retry_after_http_date_is_read_against_the_clock() -> None:
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
     assert outcome.data.retry_delay_ms == 42_000
+
+
+@pytest.mark.parametrize(
+    ("header", "delay_ms"),
+    [("7", 7000), (" 12 ", 12_000), ("1.5", 1500), ("30s", 30_000)],
+)
+def test_retry_after_is_read_as_the_core_reads_it(header: str, delay_ms: int) -> None:
+    """The action reads ``Retry-After`` with ``RetryAfter.from_header``: one parser for both."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, headers={"Retry-After": header})
+
+    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    assert isinstance(outcome, Suspend)
+    assert isinstance(outcome.data, RetryData)
+    assert outcome.data.retry_delay_ms == delay_ms
+    now = datetime.now(timezone.utc)
+    assert RetryAfter.from_header(header, now=now).hint_seconds(now) == delay_ms / 1000
+
+
+def test_an_unreadable_retry_after_is_ignored_and_says_why() -> None:
+    """A header that is no delay retries on the policy's delay; the error keeps the status
+    and records why the hint was ignored, as any ``RetryAfter`` does."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": "soon-ish"})
+
+    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    assert isinstance(outcome, Suspend)
+    assert isinstance(outcome.data, RetryData)
+    assert outcome.data.retry_delay_ms == 1000  # the policy's initial_delay
+    error = outcome.data.original_error
+    assert error.details["status"] == 429
+    assert "cannot read 'soon-ish'" in error.details["retry_after_ignored"]
+    assert error.message.startswith("HTTP 429 from GET https://a.test/")
+    assert "retrying on the policy's own delay" in error.message
 
 
 def test_retry_after_is_capped_by_the_policy() -> None:
