@@ -331,6 +331,27 @@ class Runner(Steps, Generic[SchedulerT]):
         """
         self._definitions.register(workflow)
 
+    def definition(self, workflow_id: str, version: int | None = None) -> Workflow:
+        """The stored definition of ``workflow_id`` at ``version`` (``None``: the highest).
+
+        What an execution ran is ``runner.definition(e.workflow_id, e.workflow_version)``.
+        A definition never changes for an id and version, so each is read from the store
+        once per runner. Raises ``WorkflowNotFound`` when none is stored.
+        """
+        if not isinstance(workflow_id, str) or not workflow_id:
+            raise InvalidSettingsError(
+                f"definition(workflow_id={workflow_id!r}): use the workflow's id (a non-empty "
+                "string)"
+            )
+        if version is None:
+            return self._definitions.latest(workflow_id)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InvalidSettingsError(
+                f"definition(version={version!r}): use a whole number >= 1, or None for the "
+                "highest stored version"
+            )
+        return self._definitions.get(workflow_id, version)
+
     # -- the public operations ---------------------------------------------------------
 
     def start(

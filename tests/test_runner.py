@@ -11,6 +11,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 from doubles import T0, Flaky, Harness, flaky_node, sub_node, webhook_node, workflow
 
@@ -38,6 +39,7 @@ from scheduling import (
     Runner,
     StaleVersionError,
     WorkflowConflictError,
+    WorkflowNotFound,
 )
 from scheduling._cli import main
 from scheduling._console import node_lateness
@@ -410,6 +412,26 @@ def test_definitions_are_loaded_once_per_runner() -> None:
         (eid,) = [s.id for s in store.list()]
         assert runner.get(eid).status is ExecutionStatus.COMPLETED
     assert store.definition_loads == 1
+
+
+def test_definition_reads_a_stored_definition_once_and_the_latest_version() -> None:
+    """``runner.definition(id, version)`` returns what any runner stored (read from the store
+    once), ``version=None`` the highest stored, and ``WorkflowNotFound`` for an unknown one."""
+    store = CountingStore()
+    Harness(store).runner.register_workflow(flaky_workflow(wid="defs"))
+    v2 = attrs.evolve(flaky_workflow(wid="defs", attempts=2), version=2)
+    Harness(store).runner.register_workflow(v2)
+    runner = Harness(store).runner  # another process: nothing cached yet
+    assert runner.definition("defs", 1) == flaky_workflow(wid="defs")
+    assert runner.definition("defs", 1) is runner.definition("defs", 1)
+    assert runner.definition("defs") == v2
+    assert store.definition_loads == 2
+    with pytest.raises(WorkflowNotFound, match="'nope'"):
+        runner.definition("nope", 1)
+    with pytest.raises(WorkflowNotFound, match="'nope'"):
+        runner.definition("nope")
+    with pytest.raises(InvalidSettingsError, match="version"):
+        runner.definition("defs", 0)
 
 
 def test_wait_returns_once_only_the_outside_can_move_the_execution() -> None:

@@ -501,6 +501,25 @@ def test_token_from_the_environment(runner: Runner, monkeypatch: pytest.MonkeyPa
         assert httpx.get(url + "/api/executions", headers=_auth()).status_code == 200
 
 
+def test_the_app_uses_only_the_runners_public_api() -> None:
+    """``scheduling.web`` reads no private attribute of the runner (``runner._x``)."""
+    import ast
+    from pathlib import Path
+
+    import scheduling.web
+
+    private = [
+        f"{path.name}:{node.lineno}: runner.{node.attr}"
+        for path in sorted(Path(scheduling.web.__file__).parent.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "runner"
+        and node.attr.startswith("_")
+    ]
+    assert private == []
+
+
 def test_view_false_serves_only_hooks(runner: Runner) -> None:
     """view=False mounts only the hook route."""
     _, path = waiting(runner)

@@ -239,7 +239,7 @@ def create_app(
     def load_view(execution_id: str) -> dict[str, Any]:
         execution, version = runner.store.load(execution_id)
         try:
-            workflow = runner._definitions.get(execution.workflow_id, execution.workflow_version)
+            workflow = runner.definition(execution.workflow_id, execution.workflow_version)
         except WorkflowNotFound:
             workflow = None
         return execution_view(execution, version, workflow, runner.registry)
