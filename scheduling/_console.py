@@ -46,6 +46,20 @@ FAIL = "✗"
 PAUSE = "⏸"
 
 
+SHORT_ID = 12
+"""How many characters of an execution id the console prints (the CLI takes any unique prefix)."""
+
+
+def short_id(execution_id: str) -> str:
+    """An execution id as the console prints it: 12 characters, a child's own suffix kept.
+
+    A child run's id is its parent's id plus ``:node:run:attempt``; cutting it to 12
+    characters would print the parent's id, so the suffix stays.
+    """
+    parent, sep, own = execution_id.partition(":")
+    return parent[:SHORT_ID] + sep + own
+
+
 def format_duration(seconds: float) -> str:
     """Seconds as short text: ``0.25`` is ``250ms``, ``2`` is ``2.0s``, ``90`` is ``1m30s``."""
     sign = "-" if seconds < 0 else ""
@@ -185,7 +199,7 @@ class ConsoleView:
     def _handle(self, event: Event) -> str | None:
         eid = event.execution_id
         kind = event.type
-        short = eid[:12]
+        short = short_id(eid)
         if kind is EventType.EXECUTION_STARTED:
             if eid not in self._seen:
                 self._seen.add(eid)
@@ -261,7 +275,7 @@ class ConsoleView:
     def status_lines(self) -> list[str]:
         """One line per execution still running or waiting, for a live view."""
         with self._lock:
-            return [f"{eid[:12]}  {state}" for eid, state in sorted(self.running.items())]
+            return [f"{short_id(eid)}  {state}" for eid, state in sorted(self.running.items())]
 
     def summary(self) -> str:
         """The retry summary as text."""

@@ -1280,13 +1280,18 @@ CLI_MISTAKES = [
 def test_cli_mistake_is_one_line_and_exit_2(
     files: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
 ) -> None:
-    """A command-line mistake exits 2 with one line on stderr naming the problem."""
+    """A command-line mistake exits with one line on stderr naming the problem.
+
+    The code is the documented one: 2 for a mistake, 4 for an unknown execution id, 5 for a
+    database that cannot be opened.
+    """
     args = [arg.replace("{d}", str(files)) for arg in argv]
     if "--db" not in args and "--postgres" not in args:
         args += ["--db", str(files / "prana.db")]
     code = main(args)
     err = capsys.readouterr().err.splitlines()
-    assert code == 2
+    expected = {"'nope'": 4, "cannot open the database": 5, "not a database": 5}.get(needle, 2)
+    assert code == expected
     assert len(err) == 1, err
     assert err[0].startswith("prana: error: ")
     assert needle in err[0]
@@ -1327,7 +1332,7 @@ def test_cli_unreachable_postgres_is_quick_and_one_line() -> None:
         check=False,
     )
     elapsed = time.monotonic() - started
-    assert done.returncode == 2
+    assert done.returncode == 5  # the store cannot be used
     assert done.stderr.splitlines()[-1].startswith("prana: error: ")
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert elapsed < 5

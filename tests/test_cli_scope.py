@@ -145,12 +145,12 @@ def test_deliver_leaves_other_overdue_retries_alone(
 def test_deliver_to_an_execution_in_backoff_is_refused_before_anything_runs(
     env: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``deliver`` to a retry in backoff exits 2 at once: its retry does not run first."""
+    """``deliver`` to a retry in backoff is refused (exit 3) at once: its retry does not run."""
     code = main(
         ["deliver", env["other"], "--db", env["db"], "--actions", env["actions"], "--data", "{}"]
     )
     captured = capsys.readouterr()
-    assert code == 2
+    assert code == 3
     assert "waits on a retry suspension" in captured.err
     assert captured.err.count("\n") == 1
     assert "Traceback" not in captured.err

@@ -106,7 +106,7 @@ def test_foreign_scheduling_installed_over_ours_fails_in_one_line(tmp_path: Path
     (site / "scheduling" / "graph.py").write_text("class CircularDependency(Exception): ...\n")
     _foreign_dist_info(site)
     result = _python(site, "from scheduling._cli import main; raise SystemExit(main(['list']))")
-    assert result.returncode == 2
+    assert result.returncode == 5
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "scheduling 0.0.2's, not prana's" in lines[0]

@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING, NoReturn
 
 from prana import PranaError
 from scheduling import _ownership
-from scheduling._cli import demo, listing, redrive, run, serve, steer, worker
+from scheduling._cli import demo, listing, redrive, run, serve, steer, worker, workflows
 from scheduling._cli._common import (
     DEFAULT_DB,
     EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
     EXIT_USAGE,
     CLIError,
     load_actions,
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["CLIError", "load_actions", "load_workflow_file", "main"]
 
 # The command modules, in the order `prana --help` lists them.
-_COMMANDS = (run, worker, serve, listing, steer, redrive, demo)
+_COMMANDS = (run, worker, serve, listing, steer, redrive, workflows, demo)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,12 +79,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``prana`` command; returns the exit code (0 ok, 1 run failed, 2 mistake)."""
+    """Run the ``prana`` command; returns its exit code.
+
+    0 done; 1 the execution it ran failed or was cancelled; 2 a mistake in the command; 3
+    refused by the execution's state; 4 no such execution; 5 the store cannot be used;
+    130 interrupted.
+    """
     try:
         _ownership.check()
     except _ownership.ForeignSchedulingError as exc:
         print(f"prana: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_UNAVAILABLE
     args = _parser().parse_args(argv)
     try:
         code: int = args.handler(args)
@@ -94,8 +102,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             "pip install 'prana-workflows[postgres]'",
             file=sys.stderr,
         )
-        return EXIT_USAGE
+        return EXIT_UNAVAILABLE
     except (PranaError, sqlite3.Error) as exc:
         print(f"prana: error: {one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+        return exit_code_for(exc)
     return code
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The documented exit code for an error a command ended with (see ``_common``)."""
+    from prana import RecordError, ResumeError
+    from scheduling._errors import (
+        ExecutionNotFound,
+        StaleVersionError,
+        StoreError,
+        WorkflowConflictError,
+        WorkflowNotFound,
+    )
+
+    if isinstance(exc, CLIError):
+        return exc.exit_code
+    if isinstance(exc, ExecutionNotFound | WorkflowNotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, ResumeError | StaleVersionError | WorkflowConflictError):
+        return EXIT_REFUSED
+    if isinstance(exc, StoreError | RecordError | sqlite3.Error):
+        return EXIT_UNAVAILABLE
+    return EXIT_USAGE

@@ -11,6 +11,7 @@ import logging
 import os
 import sqlite3
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,9 +27,22 @@ if TYPE_CHECKING:
 
 DEFAULT_DB = "prana.db"
 EXIT_OK = 0
+"""The command did what it was asked (a run that waits on a webhook included)."""
 EXIT_FAILED = 1
+"""The execution the command ran (``run``, ``deliver``, ``redrive``) ended failed or cancelled."""
 EXIT_USAGE = 2
+"""A mistake in the command: options, files, JSON, ``--actions``, an invalid workflow."""
+EXIT_REFUSED = 3
+"""Refused by the execution's state: delivering to a finished execution, cancelling one, a
+concurrent change won (stale version), a conflicting workflow definition."""
+EXIT_NOT_FOUND = 4
+"""No execution (or workflow) with that id, or an id prefix that matches none."""
+EXIT_UNAVAILABLE = 5
+"""The store cannot be used: the database is unreachable or unreadable (a corrupt record
+included), a driver (extra) is
+missing, its schema is newer than this prana, or a foreign ``scheduling`` package is installed."""
 EXIT_INTERRUPTED = 130
+"""Ctrl-C."""
 WORKER_POLL_SECONDS = 1.0
 PROCRASTINATE_NEEDS_POSTGRES = (
     "--scheduler procrastinate needs --postgres DSN (or $PRANA_POSTGRES_DSN)"
@@ -37,6 +51,20 @@ PROCRASTINATE_NEEDS_POSTGRES = (
 
 class CLIError(PranaError, ValueError):
     """A mistake on the command line; printed as one line, exit code 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class StoreUnavailableError(CLIError):
+    """The store cannot be used (unreachable, unreadable, schema too new); exit code 5."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
+class NoSuchExecutionError(CLIError, LookupError):
+    """No stored execution answers to the id (or id prefix) given; exit code 4."""
+
+    exit_code = EXIT_NOT_FOUND
 
 
 class AddCommand(Protocol):
@@ -116,11 +144,15 @@ def load_actions(module_name: str | None) -> Registry:
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    looks_like_path = module_name.endswith(".py") or os.sep in module_name or "/" in module_name
     try:
-        if module_name.endswith(".py"):
+        if looks_like_path:
             file = Path(module_name)
             if not file.is_file():
-                raise CLIError(f"--actions {module_name}: no such file")
+                raise CLIError(
+                    f"--actions {module_name}: no such file: {file} does not exist"
+                    + ("" if file.suffix == ".py" else " (an actions file ends in .py)")
+                )
             spec = importlib.util.spec_from_file_location(file.stem, file)
             if spec is None or spec.loader is None:
                 raise CLIError(f"--actions {module_name}: cannot import this file")
@@ -131,6 +163,15 @@ def load_actions(module_name: str | None) -> Registry:
             module = importlib.import_module(module_name)
     except CLIError:
         raise
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name.split(".")[0] and exc.name != module_name:
+            raise CLIError(
+                f"--actions {module_name}: cannot import: {type(exc).__name__}: {one_line(exc)}"
+            ) from None
+        raise CLIError(
+            f"--actions {module_name}: cannot import: no module named {module_name!r}, and no "
+            f"file {module_name}.py exists here; give a module on the path or a .py file"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - any failure importing user code is reported
         raise CLIError(
             f"--actions {module_name}: cannot import: {type(exc).__name__}: {one_line(exc)}"
@@ -200,7 +241,9 @@ def open_store(args: argparse.Namespace, *, must_exist: bool) -> ExecutionStore:
             store.setup()
         except Exception as exc:  # noqa: BLE001 - any driver error becomes one clear line
             store.close()
-            raise CLIError(f"--postgres: cannot use the database: {one_line(exc)}") from None
+            raise StoreUnavailableError(
+                f"--postgres: cannot use the database: {one_line(exc)}"
+            ) from None
         return store
     from scheduling.stores.sqlite import SQLiteStore
 
@@ -210,7 +253,7 @@ def open_store(args: argparse.Namespace, *, must_exist: bool) -> ExecutionStore:
     try:
         return SQLiteStore(path)
     except sqlite3.Error as exc:
-        raise CLIError(f"{path}: cannot open the database: {exc}") from None
+        raise StoreUnavailableError(f"{path}: cannot open the database: {exc}") from None
 
 
 def make_runner(
@@ -307,3 +350,108 @@ def one_line_logging(level: int = logging.WARNING) -> Iterator[None]:
         root.removeHandler(handler)
         root.setLevel(previous[0])
         pool.setLevel(previous[1])
+
+
+PREFIX_SCAN_LIMIT = 100_000
+"""How many stored executions an id prefix is matched against (newest first)."""
+
+
+def matches(execution_id: str, given: str) -> bool:
+    """Whether ``given`` names ``execution_id`` as the console prints ids.
+
+    The console prints an id's first 12 characters, and a child run as its parent's short id
+    followed by its own ``:node:run:attempt`` suffix; either form (or any longer prefix)
+    names the execution.
+    """
+    if execution_id.startswith(given):
+        return True
+    head, sep, rest = given.partition(":")
+    if not sep:
+        return False
+    parent, psep, own = execution_id.partition(":")
+    return bool(psep) and parent.startswith(head) and own == rest
+
+
+def resolve_id(store: ExecutionStore, given: str) -> str:
+    """The full id of the one execution ``given`` names: itself, or a unique prefix of it.
+
+    ``NoSuchExecutionError`` when none matches; a ``CLIError`` listing a few candidates when the
+    prefix is ambiguous.
+    """
+    from scheduling._errors import ExecutionNotFound
+
+    try:
+        store.load(given)
+    except ExecutionNotFound:
+        pass
+    else:
+        return given
+    found = [row.id for row in store.list(None, limit=PREFIX_SCAN_LIMIT) if matches(row.id, given)]
+    if not found:
+        raise NoSuchExecutionError(
+            f"no execution {given!r} is stored (and no stored id starts with it)"
+        )
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise CLIError(
+            f"id prefix {given!r} matches {len(found)} executions ({shown}); give more of the id"
+        )
+    return found[0]
+
+
+def check_actions(workflows: Sequence[Workflow], registry: Registry, actions: str | None) -> None:
+    """Refuse, before anything runs, workflows whose node types nobody registered.
+
+    Without ``--actions`` the message says to pass it; with it, which types it lacks.
+    """
+    missing = sorted({n.type for wf in workflows for n in wf.nodes if n.type not in registry})
+    if not missing:
+        return
+    types = ", ".join(repr(t) for t in missing)
+    if actions is None:
+        raise CLIError(
+            f"node type(s) {types} are not built in: pass --actions MODULE (a module or .py "
+            "file that registers them)"
+        )
+    raise CLIError(f"--actions {actions} does not register the node type(s) {types}")
+
+
+SUB_WORKFLOW_TYPE = "workflow.execute_workflow"
+
+
+def check_children(workflows: Sequence[Workflow], store: ExecutionStore) -> None:
+    """Refuse, before anything runs, a sub-workflow node naming a child nobody registered.
+
+    A child named by a template is only known when the node runs, so it is not checked.
+    """
+    given = {(wf.id, wf.version) for wf in workflows} | {(wf.id, None) for wf in workflows}
+    for wf in workflows:
+        for node in wf.nodes:
+            if node.type != SUB_WORKFLOW_TYPE or not isinstance(node.params, Mapping):
+                continue
+            child = node.params.get("workflow_id")
+            version = node.params.get("version")
+            if not isinstance(child, str) or "{{" in child:
+                continue
+            pinned = version if isinstance(version, int) else None
+            if (child, pinned) in given:
+                continue
+            if pinned is None and store.latest_workflow_version(child) is not None:
+                continue
+            if pinned is not None and _has_version(store, child, pinned):
+                continue
+            what = f"{child!r}" + (f" version {pinned}" if pinned is not None else "")
+            raise CLIError(
+                f"workflow {wf.id!r} node {node.key!r} runs sub-workflow {what}, which is not "
+                "registered: pass --workflow CHILD_FILE, or run `prana workflows add CHILD_FILE`"
+            )
+
+
+def _has_version(store: ExecutionStore, workflow_id: str, version: int) -> bool:
+    from scheduling._errors import WorkflowNotFound
+
+    try:
+        store.load_workflow(workflow_id, version)
+    except WorkflowNotFound:
+        return False
+    return True

@@ -1,15 +1,21 @@
-"""``prana list`` and ``prana show``: read executions from the store."""
+"""``prana list`` and ``prana show``: read executions from the store, as text or JSON."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus
-from scheduling._cli._common import EXIT_OK, CLIError, open_store
+from scheduling._cli._common import EXIT_OK, CLIError, open_store, resolve_id
+from scheduling._cli._json import LIST_FORMAT, execution_json, summary_json
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
     from scheduling._cli._common import AddCommand
+    from scheduling.abc import ExecutionSummary
 
 
 def register(add: AddCommand) -> None:
@@ -21,10 +27,16 @@ def register(add: AddCommand) -> None:
         "failed or cancelled",
     )
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    listing.add_argument(
+        "--json", action="store_true", help="print JSON (stable field names, see the docs)"
+    )
     listing.set_defaults(handler=_cmd_list)
 
     show = add("show", "show an execution's timeline: nodes, attempts, errors, delays, lateness")
-    show.add_argument("id", help="the execution id")
+    show.add_argument("id", help="the execution id, or a unique prefix as the console prints it")
+    show.add_argument(
+        "--json", action="store_true", help="print JSON (stable field names, see the docs)"
+    )
     show.set_defaults(handler=_cmd_show)
 
 
@@ -41,16 +53,50 @@ def _cmd_list(args: argparse.Namespace) -> int:
         rows = store.list(status, limit=args.limit)
     finally:
         store.close()
+    if args.json:
+        doc = {"format": LIST_FORMAT, "executions": [summary_json(row) for row in rows]}
+        print(json.dumps(doc, indent=2))
+        return EXIT_OK
     if not rows:
         print("no executions")
         return EXIT_OK
-    print(f"{'id':<34} {'workflow':<24} {'status':<10} {'due':<26} updated")
-    for row in rows:
-        workflow = f"{row.workflow_id} v{row.workflow_version}"
-        due = row.due_at.isoformat() if row.due_at else "-"
-        updated = row.updated_at.isoformat() if row.updated_at else "-"
-        print(f"{row.id:<34} {workflow:<24} {row.status.value:<10} {due:<26} {updated}")
+    _print_table(rows)
     return EXIT_OK
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def _print_table(rows: Sequence[ExecutionSummary]) -> None:
+    """A table that fits the terminal: short ids (any unique prefix works), compact times."""
+    from scheduling._console import short_id
+
+    header = ("id", "workflow", "status", "due (UTC)", "updated (UTC)")
+    cells = [
+        (
+            short_id(row.id),
+            f"{row.workflow_id} v{row.workflow_version}",
+            row.status.value,
+            _when(row.due_at),
+            _when(row.updated_at),
+        )
+        for row in rows
+    ]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - rich ships with the cli extra
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
+        for line in (header, *cells):
+            print("  ".join(text.ljust(w) for text, w in zip(line, widths, strict=True)).rstrip())
+        return
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in header:
+        table.add_column(name, overflow="fold")
+    for line in cells:
+        table.add_row(*line)
+    Console(soft_wrap=False, highlight=False).print(table)
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -58,9 +104,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
     store = open_store(args, must_exist=True)
     try:
-        execution, version = store.load(args.id)
+        execution, version = store.load(resolve_id(store, args.id))
     finally:
         store.close()
+    if args.json:
+        print(json.dumps(execution_json(execution, version), indent=2))
+        return EXIT_OK
     print(format_timeline(execution))
     print(f"  (record version {version})")
     return EXIT_OK

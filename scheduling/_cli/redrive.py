@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scheduling._cli._common import finish, load_actions, make_runner, open_store
+from scheduling._cli._common import finish, load_actions, make_runner, open_store, resolve_id
 
 if TYPE_CHECKING:
     import argparse
@@ -44,8 +44,9 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
     store = open_store(args, must_exist=True)
     view = ConsoleView()
     try:
+        execution_id = resolve_id(store, args.id)
         with make_runner(registry, store, view) as runner, view.live():
-            runner.redrive(args.id, args.node, reset_attempts=args.reset_attempts)
-            return finish(runner, args.id, view)
+            runner.redrive(execution_id, args.node, reset_attempts=args.reset_attempts)
+            return finish(runner, execution_id, view)
     finally:
         store.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scheduling._cli._common import (
+    check_actions,
+    check_children,
     finish,
     load_actions,
     load_workflow_file,
@@ -25,6 +27,13 @@ def register(add: AddCommand) -> None:
     run.add_argument("file", help="the workflow definition, .json, .yaml or .yml")
     run.add_argument("--input", help="the workflow input, as JSON")
     run.add_argument("--actions", help="module (or .py file) registering your actions")
+    run.add_argument(
+        "--workflow",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a sub-workflow's definition to register first (repeat for several)",
+    )
     run.set_defaults(handler=_cmd_run)
 
 
@@ -32,12 +41,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from scheduling._console import ConsoleView
 
     workflow = load_workflow_file(args.file)
+    children = [load_workflow_file(path) for path in args.workflow]
     data = parse_json(args.input, "--input") if args.input is not None else None
     registry = load_actions(args.actions)
+    check_actions([workflow, *children], registry, args.actions)
     store = open_store(args, must_exist=False)
     view = ConsoleView()
     try:
-        with make_runner(registry, store, view) as runner, view.live():
+        check_children([workflow, *children], store)
+        runner = make_runner(registry, store, view)
+        for child in children:
+            runner.register_workflow(child)
+        with runner, view.live():
             execution_id = runner.start(workflow, data)
             return finish(runner, execution_id, view)
     finally:

@@ -11,6 +11,7 @@ from scheduling._cli._common import (
     make_runner,
     open_store,
     parse_json,
+    resolve_id,
 )
 
 if TYPE_CHECKING:
@@ -22,13 +23,13 @@ if TYPE_CHECKING:
 def register(add: AddCommand) -> None:
     """Add ``deliver`` and ``cancel`` to the parser."""
     deliver = add("deliver", "deliver resume data to an execution waiting on a webhook")
-    deliver.add_argument("id", help="the execution id")
+    deliver.add_argument("id", help="the execution id, or a unique prefix of it")
     deliver.add_argument("--data", required=True, help="the resume data, as JSON")
     deliver.add_argument("--actions", help="module (or .py file) registering your actions")
     deliver.set_defaults(handler=_cmd_deliver)
 
     cancel = add("cancel", "cancel a suspended execution")
-    cancel.add_argument("id", help="the execution id")
+    cancel.add_argument("id", help="the execution id, or a unique prefix of it")
     cancel.add_argument("--reason", help="why (kept in the record)")
     cancel.add_argument(
         "--actions", help="module registering your actions (to resume a cancelled child's parent)"
@@ -44,9 +45,10 @@ def _cmd_deliver(args: argparse.Namespace) -> int:
     store = open_store(args, must_exist=True)
     view = ConsoleView()
     try:
+        execution_id = resolve_id(store, args.id)
         with make_runner(registry, store, view) as runner, view.live():
-            runner.deliver(args.id, data)
-            return finish(runner, args.id, view)
+            runner.deliver(execution_id, data)
+            return finish(runner, execution_id, view)
     finally:
         store.close()
 
@@ -56,7 +58,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     try:
         # The scheduler is never started: a worker's pending alarm finds it cancelled.
         registry = load_actions(args.actions)
-        execution = make_runner(registry, store, None).cancel(args.id, args.reason)
+        execution_id = resolve_id(store, args.id)
+        execution = make_runner(registry, store, None).cancel(execution_id, args.reason)
     finally:
         store.close()
     print(f"execution {execution.id}: {execution.status.value}")

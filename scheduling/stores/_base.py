@@ -60,6 +60,10 @@ class BaseStore:
         self._workflow_cache[key] = workflow
         return workflow
 
+    def list_workflows(self) -> list[tuple[str, int]]:
+        """Every stored definition's ``(workflow_id, version)``, sorted."""
+        raise NotImplementedError
+
     def _forget_workflows(self) -> None:
         """Drop both caches (the stored definitions were dropped)."""
         self._workflow_cache.clear()

@@ -6,6 +6,7 @@ immutable per id and version) and is what the conformance suite measures them ag
 
 from __future__ import annotations
 
+import builtins
 import threading
 from itertools import count
 from typing import TYPE_CHECKING
@@ -151,6 +152,11 @@ class MemoryStore(BaseStore):
     def _select_workflow(self, key: tuple[str, int]) -> str | None:
         with self._lock:
             return self._workflows.get(key)
+
+    def list_workflows(self) -> builtins.list[tuple[str, int]]:
+        """Every stored definition's ``(workflow_id, version)``, sorted."""
+        with self._lock:
+            return sorted(self._workflows)
 
     def latest_workflow_version(self, workflow_id: str) -> int | None:
         """The highest stored version of ``workflow_id``, or None."""

@@ -25,6 +25,7 @@ execution's alarm there, so the state and its alarm commit together or not at al
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import math
 import threading
@@ -500,6 +501,11 @@ class PostgresStore(BaseStore):
         )
         return None if row is None else cast("str | bytes", row[0])
 
+    def list_workflows(self) -> builtins.list[tuple[str, int]]:
+        """Every stored definition's ``(workflow_id, version)``, sorted."""
+        rows = self._read("list of workflows", self._q["list_workflows"], (), one=False)
+        return [(str(w), int(v)) for w, v in rows]
+
     def latest_workflow_version(self, workflow_id: str) -> int | None:
         """The highest stored version of ``workflow_id``, or None."""
         row = self._read(
@@ -563,6 +569,8 @@ def _queries(schema: str | None) -> dict[str, str]:
         "list_status": summary + " WHERE status = %s ORDER BY seq DESC LIMIT %s",
         "workflow": "SELECT data FROM {workflows} WHERE workflow_id = %s AND version = %s",
         "latest_workflow": "SELECT MAX(version) FROM {workflows} WHERE workflow_id = %s",
+        "list_workflows": "SELECT workflow_id, version FROM {workflows}"
+        " ORDER BY workflow_id, version",
         "insert_workflow": "INSERT INTO {workflows} (workflow_id, version, data)"
         " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
     }

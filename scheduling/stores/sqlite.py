@@ -15,6 +15,7 @@ must agree with a following write (``save_workflow``) run under ``BEGIN IMMEDIAT
 
 from __future__ import annotations
 
+import builtins
 import os
 import sqlite3
 import threading
@@ -347,6 +348,14 @@ class SQLiteStore(BaseStore):
         with self._lock:
             row = self._conn.execute(_WORKFLOW, key).fetchone()
         return None if row is None else cast("str | bytes", row[0])
+
+    def list_workflows(self) -> builtins.list[tuple[str, int]]:
+        """Every stored definition's ``(workflow_id, version)``, sorted."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT workflow_id, version FROM prana_workflows ORDER BY workflow_id, version"
+            ).fetchall()
+        return [(str(w), int(v)) for w, v in rows]
 
     def latest_workflow_version(self, workflow_id: str) -> int | None:
         """The highest stored version of ``workflow_id``, or None."""

@@ -1,0 +1,260 @@
+"""The operator's CLI: JSON output, short ids, exit codes, sub-workflows and --actions help."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from scheduling._cli import main
+from scheduling._console import short_id
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ACTIONS = textwrap.dedent(
+    """
+    def flaky(params, ctx):
+        if ctx.attempt <= params.get("fails", 0):
+            raise ConnectionError("down")
+        return {"attempt": ctx.attempt}
+
+    def register(registry):
+        registry.register("op.flaky", flaky)
+    """
+)
+
+
+def flaky_doc(wid: str = "op", fails: int = 1) -> dict[str, Any]:
+    """trigger -> op.flaky retried 10 ms apart."""
+    return {
+        "id": wid,
+        "nodes": [
+            {"key": "start", "type": "manual.trigger"},
+            {
+                "key": "call",
+                "type": "op.flaky",
+                "params": {"fails": fails},
+                "settings": {"retry_on_failed": True, "max_retries": 3, "retry_delay_ms": 10},
+            },
+        ],
+        "connections": [{"from_node": "start", "to_node": "call"}],
+    }
+
+
+def parent_doc(child: str = "child") -> dict[str, Any]:
+    """trigger -> a sync sub-workflow node running ``child``."""
+    return {
+        "id": "parent",
+        "nodes": [
+            {"key": "start", "type": "manual.trigger"},
+            {"key": "sub", "type": "workflow.execute_workflow", "params": {"workflow_id": child}},
+            {"key": "after", "type": "data.set_data", "params": {"value": "after ran"}},
+        ],
+        "connections": [
+            {"from_node": "start", "to_node": "sub"},
+            {"from_node": "sub", "to_node": "after"},
+        ],
+    }
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> dict[str, str]:
+    """A database path, an actions file and workflow files in ``tmp_path``."""
+    (tmp_path / "op_actions.py").write_text(ACTIONS)
+    (tmp_path / "flaky.json").write_text(json.dumps(flaky_doc()))
+    (tmp_path / "child.json").write_text(json.dumps(flaky_doc("child", fails=0)))
+    (tmp_path / "parent.json").write_text(json.dumps(parent_doc()))
+    return {"dir": str(tmp_path), "db": str(tmp_path / "op.db")}
+
+
+def cli(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str], *argv: str
+) -> tuple[int, str, str]:
+    code = main([*argv, "--db", site["db"]])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def actions(site: dict[str, str]) -> list[str]:
+    return ["--actions", f"{site['dir']}/op_actions.py"]
+
+
+def test_list_and_show_json_have_stable_documented_fields(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``list --json`` and ``show --json`` print the documented fields, every attempt included."""
+    code, _, _ = cli(site, capsys, "run", f"{site['dir']}/flaky.json", *actions(site))
+    assert code == 0
+    code, out, _ = cli(site, capsys, "list", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["format"] == 1
+    (row,) = doc["executions"]
+    assert set(row) == {
+        "id", "workflow_id", "workflow_version", "status", "record_version", "due_at",
+        "updated_at",
+    }  # fmt: skip
+    assert (row["workflow_id"], row["status"], row["due_at"]) == ("op", "completed", None)
+    code, out, _ = cli(site, capsys, "show", row["id"], "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["id"] == row["id"]
+    assert shown["status"] == "completed"
+    assert shown["record_version"] == row["record_version"]
+    assert shown["output"] == {"attempt": 2}
+    (call,) = shown["node_executions"]["call"]
+    assert [a["outcome"] for a in call["attempts"]] == ["failed", "completed"]
+    assert call["attempts"][0]["error"]["type"] == "ConnectionError"
+    assert call["attempts"][0]["retry_delay_ms"] == 10
+    assert "pending" not in shown
+
+
+def test_ids_are_accepted_by_the_prefix_the_console_prints(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``show`` takes the 12-character id ``list`` and the console print; a miss exits 4."""
+    cli(site, capsys, "run", f"{site['dir']}/flaky.json", *actions(site))
+    _, out, _ = cli(site, capsys, "list", "--json")
+    full = json.loads(out)["executions"][0]["id"]
+    _, table, _ = cli(site, capsys, "list")
+    assert short_id(full) in table
+    assert full not in table
+    code, out, _ = cli(site, capsys, "show", short_id(full))
+    assert code == 0
+    assert full in out
+    code, _, err = cli(site, capsys, "show", "zz")
+    assert code == 4
+    assert "no execution 'zz' is stored" in err
+
+
+def test_an_ambiguous_prefix_is_a_one_line_mistake(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prefix matching several executions lists them and exits 2."""
+    for _ in range(20):
+        cli(site, capsys, "run", f"{site['dir']}/flaky.json", *actions(site), "--input", "{}")
+    _, out, _ = cli(site, capsys, "list", "--json", "--limit", "100")
+    ids = [row["id"] for row in json.loads(out)["executions"]]
+    first = ids[0][0]
+    if sum(1 for i in ids if i.startswith(first)) < 2:  # 20 hex ids share a first character
+        first = next(c for c in "0123456789abcdef" if sum(i.startswith(c) for i in ids) >= 2)
+    code, _, err = cli(site, capsys, "show", first)
+    assert code == 2
+    assert "matches" in err
+    assert err.count("\n") == 1
+
+
+def test_a_child_run_is_shown_with_its_own_id() -> None:
+    """A child's id is its parent's plus a suffix; the console keeps the suffix, not 12 chars."""
+    parent = "0123456789abcdef0123456789abcdef"
+    child = f"{parent}:sub:0:1"
+    assert short_id(parent) == "0123456789ab"
+    assert short_id(child) == "0123456789ab:sub:0:1"
+    assert short_id(child) != short_id(parent)
+
+
+def test_the_list_table_fits_a_narrow_terminal(site: dict[str, str], tmp_path: Path) -> None:
+    """``prana list`` in an 80-column terminal prints no line wider than 80."""
+    env = {**os.environ, "COLUMNS": "80"}
+    db = site["db"]
+    subprocess.run(
+        [sys.executable, "-m", "prana", "run", f"{site['dir']}/flaky.json", "--db", db,
+         *actions(site)],
+        check=True, capture_output=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    listed = subprocess.run(
+        [sys.executable, "-m", "prana", "list", "--db", db],
+        check=True, capture_output=True, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 2
+    assert max(len(line) for line in lines) <= 80
+
+
+def test_delivering_to_a_completed_execution_is_refused_not_a_usage_error(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused operation exits 3; usage errors keep 2."""
+    cli(site, capsys, "run", f"{site['dir']}/flaky.json", *actions(site))
+    _, out, _ = cli(site, capsys, "list", "--json")
+    eid = json.loads(out)["executions"][0]["id"]
+    code, _, err = cli(site, capsys, "deliver", eid, "--data", "{}", *actions(site))
+    assert code == 3
+    assert err.count("\n") == 1
+    code, _, _ = cli(site, capsys, "cancel", eid)
+    assert code == 3
+
+
+def test_run_registers_child_workflows_given_with_workflow(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana run parent.json --workflow child.json`` runs the child and the parent completes."""
+    code, out, err = cli(
+        site, capsys, "run", f"{site['dir']}/parent.json",
+        "--workflow", f"{site['dir']}/child.json", *actions(site),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "after ran" in out
+    code, out, _ = cli(site, capsys, "workflows", "list", "--json")
+    assert code == 0
+    assert {"id": "child", "version": 1} in json.loads(out)["workflows"]
+
+
+def test_workflows_add_then_run_the_parent(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana workflows add child.json`` registers it; a later ``run parent.json`` finds it."""
+    code, out, _ = cli(
+        site, capsys, "workflows", "add", f"{site['dir']}/child.json", *actions(site)
+    )
+    assert (code, out.strip()) == (0, "registered child v1")
+    code, out, _ = cli(site, capsys, "workflows", "list")
+    assert out.strip() == "child v1"
+    code, out, _ = cli(site, capsys, "run", f"{site['dir']}/parent.json", *actions(site))
+    assert code == 0
+    assert "after ran" in out
+
+
+def test_an_unknown_child_is_refused_before_anything_runs(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sub-workflow node naming an unregistered child is refused at start: nothing is stored."""
+    code, _, err = cli(site, capsys, "run", f"{site['dir']}/parent.json")
+    assert code == 2
+    assert "sub-workflow 'child'" in err
+    assert "--workflow" in err
+    code, out, _ = cli(site, capsys, "list", "--json")
+    assert json.loads(out)["executions"] == []
+
+
+def test_missing_actions_says_to_pass_actions(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A workflow using an unregistered type, run without --actions, says to pass --actions."""
+    code, _, err = cli(site, capsys, "run", f"{site['dir']}/flaky.json")
+    assert code == 2
+    assert "'op.flaky'" in err
+    assert "pass --actions" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("given", ["op_actons.py", "sub/op_actions", "op_actons"])
+def test_a_mistyped_actions_path_says_the_file_does_not_exist(
+    given: str,
+    site: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mistyped --actions file or module says it does not exist, in one line."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(site, capsys, "run", f"{site['dir']}/flaky.json", "--actions", given)
+    assert code == 2
+    assert "does not exist" in err or "no file" in err
+    assert err.count("\n") == 1
