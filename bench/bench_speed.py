@@ -2,7 +2,7 @@
 
 Run: ``python bench/bench_speed.py`` (peers: ``pip install -r bench/requirements.txt``).
 Options: ``--rows`` picks rows by name (default all); ``--quick`` runs small sizes (a
-smoke run, not figures to quote); ``--against REF`` runs the in-process rows on this package
+smoke run, not figures to quote); ``--against REF`` runs the rows on this package
 and on the package as it was at git ``REF`` (its ``prana/`` and ``scheduling/`` in a
 temporary folder, first on ``PYTHONPATH``), each in child processes taking turns
 (``--rounds``, best figure per side), so "x of today's" is one run too;
@@ -109,8 +109,9 @@ from _speed_actions import fails_once  # noqa: E402 - the bench folder is not a 
 UTC = timezone.utc
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 ROWS = ("workers", "sqlite", "timers", "join", "retry", "roundtrip", "bytes")
-IN_PROCESS = ("sqlite", "timers", "join", "retry", "roundtrip", "bytes")
-"""Rows ``--against`` runs on the older package too (the workers row always runs on this one)."""
+IN_PROCESS = ("workers", "sqlite", "timers", "join", "retry", "roundtrip", "bytes")
+"""Rows ``--against`` runs on the older package too (for ``workers``, its ``prana worker``
+processes and the process starting the executions both run the older package)."""
 RELATIVE = {"timers": 5.0, "roundtrip": 0.5, "bytes": 0.5}
 """Rows whose target is a factor of today's figure (``--against``): >= for rates, <= else."""
 
