@@ -619,6 +619,34 @@ class Runner(Steps, Generic[SchedulerT]):
             with self._changed:
                 self._waiters -= 1
 
+    def subscribe(self, listener: Callable[[str], object]) -> Callable[[], None]:
+        """Call ``listener(execution_id)`` after each save by this runner; returns the unsubscribe.
+
+        For live views (the web app's SSE streams wake on it, ``wait`` has its own wake-up):
+        saves made by other processes are not heard, so poll the store for those. The
+        listener runs in the saving thread, after the save and before the alarm is armed:
+        keep it quick and never block (hand work to an event loop with
+        ``loop.call_soon_threadsafe``). One that raises is logged at ERROR; the runner goes on.
+        """
+        if not callable(listener):
+            raise InvalidSettingsError(
+                f"subscribe({listener!r}): pass a callable taking an execution id"
+            )
+        with self._changed:
+            self._listeners = (*self._listeners, listener)
+        subscribed = [True]
+
+        def unsubscribe() -> None:
+            with self._changed:
+                if not subscribed:
+                    return  # already unsubscribed
+                subscribed.clear()
+                kept = list(self._listeners)
+                kept.remove(listener)  # equal entries are interchangeable: drop the first
+                self._listeners = tuple(kept)
+
+        return unsubscribe
+
     def _settled(self, execution: WorkflowExecution) -> bool:
         """``is_settled``, also for a parent whose child (or grandchild...) waits on the outside."""
         seen: set[str] = set()

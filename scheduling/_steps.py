@@ -176,6 +176,8 @@ class Steps:
         self._arms_on_save = False
         self._hook_paths: dict[str, str] = {}
         self._hook_lock = threading.Lock()
+        self._listeners: tuple[Callable[[str], object], ...] = ()
+        """Called with the execution id after each save (``Runner.subscribe``); copy on write."""
 
     def _observers(self) -> tuple[Callable[[Event], object], ...]:
         """The observers of the next step: the log's too when logging is configured."""
@@ -395,6 +397,8 @@ class Steps:
             with self._changed:
                 self._saves += 1
                 self._changed.notify_all()
+        if self._listeners:
+            self._tell_listeners(execution.id)
         status = execution.status
         suspension = execution.suspension
         if status is ExecutionStatus.SUSPENDED:
@@ -423,6 +427,18 @@ class Steps:
                     )
         finally:
             self._local.queue = None
+
+    def _tell_listeners(self, execution_id: str) -> None:
+        """Call every listener with ``execution_id``; one that raises is logged, never fatal."""
+        for listener in self._listeners:
+            try:
+                listener(execution_id)
+            except Exception:
+                logger.exception(
+                    "save listener %r raised on execution %r; the runner goes on",
+                    listener,
+                    execution_id,
+                )
 
     def _follow_up(self, execution: WorkflowExecution) -> None:
         status = execution.status

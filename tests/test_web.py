@@ -597,3 +597,55 @@ def test_sse_streams_each_change_then_ends() -> None:
         with serve(app) as url:
             missing = httpx.get(f"{url}/executions/nope/events", headers=_auth())
             assert missing.status_code == 404
+
+
+def test_sse_wakes_on_the_runners_own_save_without_waiting_for_the_poll() -> None:
+    """A save by the app's own runner reaches the stream at once: the poll (an hour here, for
+    other processes' progress) is never waited out; the read timeout bounds the test."""
+    with make_runner(fails=1) as runner:
+        execution_id = runner.start(approval(), None)
+        scheduler = runner.scheduler
+        assert isinstance(scheduler, ManualScheduler)
+        app = create_app(runner, token=OPERATOR, poll_seconds=3600)
+        with (
+            serve(app) as url,
+            httpx.stream(
+                "GET", f"{url}/executions/{execution_id}/events", headers=_auth(), timeout=5
+            ) as response,
+        ):
+            events = _events(response)
+            name, first = next(events)
+            assert name == "execution"
+            scheduler.advance(5)  # this runner resumes the retry and saves
+            name, second = next(events)
+            assert name == "execution"
+            assert second["version"] > first["version"]
+            runner.cancel(execution_id)
+            assert [next(events)[0] for _ in range(2)] == ["execution", "end"]
+
+
+def test_subscribe_calls_back_after_each_save_until_unsubscribed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``runner.subscribe`` hears every save of this runner; a listener that raises is logged."""
+    with make_runner(fails=1) as runner, caplog.at_level("ERROR", logger="scheduling"):
+        heard: list[str] = []
+        unsubscribe = runner.subscribe(heard.append)
+
+        def broken(execution_id: str) -> None:
+            raise RuntimeError("listener bug")
+
+        stop_broken = runner.subscribe(broken)
+        execution_id = runner.start(approval(), None)
+        scheduler = runner.scheduler
+        assert isinstance(scheduler, ManualScheduler)
+        scheduler.advance(5)
+        assert heard == [execution_id, execution_id]
+        assert [r.message.split(";")[0] for r in caplog.records] == [
+            f"save listener {broken!r} raised on execution {execution_id!r}"
+        ] * 2
+        unsubscribe()
+        stop_broken()
+        unsubscribe()  # twice is harmless
+        runner.cancel(execution_id)
+        assert heard == [execution_id, execution_id]

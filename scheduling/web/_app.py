@@ -125,7 +125,8 @@ def create_app(
     ``token`` (default: ``$PRANA_WEB_TOKEN``) is the operator's bearer token for the view
     and the API; without one they answer loopback clients only. ``view=False`` serves only
     ``POST /hooks/{token}``. ``poll_seconds`` is how often an SSE stream re-reads the
-    store (it sees progress made by any process). ``open_runner=True`` opens the runner
+    store for progress made by other processes; this runner's own saves wake it at once
+    (``Runner.subscribe``). ``open_runner=True`` opens the runner
     when the app starts and closes it when the app stops (``prana serve`` does this).
     """
     if token is None:
@@ -305,29 +306,45 @@ def create_app(
         last_seen = request.headers.get("last-event-id")
 
         async def stream() -> AsyncIterator[bytes]:
-            view = first
-            sent = last_seen
-            idle = 0.0
-            while True:
-                version = str(view["version"])
-                if version != sent:
-                    sent = version
-                    idle = 0.0
-                    yield _sse("execution", view, version)
-                if view["status"] in FINAL:
-                    yield _sse("end", {"status": view["status"]}, version)
-                    return
-                await asyncio.sleep(poll_seconds)  # the stream's own pace, not a test's wait
-                idle += poll_seconds
-                if idle >= HEARTBEAT_SECONDS:
-                    idle = 0.0
-                    yield b": keep-alive\n\n"
-                if await request.is_disconnected():
-                    return
-                try:
-                    view = await asyncio.to_thread(load_view, execution_id)
-                except ExecutionNotFound:
-                    return
+            loop = asyncio.get_running_loop()
+            changed = asyncio.Event()
+
+            def heard(saved_id: str) -> None:  # in the runner's saving thread
+                if saved_id == execution_id:
+                    with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                        loop.call_soon_threadsafe(changed.set)
+
+            unsubscribe = runner.subscribe(heard)
+            try:
+                view = first
+                sent = last_seen
+                quiet_since = loop.time()
+                while True:
+                    version = str(view["version"])
+                    if version != sent:
+                        sent = version
+                        quiet_since = loop.time()
+                        yield _sse("execution", view, version)
+                    if view["status"] in FINAL:
+                        yield _sse("end", {"status": view["status"]}, version)
+                        return
+                    # Woken at once by this runner's saves; the poll finds other processes'.
+                    heartbeat_at = quiet_since + HEARTBEAT_SECONDS
+                    pause = min(poll_seconds, max(0.0, heartbeat_at - loop.time()))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), pause)
+                    changed.clear()
+                    if loop.time() >= heartbeat_at:
+                        quiet_since = loop.time()
+                        yield b": keep-alive\n\n"
+                    if await request.is_disconnected():
+                        return
+                    try:
+                        view = await asyncio.to_thread(load_view, execution_id)
+                    except ExecutionNotFound:
+                        return
+            finally:
+                unsubscribe()
 
         return StreamingResponse(
             stream(),
