@@ -1,0 +1,399 @@
+"""Fault tests: real ``prana worker`` processes killed (``kill -9``) while they run actions.
+
+Each test creates flaky executions (a failure script per execution), runs real workers over
+them, and kills a worker each time an action has just started in it (the action logs a
+line, then holds on for a moment in the worker's own process, so the kill lands inside
+it). The PostgreSQL test also cuts the workers' database connections
+(``pg_terminate_backend``). Then every execution must end exactly as its script says:
+
+- 0 stuck: all end completed or failed within the deadline;
+- 0 double transitions: each attempt is in the ledger once, numbered 1..n, and the stored
+  version is 1 + n (one save at the start, one per attempt);
+- duplicated side effects (an attempt whose action ran more than once because its worker
+  died before saving it) are counted and reported: delivery is at least once.
+
+Sizes: ``PRANA_FAULT_SIZE=full`` runs the issue's full size (SQLite: 200 executions, 20+
+kills; PostgreSQL: 300 executions, 3 workers, 20+ kills and 10 cuts); the default is a CI
+size. ``PRANA_FAULT_REPORT=path`` appends each run's numbers as a JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import uuid
+from collections import Counter
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import attrs
+import pytest
+from processes import ACTIONS, Prana, wait_until
+
+from prana import (
+    Connection,
+    ExecutionStatus,
+    Node,
+    NodeSettings,
+    RetryPolicy,
+    Workflow,
+)
+from prana.testing import ManualClock
+from scheduling import Runner
+from scheduling._cli import load_actions
+from scheduling.adapters.manual import ManualScheduler
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from scheduling.abc import ExecutionStore
+
+FULL = os.environ.get("PRANA_FAULT_SIZE") == "full"
+MAX_ATTEMPTS = 3
+SCRIPTS = (("ok",), ("fail", "ok"), ("fail", "fail", "ok"), ("fail", "fail", "fail"))
+HOLD_SECONDS = 0.05
+"""How long each action holds on after logging its call: the window a kill lands in."""
+
+
+@attrs.frozen
+class Size:
+    executions: int
+    kills: int
+    spread_seconds: float
+    """The executions' timers fall due evenly over this span, so work keeps arriving
+    while the killer needs workers busy (a worker restarts in about a second)."""
+    cuts: int = 0
+    workers: int = 1
+    deadline_seconds: float = 300.0
+
+
+def fault_workflow(log: Path, script: tuple[str, ...]) -> Workflow:
+    """trigger -> a timer (``delay_ms`` from the input) -> the scripted action.
+
+    Every attempt runs in a worker: the test process only runs the trigger.
+    """
+    return Workflow(
+        id="fault-" + "-".join(script),
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="wait",
+                type="wait.wait",
+                params={"mode": "interval", "duration": "{{ $input.main.delay_ms }}", "unit": "ms"},
+            ),
+            Node(
+                key="act",
+                type="fault.scripted",
+                params={"log": str(log), "script": list(script), "hold": HOLD_SECONDS},
+                settings=NodeSettings(
+                    retry=RetryPolicy(
+                        max_attempts=MAX_ATTEMPTS, backoff="constant", initial_delay=0.05
+                    )
+                ),
+            ),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="wait"),
+            Connection(from_node="wait", to_node="act"),
+        ],
+    )
+
+
+def create(store: ExecutionStore, log: Path, size: Size) -> dict[str, tuple[str, ...]]:
+    """The executions, waiting on timers spread over the size's span; each one's script."""
+    rng = random.Random(7)
+    runner = Runner(load_actions(ACTIONS), store, ManualScheduler(ManualClock(_now())))
+    scripts: dict[str, tuple[str, ...]] = {}
+    step_ms = 1000 * size.spread_seconds / size.executions
+    for index in range(size.executions):
+        script = rng.choice(SCRIPTS)
+        execution_id = runner.start(
+            fault_workflow(log, script), {"delay_ms": 1 + round(index * step_ms)}
+        )
+        scripts[execution_id] = script
+    return scripts
+
+
+@attrs.define
+class Report:
+    """What a fault run did and found."""
+
+    store: str
+    executions: int
+    workers: int
+    kills: int = 0
+    kills_mid_action: int = 0
+    """Kills after which an attempt the killed worker had begun ran again elsewhere."""
+    cuts: int = 0
+    stuck: int = 0
+    wrong_outcome: int = 0
+    double_transitions: int = 0
+    duplicated_side_effects: int = 0
+    actions_run: int = 0
+
+    def publish(self) -> None:
+        line = json.dumps(attrs.asdict(self))
+        print(f"\nfault run: {line}")
+        path = os.environ.get("PRANA_FAULT_REPORT")
+        if path:
+            with open(path, "a") as file:
+                file.write(line + "\n")
+
+
+def calls(log: Path) -> list[tuple[str, int, int]]:
+    """Every action call logged: (execution id, attempt, worker pid)."""
+    if not log.exists():
+        return []
+    found = []
+    for line in log.read_text().splitlines():
+        execution_id, _node, _run, attempt, pid = line.split()
+        found.append((execution_id, int(attempt), int(pid)))
+    return found
+
+
+def check(
+    store: ExecutionStore,
+    scripts: dict[str, tuple[str, ...]],
+    log: Path,
+    report: Report,
+    killed: set[int],
+) -> None:
+    """Fill ``report`` with what the store and the call log say; assert nothing yet."""
+    for execution_id, script in scripts.items():
+        execution, version = store.load(execution_id)
+        if execution.status not in (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED):
+            report.stuck += 1
+            continue
+        expected_attempts = script.index("ok") + 1 if "ok" in script else MAX_ATTEMPTS
+        expected_status = ExecutionStatus.COMPLETED if "ok" in script else ExecutionStatus.FAILED
+        [run] = execution.node_executions["act"]
+        numbers = [attempt.number for attempt in run.attempts]
+        if numbers != list(range(1, len(numbers) + 1)) or version != 1 + len(numbers):
+            report.double_transitions += 1
+        if execution.status is not expected_status or len(numbers) != expected_attempts:
+            report.wrong_outcome += 1
+    logged = calls(log)
+    report.actions_run = len(logged)
+    per_attempt = Counter((execution_id, attempt) for execution_id, attempt, _ in logged)
+    report.duplicated_side_effects = sum(count - 1 for count in per_attempt.values())
+    report.kills_mid_action = len(
+        {pid for execution_id, attempt, pid in logged if pid in killed}
+        & {pid for execution_id, attempt, pid in logged if per_attempt[(execution_id, attempt)] > 1}
+    )
+
+
+def assert_clean(report: Report, size: Size, processes: list[Prana]) -> None:
+    report.publish()
+    for process in processes:  # the killed ones included: every log line is one line
+        assert "Traceback" not in process.stderr, process.stderr
+    assert report.kills >= size.kills
+    assert report.cuts >= size.cuts
+    assert (report.stuck, report.wrong_outcome, report.double_transitions) == (0, 0, 0)
+    # At least once: a duplicate needs a worker that died (or was cut off) mid-attempt.
+    assert report.duplicated_side_effects <= 10 * (report.kills + report.cuts)
+
+
+class Killer:
+    """Kills a worker each time an action has just started in one (seen in the call log)."""
+
+    def __init__(self, log: Path, report: Report) -> None:
+        self.log = log
+        self.report = report
+        self.seen = 0
+        self.killed: set[int] = set()
+
+    def next_action(self, workers: Callable[[], dict[int, Prana]]) -> Prana | None:
+        """Wait for an action to start in one of ``workers``; that worker, or None at the end."""
+        found: list[Prana] = []
+
+        def started() -> bool:
+            logged = calls(self.log)
+            fresh, self.seen = logged[self.seen :], len(logged)
+            alive = workers()
+            found.extend(alive[pid] for _, _, pid in reversed(fresh) if pid in alive)
+            return bool(found)
+
+        wait_until(started, timeout=30, every=0.002)
+        return found[0] if found else None
+
+    def kill(self, worker: Prana) -> None:
+        worker.kill()
+        self.killed.add(worker.pid)
+        self.report.kills += 1
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Prana]]:
+    """The worker processes a test starts; any left running afterwards is killed by pid."""
+    started: list[Prana] = []
+    yield started
+    for process in started:
+        process.stop()
+
+
+# -- SQLite, one worker -------------------------------------------------------------------
+
+
+SQLITE = (
+    Size(executions=200, kills=24, spread_seconds=40)
+    if FULL
+    else Size(executions=60, kills=8, spread_seconds=15)
+)
+
+
+def test_sqlite_worker_killed_mid_action_loses_and_doubles_nothing(
+    tmp_path: Path, processes: list[Prana]
+) -> None:
+    """One SQLite worker, killed -9 while it runs actions and restarted: all end as scripted."""
+    from scheduling.stores.sqlite import SQLiteStore
+
+    db = str(tmp_path / "fault.db")
+    log = tmp_path / "calls.log"
+    store = SQLiteStore(db)
+    scripts = create(store, log, SQLITE)
+    report = Report(store="sqlite", executions=SQLITE.executions, workers=1)
+    killer = Killer(log, report)
+    argv = ["worker", "--db", db, "--actions", ACTIONS, "--poll", "0.05"]
+    alive: dict[int, Prana] = {}
+
+    def start() -> None:
+        worker = Prana(argv, cwd=tmp_path)
+        processes.append(worker)
+        assert worker.wait_for_output("worker on "), worker.stderr
+        alive[worker.pid] = worker
+
+    start()
+    while report.kills < SQLITE.kills:
+        victim = killer.next_action(lambda: alive)
+        if victim is None:
+            break  # everything ended before enough kills: the assert below says so
+        killer.kill(victim)
+        del alive[victim.pid]
+        start()
+    try:
+        assert wait_until(lambda: settled(store, scripts), timeout=SQLITE.deadline_seconds)
+    finally:
+        stop_all(alive)
+        check(store, scripts, log, report, killer.killed)
+        store.close()
+    assert_clean(report, SQLITE, processes)
+    for worker in alive.values():
+        assert worker.wait() == 0, worker.stderr
+
+
+def stop_all(alive: dict[int, Prana]) -> None:
+    """SIGTERM every worker still running (they stop gracefully)."""
+    for worker in alive.values():
+        worker.send(signal.SIGTERM)
+
+
+def settled(store: ExecutionStore, scripts: dict[str, tuple[str, ...]]) -> bool:
+    final = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED)
+    rows = store.list(limit=len(scripts) + 10)
+    return sum(row.status in final for row in rows if row.id in scripts) == len(scripts)
+
+
+# -- PostgreSQL, three procrastinate workers ------------------------------------------------
+
+
+POSTGRES = (
+    Size(executions=300, kills=24, spread_seconds=45, cuts=10, workers=3)
+    if FULL
+    else Size(executions=90, kills=8, spread_seconds=20, cuts=4, workers=3)
+)
+APP_NAME = "prana-fault-worker"
+
+
+@pytest.fixture
+def fault_database(postgres_dsn: str) -> Iterator[str]:
+    """A database of this test's own, created for it and dropped (with FORCE) afterwards."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    name = f"prana_fault_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(postgres_dsn, dbname=name)
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def cut_connections(dsn: str) -> int:
+    """End every database backend of the test's workers (by application name); how many."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = %s",
+            (APP_NAME,),
+        ).fetchall()
+    return len(rows)
+
+
+@pytest.mark.postgres
+def test_procrastinate_workers_killed_and_cut_off_lose_and_double_nothing(
+    tmp_path: Path, processes: list[Prana], fault_database: str
+) -> None:
+    """Three procrastinate workers, killed -9 mid-action and cut off: all end as scripted."""
+    from scheduling.stores.postgres import PostgresStore
+
+    log = tmp_path / "calls.log"
+    store = PostgresStore(fault_database)
+    scripts = create(store, log, POSTGRES)
+    report = Report(store="postgres", executions=POSTGRES.executions, workers=POSTGRES.workers)
+    killer = Killer(log, report)
+    argv = [
+        "worker",
+        "--postgres",
+        fault_database,
+        "--scheduler",
+        "procrastinate",
+        "--actions",
+        ACTIONS,
+        "--poll",
+        "0.5",
+        "--lease",
+        "2",
+    ]
+    alive: dict[int, Prana] = {}
+
+    def start() -> None:
+        worker = Prana(argv, cwd=tmp_path, env={"PGAPPNAME": APP_NAME})
+        processes.append(worker)
+        assert worker.wait_for_output("worker on "), worker.stderr
+        alive[worker.pid] = worker
+
+    for _ in range(POSTGRES.workers):
+        start()
+    while report.kills < POSTGRES.kills or report.cuts < POSTGRES.cuts:
+        victim = killer.next_action(lambda: alive)
+        if victim is None:
+            break  # everything ended before enough faults: the assert below says so
+        if report.cuts < POSTGRES.cuts and (report.kills >= POSTGRES.kills or report.kills % 2):
+            report.cuts += int(cut_connections(fault_database) > 0)
+        else:
+            killer.kill(victim)
+            del alive[victim.pid]
+            start()
+    try:
+        assert wait_until(lambda: settled(store, scripts), timeout=POSTGRES.deadline_seconds)
+    finally:
+        stop_all(alive)
+        check(store, scripts, log, report, killer.killed)
+        store.close()
+    assert_clean(report, POSTGRES, processes)
+    for worker in alive.values():
+        assert worker.wait() == 0, worker.stderr
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
