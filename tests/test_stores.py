@@ -704,12 +704,12 @@ def test_postgres_claim_refuses_bad_arguments(postgres_store: PostgresStore) -> 
 def test_postgres_tables_live_in_the_schema_and_drop_removes_them(
     postgres_store: PostgresStore, postgres_dsn: str
 ) -> None:
-    """setup() creates both tables in the store's schema; drop() removes them."""
+    """setup() creates its tables (and the schema version table) in its schema; drop() too."""
     query = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1"
     postgres_store.setup()
     with psycopg.connect(postgres_dsn) as conn:
         tables = conn.execute(query, (postgres_store.schema,)).fetchall()
-    assert tables == [("prana_executions",), ("prana_workflows",)]
+    assert tables == [("prana_executions",), ("prana_schema_version",), ("prana_workflows",)]
     postgres_store.drop()
     with psycopg.connect(postgres_dsn) as conn:
         assert conn.execute(query, (postgres_store.schema,)).fetchall() == []

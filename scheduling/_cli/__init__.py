@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from prana import PranaError
 from scheduling import _ownership
-from scheduling._cli import demo, listing, redrive, run, serve, steer, worker, workflows
+from scheduling._cli import db, demo, listing, redrive, run, serve, steer, worker, workflows
 from scheduling._cli._common import (
     DEFAULT_DB,
     EXIT_INTERRUPTED,
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["CLIError", "load_actions", "load_workflow_file", "main"]
 
 # The command modules, in the order `prana --help` lists them.
-_COMMANDS = (run, worker, serve, listing, steer, redrive, workflows, demo)
+_COMMANDS = (run, worker, serve, listing, steer, redrive, workflows, db, demo)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -230,13 +230,19 @@ def where(args: argparse.Namespace) -> str:
     return "PostgreSQL" if postgres_dsn(args) is not None else db_path(args)
 
 
-def open_store(args: argparse.Namespace, *, must_exist: bool) -> ExecutionStore:
-    """The store the command works on: PostgreSQL with ``--postgres``, else the SQLite file."""
+def open_store(
+    args: argparse.Namespace, *, must_exist: bool, upgrade: bool = True
+) -> ExecutionStore:
+    """The store the command works on: PostgreSQL with ``--postgres``, else the SQLite file.
+
+    Its schema is brought up to date (``upgrade``) or, with ``upgrade=False``, refused when
+    behind; a schema newer than this prana is always refused (exit 5).
+    """
     dsn = postgres_dsn(args)
     if dsn is not None:
         from scheduling.stores.postgres import PostgresStore
 
-        store = PostgresStore(dsn, schema=postgres_schema(args))
+        store = PostgresStore(dsn, schema=postgres_schema(args), upgrade=upgrade)
         try:
             store.setup()
         except Exception as exc:  # noqa: BLE001 - any driver error becomes one clear line
@@ -251,7 +257,7 @@ def open_store(args: argparse.Namespace, *, must_exist: bool) -> ExecutionStore:
     if must_exist and path != ":memory:" and not Path(path).exists():
         raise CLIError(f"no database at {path}: run a workflow first, or pass --db PATH")
     try:
-        return SQLiteStore(path)
+        return SQLiteStore(path, upgrade=upgrade)
     except sqlite3.Error as exc:
         raise StoreUnavailableError(f"{path}: cannot open the database: {exc}") from None
 

@@ -48,6 +48,7 @@ from scheduling._errors import (
 )
 from scheduling.abc import ExecutionSummary
 from scheduling.stores._base import BaseStore, conflict_message
+from scheduling.stores._migrations import Migration, check_sequence, pending
 from scheduling.stores._sql import (
     ParsedCache,
     check_aware,
@@ -68,7 +69,11 @@ OnSave: TypeAlias = Callable[[psycopg.Connection[Any], WorkflowExecution], None]
 
 # ``data`` is text, not jsonb: the store never looks inside it, and text skips the
 # server's parse on every write and its re-render on every read.
-_SCHEMA = """
+POSTGRES_MIGRATIONS = (
+    Migration(
+        1,
+        "executions (with due time, version and claim) and workflow definitions",
+        """
 CREATE TABLE IF NOT EXISTS {executions} (
     seq bigint GENERATED ALWAYS AS IDENTITY,
     id text PRIMARY KEY,
@@ -91,7 +96,13 @@ CREATE TABLE IF NOT EXISTS {workflows} (
     data text NOT NULL,
     PRIMARY KEY (workflow_id, version)
 );
-"""
+""",
+    ),
+)
+"""The PostgreSQL schema, step by step: add a step at the end, never edit one (_migrations)."""
+check_sequence(POSTGRES_MIGRATIONS)
+SCHEMA_VERSION = POSTGRES_MIGRATIONS[-1].version
+"""The schema version this code writes and reads."""
 
 _SETUP_LOCK = 0x70_72_61_6E_61  # "prana": one advisory lock so concurrent setups do not race
 
@@ -169,6 +180,7 @@ class PostgresStore(BaseStore):
         connect_timeout_seconds: float | None = None,
         cache_size: int = 1024,
         on_save: OnSave | None = None,
+        upgrade: bool = True,
     ) -> None:
         if on_save is not None and not callable(on_save):
             raise InvalidSettingsError(
@@ -197,6 +209,11 @@ class PostgresStore(BaseStore):
         check_limit(max_connections, "PostgresStore(max_connections)")
         self.dsn = dsn
         self.schema = schema
+        self.upgrade = upgrade
+        self.schema_version = 0
+        """The database's schema version once set up (``SCHEMA_VERSION`` after any upgrade)."""
+        self.upgraded_from: int | None = None
+        """The version this store upgraded the database from when it set up, if it did."""
         self.max_connections = max_connections
         self.connect_timeout_seconds = timeout
         self._pool: ConnectionPool | None = None
@@ -316,7 +333,29 @@ class PostgresStore(BaseStore):
                 conn.execute(
                     sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
                 )
-            conn.execute(self._q["schema"])
+            self._migrate(conn)
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        """Bring the schema to ``SCHEMA_VERSION`` (in the caller's transaction) or refuse."""
+        conn.execute(self._q["version_table"])
+        current = conn.execute(self._q["schema_version"]).fetchone()[0]  # type: ignore[index]
+        if current is None:
+            made_before = conn.execute(self._q["executions_exist"]).fetchone()[0]  # type: ignore[index]
+            current = 0
+            if made_before is not None:  # made before versioned migrations: migration 1
+                current = 1
+                self._record(conn, POSTGRES_MIGRATIONS[0])
+        where = f"PostgreSQL schema {self.schema or 'public'}"
+        todo = pending(current, POSTGRES_MIGRATIONS, where=where, upgrade=self.upgrade)
+        for migration in todo:
+            conn.execute(self._q[f"migration_{migration.version}"])
+            self._record(conn, migration)
+        if todo and current > 0:
+            self.upgraded_from = current
+        self.schema_version = SCHEMA_VERSION
+
+    def _record(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
+        conn.execute(self._q["record_migration"], (migration.version, migration.description))
 
     def setup(self) -> None:
         """Create the schema and tables if they do not exist (done on first use anyway)."""
@@ -532,6 +571,10 @@ def _queries(schema: str | None) -> dict[str, str]:
     names = {
         "executions": name("prana_executions"),
         "workflows": name("prana_workflows"),
+        "schema_version": name("prana_schema_version"),
+        "executions_text": sql.Literal(
+            f"{schema}.prana_executions" if schema is not None else "prana_executions"
+        ),
         "seq_index": sql.Identifier("prana_executions_seq"),
         "due_index": sql.Identifier("prana_executions_due"),
         "status_index": sql.Identifier("prana_executions_status"),
@@ -541,8 +584,13 @@ def _queries(schema: str | None) -> dict[str, str]:
         " FROM {executions}"
     )
     text = {
-        "schema": _SCHEMA,
-        "drop": "DROP TABLE IF EXISTS {executions}, {workflows}",
+        "version_table": "CREATE TABLE IF NOT EXISTS {schema_version} (version integer PRIMARY KEY,"
+        " description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+        "schema_version": "SELECT MAX(version) FROM {schema_version}",
+        "executions_exist": "SELECT to_regclass({executions_text})",
+        "record_migration": "INSERT INTO {schema_version} (version, description) VALUES (%s, %s)",
+        **{f"migration_{m.version}": m.sql for m in POSTGRES_MIGRATIONS},
+        "drop": "DROP TABLE IF EXISTS {executions}, {workflows}, {schema_version}",
         "insert": "INSERT INTO {executions}"
         " (id, workflow_id, workflow_version, status, due_at, version, updated_at, data)"
         " VALUES (%s, %s, %s, %s, %s, 1, %s, %s) ON CONFLICT (id) DO NOTHING",

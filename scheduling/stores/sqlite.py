@@ -29,6 +29,13 @@ from scheduling._errors import (
 )
 from scheduling.abc import ExecutionSummary
 from scheduling.stores._base import BaseStore
+from scheduling.stores._migrations import (
+    Migration,
+    SchemaBehindError,
+    SchemaTooNewError,
+    check_sequence,
+    pending,
+)
 from scheduling.stores._sql import (
     ParsedCache,
     check_aware,
@@ -55,7 +62,11 @@ SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
 # time go oldest first. There is no index on ``status``: keeping one costs every save
 # about a fifth of its SQL time, and ``list(status)`` walks the rowid backwards, stopping
 # at ``limit`` matches.
-_SCHEMA = """
+SQLITE_MIGRATIONS = (
+    Migration(
+        1,
+        "executions (with due time and version) and workflow definitions",
+        """
 CREATE TABLE IF NOT EXISTS prana_executions (
     seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -75,7 +86,13 @@ CREATE TABLE IF NOT EXISTS prana_workflows (
     data TEXT NOT NULL,
     PRIMARY KEY (workflow_id, version)
 );
-"""
+""",
+    ),
+)
+"""The SQLite schema, step by step: add a step at the end, never edit one (see _migrations)."""
+check_sequence(SQLITE_MIGRATIONS)
+SCHEMA_VERSION = SQLITE_MIGRATIONS[-1].version
+"""The schema version this code writes and reads."""
 
 _INSERT = (
     "INSERT INTO prana_executions"
@@ -157,6 +174,7 @@ class SQLiteStore(BaseStore):
         synchronous: str = "NORMAL",
         busy_timeout_ms: int = 5000,
         cache_size: int = 1024,
+        upgrade: bool = True,
     ) -> None:
         mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
         if mode not in SYNCHRONOUS_MODES:
@@ -176,6 +194,11 @@ class SQLiteStore(BaseStore):
         self.path = _check_path(path)
         self.synchronous = mode
         self.busy_timeout_ms = busy_timeout_ms
+        self.upgrade = upgrade
+        self.schema_version = 0
+        """The database's schema version once open (``SCHEMA_VERSION`` after any upgrade)."""
+        self.upgraded_from: int | None = None
+        """The version this store upgraded the database from when it opened, if it did."""
         self._closed = False
         self._lock = _Guard(self)
         super().__init__()
@@ -213,7 +236,10 @@ class SQLiteStore(BaseStore):
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            conn.executescript(_SCHEMA)
+            self._migrate(conn)
+        except (SchemaTooNewError, SchemaBehindError):
+            conn.close()
+            raise
         except sqlite3.DatabaseError as exc:
             conn.close()
             if "not a database" in str(exc):
@@ -228,6 +254,46 @@ class SQLiteStore(BaseStore):
             conn.close()
             raise
         return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring the schema to ``SCHEMA_VERSION`` in one transaction, or refuse (_migrations)."""
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS prana_schema_version (version INTEGER PRIMARY KEY,"
+            " description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = conn.execute("SELECT MAX(version) FROM prana_schema_version").fetchone()[0]
+            if current is None:
+                made_before = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'prana_executions'"
+                ).fetchone()
+                current = 0
+                if made_before is not None:  # made before versioned migrations: migration 1
+                    current = 1
+                    self._record(conn, SQLITE_MIGRATIONS[0])
+            todo = pending(current, SQLITE_MIGRATIONS, where=self.path, upgrade=self.upgrade)
+            for migration in todo:
+                for statement in migration.sql.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                self._record(conn, migration)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        if todo and current > 0:
+            self.upgraded_from = current
+        self.schema_version = SCHEMA_VERSION
+
+    @staticmethod
+    def _record(conn: sqlite3.Connection, migration: Migration) -> None:
+        from datetime import datetime, timezone
+
+        conn.execute(
+            "INSERT INTO prana_schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+            (migration.version, migration.description, datetime.now(timezone.utc).isoformat()),
+        )
 
     def _driver_error(self, exc: sqlite3.Error) -> StoreError:
         """A raw ``sqlite3`` error as a one-line ``StoreError`` naming the file and the fix."""

@@ -1,0 +1,37 @@
+"""``prana db upgrade`` and ``prana db status``: the store's versioned schema."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from scheduling._cli._common import EXIT_OK, open_store
+
+if TYPE_CHECKING:
+    from scheduling._cli._common import AddCommand
+
+
+def register(add: AddCommand) -> None:
+    """Add ``db`` (with ``upgrade`` and ``status``) to the parser."""
+    db = add("db", "the database schema: upgrade it to this prana's version, or show it")
+    db.add_argument(
+        "action",
+        choices=("upgrade", "status"),
+        help="upgrade: apply the migrations the database lacks; status: show its version",
+    )
+    db.set_defaults(handler=_cmd_db)
+
+
+def _cmd_db(args: argparse.Namespace) -> int:
+    upgrade = args.action == "upgrade"
+    store = open_store(args, must_exist=not upgrade, upgrade=upgrade)
+    try:
+        version: int = store.schema_version  # type: ignore[attr-defined]
+        before: int | None = store.upgraded_from  # type: ignore[attr-defined]
+    finally:
+        store.close()
+    if before is not None:
+        print(f"schema upgraded from version {before} to {version}")
+    else:
+        print(f"schema at version {version} (up to date)")
+    return EXIT_OK

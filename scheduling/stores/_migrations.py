@@ -1,0 +1,68 @@
+"""Versioned schema migrations for the SQL stores: ordered steps and a version table.
+
+Each store lists its migrations in order, numbered from 1 without gaps; the database keeps
+one row per applied migration in ``prana_schema_version``. Opening a store applies the
+ones it lacks, in order, inside one transaction (or refuses with ``upgrade=False``), and
+refuses a database whose schema is newer than the code. Changing the schema (a column, an
+index) is one new migration at the end of the list, never an edit of an old one.
+
+A database made before versioned migrations has prana's tables but no version table: its
+layout is migration 1, recorded as such when it is first opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from scheduling._errors import StoreError
+
+VERSION_TABLE = "prana_schema_version"
+
+
+@attrs.frozen
+class Migration:
+    """One schema step: its number, what it does (for ``prana db upgrade``), its SQL."""
+
+    version: int
+    description: str
+    sql: str
+
+
+class SchemaTooNewError(StoreError):
+    """The database's schema is newer than this prana; upgrade prana-workflows to use it."""
+
+
+class SchemaBehindError(StoreError):
+    """The database's schema is older than this prana and the store may not upgrade it."""
+
+
+def check_sequence(migrations: Sequence[Migration]) -> None:
+    """Migrations are numbered 1, 2, 3, ... in order (an import-time check of the lists)."""
+    numbers = [m.version for m in migrations]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise AssertionError(f"migrations must be numbered 1..n in order, got {numbers}")
+
+
+def pending(
+    current: int, migrations: Sequence[Migration], *, where: str, upgrade: bool
+) -> list[Migration]:
+    """The migrations a database at ``current`` lacks; refuses a newer schema.
+
+    With ``upgrade=False`` an existing database that lacks migrations is refused (a new,
+    empty one is still created).
+    """
+    latest = migrations[-1].version
+    if current > latest:
+        raise SchemaTooNewError(
+            f"{where}: the database schema is at version {current}, newer than this prana "
+            f"(which knows up to {latest}); upgrade prana-workflows to use it"
+        )
+    todo = [m for m in migrations if m.version > current]
+    if todo and current > 0 and not upgrade:
+        raise SchemaBehindError(
+            f"{where}: the database schema is at version {current}, this prana needs {latest}; "
+            "run `prana db upgrade` (or open the store with upgrade=True)"
+        )
+    return todo

@@ -1,0 +1,194 @@
+"""Versioned schema migrations: a version table, ordered steps, upgrades and refusals."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+import pytest
+
+from prana import ExecutionStatus
+from scheduling._cli import main
+from scheduling.stores import postgres as postgres_module
+from scheduling.stores import sqlite as sqlite_module
+from scheduling.stores._migrations import (
+    Migration,
+    SchemaBehindError,
+    SchemaTooNewError,
+    check_sequence,
+)
+from scheduling.stores.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scheduling.stores.postgres import PostgresStore
+
+# The tables exactly as every SQLiteStore made them before versioned migrations.
+OLD_SQLITE_LAYOUT = """
+CREATE TABLE prana_executions (
+    seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, workflow_id TEXT NOT NULL,
+    workflow_version INTEGER NOT NULL, status TEXT NOT NULL, due_at INTEGER,
+    version INTEGER NOT NULL, updated_at INTEGER, data TEXT NOT NULL
+);
+CREATE TABLE prana_workflows (
+    workflow_id TEXT NOT NULL, version INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (workflow_id, version)
+);
+INSERT INTO prana_workflows VALUES ('kept', 1, '{}');
+"""
+LEASE = Migration(
+    2, "a lease column", "ALTER TABLE prana_executions ADD COLUMN lease_until INTEGER"
+)
+
+
+def versions(path: Path) -> list[int]:
+    with sqlite3.connect(path) as conn:
+        return [row[0] for row in conn.execute("SELECT version FROM prana_schema_version")]
+
+
+def test_a_new_sqlite_database_records_its_schema_version(tmp_path: Path) -> None:
+    """A new database gets every migration and one version row per migration."""
+    store = SQLiteStore(tmp_path / "new.db")
+    assert store.schema_version == sqlite_module.SCHEMA_VERSION
+    assert store.upgraded_from is None
+    store.close()
+    assert versions(tmp_path / "new.db") == [m.version for m in sqlite_module.SQLITE_MIGRATIONS]
+
+
+def test_a_database_made_before_migrations_is_adopted_as_version_1(tmp_path: Path) -> None:
+    """Tables without a version table are migration 1's layout: recorded, data kept."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(OLD_SQLITE_LAYOUT)
+    store = SQLiteStore(path)
+    assert store.list_workflows() == [("kept", 1)]
+    store.close()
+    assert versions(path) == [1]
+
+
+def test_a_newer_schema_is_refused_in_one_clear_line(tmp_path: Path) -> None:
+    """A database written by a newer prana is refused; nothing is changed."""
+    path = tmp_path / "newer.db"
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO prana_schema_version VALUES (99, 'from the future', 'x')")
+    with pytest.raises(SchemaTooNewError, match="version 99, newer than this prana") as caught:
+        SQLiteStore(path)
+    assert "upgrade prana-workflows" in str(caught.value)
+    assert versions(path)[-1] == 99
+
+
+def test_the_cli_refuses_a_newer_schema_with_exit_5(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana list`` on a newer schema exits 5 (the store cannot be used), one line."""
+    path = tmp_path / "newer.db"
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO prana_schema_version VALUES (99, 'from the future', 'x')")
+    assert main(["list", "--db", str(path)]) == 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "newer than this prana" in err
+
+
+@pytest.fixture
+def with_lease_migration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SQLite store as it would be with one more migration: a new column."""
+    migrations = (*sqlite_module.SQLITE_MIGRATIONS, LEASE)
+    check_sequence(migrations)
+    monkeypatch.setattr(sqlite_module, "SQLITE_MIGRATIONS", migrations)
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 2)
+
+
+def test_adding_a_column_is_one_more_migration(tmp_path: Path, with_lease_migration: None) -> None:
+    """An existing database gains the column on open; its executions stay readable."""
+    del with_lease_migration
+    path = tmp_path / "v1.db"
+    stored_id = database_at_version_1(path)
+    store = SQLiteStore(path)
+    assert (store.schema_version, store.upgraded_from) == (2, 1)
+    (summary,) = store.list()
+    assert summary.id == stored_id
+    assert store.load(stored_id)[0].status is ExecutionStatus.COMPLETED
+    store.close()
+    with sqlite3.connect(path) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(prana_executions)")]
+    assert "lease_until" in columns
+    assert versions(path) == [1, 2]
+
+
+def database_at_version_1(path: Path) -> str:
+    """A database at schema version 1 holding one completed execution; returns its id."""
+    from prana import Node, Registry, Workflow, execute_workflow
+
+    workflow = Workflow(id="w", nodes=[Node(key="t", type="manual.trigger")], connections=[])
+    original = sqlite_module.SQLITE_MIGRATIONS[:1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite_module, "SQLITE_MIGRATIONS", original)
+        patch.setattr(sqlite_module, "SCHEMA_VERSION", 1)
+        store = SQLiteStore(path)
+        execution = execute_workflow(workflow, None, registry=Registry()).execution
+        store.save(execution, None)
+        store.close()
+    assert execution.status is ExecutionStatus.COMPLETED
+    return execution.id
+
+
+def test_upgrade_false_refuses_a_database_that_is_behind(
+    tmp_path: Path, with_lease_migration: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With upgrade=False an older schema is refused; ``prana db upgrade`` then upgrades it."""
+    del with_lease_migration
+    path = tmp_path / "v1.db"
+    database_at_version_1(path)
+    with pytest.raises(SchemaBehindError, match="run `prana db upgrade`"):
+        SQLiteStore(path, upgrade=False)
+    assert main(["db", "status", "--db", str(path)]) == 5
+    assert "prana db upgrade" in capsys.readouterr().err
+    assert main(["db", "upgrade", "--db", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "schema upgraded from version 1 to 2"
+    assert main(["db", "status", "--db", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "schema at version 2 (up to date)"
+
+
+def test_migration_lists_are_numbered_in_order() -> None:
+    """Both stores' migrations are numbered 1..n; a gap is refused."""
+    check_sequence(sqlite_module.SQLITE_MIGRATIONS)
+    check_sequence(postgres_module.POSTGRES_MIGRATIONS)
+    with pytest.raises(AssertionError, match=r"numbered 1\.\.n"):
+        check_sequence([LEASE])
+
+
+@pytest.mark.postgres
+def test_postgres_records_refuses_newer_and_adopts_old(
+    postgres_store: PostgresStore, postgres_dsn: str
+) -> None:
+    """PostgreSQL: a version row per migration; old tables adopted; a newer schema refused."""
+    import psycopg
+    from psycopg import sql
+
+    from scheduling.stores.postgres import PostgresStore
+
+    postgres_store.setup()
+    assert postgres_store.schema_version == postgres_module.SCHEMA_VERSION
+    table = sql.Identifier(postgres_store.schema or "public", "prana_schema_version")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        rows = conn.execute(sql.SQL("SELECT version FROM {}").format(table)).fetchall()
+        assert rows == [(1,)]
+        conn.execute(sql.SQL("DELETE FROM {}").format(table))  # as made before migrations
+    adopted = PostgresStore(postgres_dsn, schema=postgres_store.schema)
+    adopted.setup()
+    adopted.close()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        assert conn.execute(sql.SQL("SELECT version FROM {}").format(table)).fetchall() == [(1,)]
+        conn.execute(
+            sql.SQL("INSERT INTO {} (version, description) VALUES (7, 'future')").format(table)
+        )
+    newer = PostgresStore(postgres_dsn, schema=postgres_store.schema)
+    try:
+        with pytest.raises(SchemaTooNewError, match="version 7, newer than this prana"):
+            newer.setup()
+    finally:
+        newer.close()
