@@ -8,6 +8,7 @@ sleeps; something outside (the ``scheduling`` package, or your code) calls
 
 from typing import TYPE_CHECKING, Any
 
+from prana._decision import AttemptView
 from prana._errors import (
     AttemptTimeout,
     DurationError,
@@ -120,6 +121,7 @@ __all__ = [
     "AttemptOutcome",
     "AttemptRecord",
     "AttemptTimeout",
+    "AttemptView",
     "Completed",
     "Connection",
     "DurationError",

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from prana._durations import HOUR, SECONDS_PER_UNIT, is_aware
 from prana._errors import NonRetryable
 from prana._model import Output, SubWorkflowData, Suspend, TimerData, WebhookData
 
@@ -26,12 +27,16 @@ FOR_EACH_STATE_PREFIX = "__for_each__:"
 
 WAIT_MODES: tuple[str, ...] = ("webhook", "interval", "schedule")
 WAIT_UNITS: dict[str, float] = {
-    "ms": 0.001,
-    "seconds": 1.0,
-    "minutes": 60.0,
-    "hours": 3600.0,
-    "days": 86400.0,
+    name: SECONDS_PER_UNIT[unit]
+    for name, unit in (
+        ("ms", "ms"),
+        ("seconds", "s"),
+        ("minutes", "m"),
+        ("hours", "h"),
+        ("days", "d"),
+    )
 }
+"""``wait.wait``'s ``unit`` names, sized by the one unit table."""
 SUB_WORKFLOW_MODES: tuple[str, ...] = ("sync", "async", "fire_and_forget")
 MERGE_STRATEGIES: tuple[str, ...] = ("append", "merge", "concat")
 FALSE_WORDS = frozenset({"", "false", "0", "no", "off", "none", "null"})
@@ -337,7 +342,7 @@ def _wait(params: Any, ctx: ActionContext) -> Any:
         if hours is None:
             return Suspend("webhook", WebhookData(expires_at=None))
         fix = "use a positive number of hours (or None for no timeout)"
-        seconds = _number(hours, "wait.wait: timeout_hours", fix) * 3600
+        seconds = _number(hours, "wait.wait: timeout_hours", fix) * HOUR
         if seconds <= 0:
             raise NonRetryable(f"wait.wait: timeout_hours={hours!r}: {fix}")
         return Suspend("webhook", WebhookData(expires_at=ctx.now + _delta(seconds, hours)))
@@ -389,7 +394,7 @@ def _aware_time(value: Any) -> datetime:
             f"wait.wait: schedule_at={value!r}: use an ISO 8601 time with an offset, "
             "e.g. '2030-01-01T09:00:00+00:00'"
         )
-    if when.tzinfo is None or when.utcoffset() is None:
+    if not is_aware(when):
         raise NonRetryable(
             f"wait.wait: schedule_at={value!r} has no time zone; add an offset such as "
             "'+00:00' or 'Z'"

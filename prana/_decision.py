@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from prana._config import testing_state
 from prana._durations import to_seconds
 from prana._errors import DurationError, InvalidSettingsError, NonRetryable, RetryAfter
 from prana._model import NEVER_RETRY_CODES, ErrorCode, ErrorInfo
@@ -27,7 +28,6 @@ from prana._policy import (
     error_class,
     is_template,
 )
-from prana.testing import _testing_state
 
 if TYPE_CHECKING:
     from prana._model import Node, Workflow
@@ -319,7 +319,7 @@ def explain_retry(
     index, policy = selected
     if not policy.enabled:
         return _no(RetryReason.DISABLED, "retry disabled")
-    testing, testing_attempts = _testing_state()
+    testing, testing_attempts = testing_state()
     limit = policy.max_attempts
     if testing and testing_attempts is not None:
         limit = testing_attempts if limit is None else min(limit, testing_attempts)

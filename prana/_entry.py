@@ -13,6 +13,7 @@ from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from prana._durations import is_aware
 from prana._engine import Call, Clock, Result, Run
 from prana._errors import InvalidSettingsError, InvalidWorkflowError, ResumeError
 from prana._events import Observer
@@ -199,7 +200,7 @@ def check_clock(clock: Clock) -> Clock:
     datetimes, which is what records hold and JSON writes.
     """
     now = clock()
-    if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
+    if not is_aware(now):
         raise InvalidSettingsError(
             f"clock= returned {now!r}; a clock must return an aware datetime, e.g. "
             "datetime.now(timezone.utc) (prana.testing.ManualClock is one)"

@@ -94,7 +94,9 @@ class RetryAfter(Exception):  # noqa: N818 - the name reads as the instruction i
         """The time a date hint asks for, until a clock turns it into ``delay_seconds``."""
         self.hint_problem: str | None = None
         """Why the hint was ignored, or ``None``."""
-        if now is not None and not _aware(now):
+        from prana._durations import is_aware  # _durations imports this module
+
+        if now is not None and not is_aware(now):
             raise ValueError(f"RetryAfter(now={now!r}): use an aware datetime such as ctx.now")
         try:
             self.delay_seconds, self.retry_at = _read_hint(delay, now)
@@ -137,17 +139,13 @@ class RetryAfter(Exception):  # noqa: N818 - the name reads as the instruction i
         return None
 
 
-def _aware(value: datetime) -> bool:
-    return value.tzinfo is not None and value.utcoffset() is not None
-
-
 def _read_hint(value: object, now: datetime | None) -> tuple[float | None, datetime | None]:
     """Read a retry hint as ``(seconds, None)`` or ``(None, date)``; ``ValueError`` says why not."""
-    from prana._durations import to_seconds
+    from prana._durations import is_aware, to_seconds
 
     when: datetime | None = None
     if isinstance(value, datetime):
-        if not _aware(value):
+        if not is_aware(value):
             raise ValueError(f"a naive datetime ({value.isoformat()}); give an aware one")
         when = value
     elif isinstance(value, str):

@@ -18,7 +18,7 @@ import attrs
 
 from prana import _errors
 from prana._decision import check_conditions
-from prana._durations import format_seconds
+from prana._durations import format_duration as _fmt
 from prana._model import ErrorInfo
 from prana._policy import (
     HINT_CEILING_SECONDS,
@@ -239,10 +239,6 @@ def _check_policy(policy: RetryPolicy, node: Node, *, simple: bool) -> list[tupl
                 )
             )
     return found
-
-
-def _fmt(seconds: float) -> str:
-    return "0s" if seconds == 0 else format_seconds(round(seconds, 3))
 
 
 # --- several policies: prana's first match against Waymark's maximum ----------------------

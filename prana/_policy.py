@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from prana._durations import format_seconds, optional_seconds, to_seconds
+from prana._durations import DAY, format_duration, optional_seconds, to_seconds
 from prana._errors import InvalidSettingsError, RetryAfter
 from prana._model import ErrorInfo
 
@@ -55,7 +55,7 @@ CATCH_ALL: tuple[str, ...] = ("Exception",)
 """The filter of a Rappel bracket without error types: "Catch all exceptions" (Rappel's
 docs), programming errors included; ``NonRetryable`` still stops at once."""
 
-HINT_CEILING_SECONDS = 86_400.0
+HINT_CEILING_SECONDS = DAY
 """No server hint (``RetryAfter``) may delay a retry by more than a day."""
 
 RESULT_REJECTED = "ResultRejected"
@@ -622,10 +622,10 @@ class RetryPolicy:
         """One line summing the policy up, e.g. ``exponential 1s x2, cap 1m, 3 attempts``."""
         if not self.enabled:
             return "retry disabled"
-        curve = f"{self.backoff} {_fmt(self.initial_delay)}"
+        curve = f"{self.backoff} {format_duration(self.initial_delay)}"
         if CURVES[self.backoff].uses_multiplier:
             curve += f" x{self.multiplier:g}"
-        parts = [curve, f"cap {_fmt(self.max_delay)}"]
+        parts = [curve, f"cap {format_duration(self.max_delay)}"]
         if self.jitter != "none":
             jitter = self.jitter
             parts.append(
@@ -639,9 +639,9 @@ class RetryPolicy:
             else f"{self.max_attempts} attempt{'s' if self.max_attempts > 1 else ''}"
         )
         if self.retry_timeout is not None:
-            parts.append(f"budget {_fmt(self.retry_timeout)}")
+            parts.append(f"budget {format_duration(self.retry_timeout)}")
         if self.timeout is not None:
-            parts.append(f"timeout {_fmt(self.timeout)}/attempt")
+            parts.append(f"timeout {format_duration(self.timeout)}/attempt")
         if self.retry_on is not None:
             parts.append(f"on ({', '.join(_filter_name(f) for f in self.retry_on)})")
         if self.exclude:
@@ -717,10 +717,6 @@ def _rappel_spelling(given: dict[str, Any]) -> dict[str, Any]:
             largest = sys.float_info.max
         out["max_delay"] = max(largest, seconds)
     return out
-
-
-def _fmt(seconds: float) -> str:
-    return "0s" if seconds == 0 else format_seconds(round(seconds, 3))
 
 
 def _filter_name(item: str | type[BaseException]) -> str:
@@ -819,12 +815,12 @@ class Schedule(list[ScheduleRow]):
         lines = [
             (
                 str(r.retry),
-                _fmt(r.min_delay),
-                _fmt(r.typical_delay),
-                _fmt(r.max_delay),
-                _fmt(r.cumulative_min),
-                _fmt(r.cumulative_typical),
-                _fmt(r.cumulative_max),
+                format_duration(r.min_delay),
+                format_duration(r.typical_delay),
+                format_duration(r.max_delay),
+                format_duration(r.cumulative_min),
+                format_duration(r.cumulative_typical),
+                format_duration(r.cumulative_max),
             )
             for r in self
         ]

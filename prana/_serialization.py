@@ -51,6 +51,7 @@ from cattrs.v import format_exception as _cattrs_format_exception
 from cattrs.v import transform_error
 
 from prana import _model
+from prana._durations import is_aware
 from prana._errors import InvalidSettingsError, PranaError, RecordError
 from prana._fast_hooks import (
     DATETIMES,
@@ -642,7 +643,7 @@ def dumps(execution: WorkflowExecution) -> str:
         )
     for field in ("started_at", "updated_at", "completed_at"):
         value = getattr(execution, field)
-        if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+        if value is not None and not is_aware(value):
             raise RecordError(
                 f"$.execution.{field}: {value!r} is not an aware datetime; it would not read "
                 "back (executions keep aware datetimes: check the clock you pass)"

@@ -21,6 +21,8 @@ from prana import (
     NodeExecution,
     WorkflowExecution,
 )
+from prana._builtins import WAIT_UNITS
+from prana._durations import format_duration
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -58,21 +60,6 @@ def short_id(execution_id: str) -> str:
     """
     parent, sep, own = execution_id.partition(":")
     return parent[:SHORT_ID] + sep + own
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds as short text: ``0.25`` is ``250ms``, ``2`` is ``2.0s``, ``90`` is ``1m30s``."""
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    if seconds < 1:
-        return f"{sign}{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{sign}{seconds:.1f}s"
-    if seconds < 3600:
-        minutes, rest = divmod(round(seconds), 60)
-        return f"{sign}{minutes}m{rest}s"
-    hours, rest = divmod(round(seconds), 3600)
-    return f"{sign}{hours}h{rest // 60}m"
 
 
 def format_error(error: ErrorInfo | None) -> str:
@@ -350,9 +337,6 @@ def node_lateness(run: NodeExecution) -> list[tuple[int, timedelta]]:
     return late
 
 
-_UNIT_SECONDS = {"ms": 0.001, "seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
-
-
 def _timer_due(run: NodeExecution) -> datetime | None:
     params: Any = run.params
     if not isinstance(params, dict) or run.status.value != "completed":
@@ -360,7 +344,7 @@ def _timer_due(run: NodeExecution) -> datetime | None:
     mode = params.get("mode")
     if mode == "interval":
         duration = params.get("duration")
-        factor = _UNIT_SECONDS.get(str(params.get("unit", "seconds")))
+        factor = WAIT_UNITS.get(str(params.get("unit", "seconds")))
         if isinstance(duration, int | float) and not isinstance(duration, bool) and factor:
             return run.started_at + timedelta(seconds=duration * factor)
     if mode == "schedule" and isinstance(params.get("schedule_at"), str):

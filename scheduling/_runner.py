@@ -41,6 +41,7 @@ from prana import (
     Workflow,
     WorkflowExecution,
 )
+from prana._durations import is_aware
 from prana._hooks import parse_token
 from prana._hooks import verify as verify_token
 from scheduling._errors import (
@@ -212,7 +213,7 @@ class Runner(Steps, Generic[SchedulerT]):
 
             scheduler = cast("SchedulerT", APSchedulerAdapter())
         now = clock()
-        if not isinstance(now, datetime) or now.utcoffset() is None:
+        if not is_aware(now):
             raise InvalidSettingsError(
                 f"Runner(clock=...) returned {now!r}; a clock must return an aware datetime, "
                 "e.g. datetime.now(timezone.utc) (prana.testing.ManualClock is one)"

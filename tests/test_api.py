@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,13 +16,13 @@ import scheduling
 
 PRANA_PUBLIC = {
     "ActionContext", "ActionSpec", "Activation", "AttemptOutcome", "AttemptRecord",
-    "AttemptTimeout", "Completed", "Connection", "DurationError", "ErrorInfo", "Event",
-    "EventType", "ExecutionStatus", "Failed", "InvalidSettingsError", "InvalidWorkflowError",
-    "LintWarning", "Node", "NodeExecution", "NodeSettings", "NodeStatus", "NonRetryable",
-    "Observer", "Outcome", "Output", "ParentRef", "PranaError", "RecordError", "Registry",
-    "ResumeError", "RetryAfter", "RetryData", "RetryPolicy", "SCHEMA_VERSION", "Schedule",
-    "ScheduleRow", "SubWorkflowData", "Suspend", "TimerData", "WebhookData", "WebhookTimeout",
-    "Workflow", "WorkflowExecution", "aexecute_workflow", "aresume_workflow",
+    "AttemptTimeout", "AttemptView", "Completed", "Connection", "DurationError", "ErrorInfo",
+    "Event", "EventType", "ExecutionStatus", "Failed", "InvalidSettingsError",
+    "InvalidWorkflowError", "LintWarning", "Node", "NodeExecution", "NodeSettings", "NodeStatus",
+    "NonRetryable", "Observer", "Outcome", "Output", "ParentRef", "PranaError", "RecordError",
+    "Registry", "ResumeError", "RetryAfter", "RetryData", "RetryPolicy", "SCHEMA_VERSION",
+    "Schedule", "ScheduleRow", "SubWorkflowData", "Suspend", "TimerData", "WebhookData",
+    "WebhookTimeout", "Workflow", "WorkflowExecution", "aexecute_workflow", "aresume_workflow",
     "cancel_execution", "dumps", "dumps_workflow", "execute_workflow", "expire_webhook", "lint",
     "loads", "loads_workflow", "make_converter", "redrive_execution", "resume_workflow", "validate",
 }  # fmt: skip
@@ -45,6 +47,30 @@ def test_exported_members(module: object, expected: set[str]) -> None:
     assert list(names) == sorted(names)
     for name in names:
         assert getattr(module, name) is not None
+
+
+def _prana_imports(path: Path) -> set[str]:
+    """The prana modules ``path`` imports (``from prana import _x`` counts as ``prana._x``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "prana")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "prana":
+                found.update(f"prana.{a.name}" for a in node.names)
+            elif node.module.split(".")[0] == "prana":
+                found.add(node.module)
+    return found
+
+
+def test_the_core_never_imports_its_public_modules() -> None:
+    """Private modules import only private ones: dependencies point from public to private."""
+    core = Path(prana.__file__).parent
+    for path in sorted(core.glob("_*.py")):
+        if path.name == "__init__.py":
+            continue
+        public = {m for m in _prana_imports(path) if not m.split(".")[-1].startswith("_")}
+        assert public == set(), f"{path.name} imports {sorted(public)}"
 
 
 def test_testing_module_exports() -> None:

@@ -241,7 +241,7 @@ def test_a_curve_added_to_the_table_is_accepted_used_and_described(
     monkeypatch.setitem(CURVES, "quadratic", quadratic)
     p = RetryPolicy(backoff="quadratic", initial_delay=1, max_delay=100)  # type: ignore[arg-type]
     assert [p.delay_for(k) for k in (1, 2, 3)] == [1, 4, 9]
-    assert p.describe() == "quadratic 1s x2, cap 1m40s, 3 attempts"
+    assert p.describe() == "quadratic 1.0s x2, cap 1m40s, 3 attempts"
     assert [row.max_delay for row in p.schedule()] == [1, 4]
     with pytest.raises(InvalidSettingsError, match="quadratic"):
         RetryPolicy(backoff="cubic")  # type: ignore[arg-type]
@@ -259,7 +259,7 @@ def test_a_jitter_kind_added_to_the_table_is_accepted_and_used(
     p = RetryPolicy(backoff="constant", initial_delay=2, max_delay=60, jitter="TOP")
     assert p.jitter == "top"
     assert p.delay_for(1) == 3.0  # drawn at 4, clamped into the kind's bounds (2, 3)
-    assert p.describe() == "constant 2s, cap 1m, top jitter, 3 attempts"
+    assert p.describe() == "constant 2.0s, cap 1m0s, top jitter, 3 attempts"
     with pytest.raises(InvalidSettingsError, match="none, full, equal, decorrelated, top"):
         RetryPolicy(jitter="wild")
 
@@ -271,10 +271,10 @@ def test_describe_shows_the_multiplier_only_for_curves_that_use_it() -> None:
         for name in CURVES
     }
     assert described == {
-        "constant": "constant 1s",
-        "linear": "linear 1s x3",
-        "exponential": "exponential 1s x3",
-        "fibonacci": "fibonacci 1s",
+        "constant": "constant 1.0s",
+        "linear": "linear 1.0s x3",
+        "exponential": "exponential 1.0s x3",
+        "fibonacci": "fibonacci 1.0s",
     }
 
 
@@ -1067,11 +1067,12 @@ def test_format_schedule_is_a_readable_table() -> None:
     text = RetryPolicy(max_attempts=3, jitter=0.1, retry_timeout="10m", timeout="30s")
     lines = text.format_schedule().splitlines()
     assert lines[0] == (
-        "exponential 1s x2, cap 1m, jitter +/-10%, 3 attempts, budget 10m, timeout 30s/attempt"
+        "exponential 1.0s x2, cap 1m0s, jitter +/-10%, 3 attempts, budget 10m0s, "
+        "timeout 30.0s/attempt"
     )
     assert lines[1].split() == ["retry", "min", "typical", "max", "total", "min", "total",
                                 "typical", "total", "max"]  # fmt: skip
-    assert lines[3].split() == ["1", "900ms", "1s", "1.1s", "900ms", "1s", "1.1s"]
+    assert lines[3].split() == ["1", "900ms", "1.0s", "1.1s", "900ms", "1.0s", "1.1s"]
     assert str(text.schedule()) == text.format_schedule()
     assert RetryPolicy(max_attempts=1).format_schedule().endswith("(no retries)")
     assert RetryPolicy(enabled=False).describe() == "retry disabled"

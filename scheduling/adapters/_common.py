@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from prana import InvalidSettingsError
+from prana._durations import is_aware
 from scheduling._errors import SchedulerStateError
 
 __all__ = ["SchedulerStateError", "require_aware"]
@@ -16,7 +17,7 @@ def require_aware(due_at: object, where: str) -> datetime:
         raise InvalidSettingsError(
             f"{where}: due_at must be an aware datetime, got {type(due_at).__name__} {due_at!r}"
         )
-    if due_at.tzinfo is None or due_at.utcoffset() is None:
+    if not is_aware(due_at):
         raise InvalidSettingsError(
             f"{where}: due_at={due_at!r} is naive; pass an aware datetime, "
             "e.g. datetime.now(timezone.utc) + timedelta(seconds=5)"

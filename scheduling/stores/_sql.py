@@ -18,6 +18,7 @@ from prana import (
     WorkflowExecution,
     loads,
 )
+from prana._durations import is_aware
 from scheduling._errors import StaleVersionError
 from scheduling.abc import ExecutionSummary
 
@@ -39,7 +40,7 @@ def from_micros(micros: int) -> datetime:
 
 def check_aware(when: Any, field: str) -> datetime:
     """``when`` if it is an aware datetime, else a clear error naming ``field``."""
-    if not isinstance(when, datetime) or when.utcoffset() is None:
+    if not is_aware(when):
         raise InvalidSettingsError(
             f"{field}={when!r}: use an aware datetime, e.g. datetime.now(timezone.utc)"
         )
