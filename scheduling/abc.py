@@ -13,6 +13,8 @@ Invariants every backend keeps (see ``docs/extending/backends.md``):
 - An alarm carries only the execution id. Everything else is read from the store on fire.
 - ``ExecutionStore.save`` never overwrites a newer record: a save whose
   ``expected_version`` is not the stored one raises ``StaleVersionError`` and changes nothing.
+- ``ExecutionStore.list`` orders by creation, newest first, and that order never changes;
+  its ``after`` cursor is an execution id, so a page starts at a fixed place in it.
 - A workflow definition never changes for a given id and version.
 - A ``TransactionalStore``'s ``on_save`` hook runs inside the save's transaction: the row
   and what the hook writes commit together; if the hook raises, nothing is stored.
@@ -97,9 +99,22 @@ class ExecutionStore(Protocol):
         """Every suspended execution that has a due time: what a runner re-arms on start."""
 
     def list(
-        self, status: ExecutionStatus | None = None, limit: int = 100
+        self,
+        status: ExecutionStatus | None = None,
+        limit: int = 100,
+        *,
+        workflow_id: str | None = None,
+        after: str | None = None,
     ) -> Sequence[ExecutionSummary]:
-        """Executions, newest first, optionally only those with ``status``."""
+        """Executions, newest (most recently created) first, at most ``limit`` of them.
+
+        ``status`` and ``workflow_id`` filter (both must match when both are given).
+        ``after`` is a keyset cursor: the id of the last execution of the previous page;
+        the page holds the matching executions created before it. Creation order never
+        changes, so pages neither skip nor repeat rows when newer executions arrive or
+        statuses change between reads. An ``after`` that names no stored execution raises
+        ``ExecutionNotFound``.
+        """
 
     def save_workflow(self, workflow: Workflow) -> None:
         """Keep a definition; ``WorkflowConflictError`` if a different one has its id+version."""

@@ -115,6 +115,30 @@ def test_list_and_show_json_have_stable_documented_fields(
     assert "pending" not in shown
 
 
+def test_list_filters_by_workflow_and_pages_after_an_id(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``list --workflow W`` asks the store for one workflow; ``--after ID`` (a printed prefix
+    works) continues below that execution; an unknown cursor exits 4."""
+    for path in ("flaky.json", "child.json", "flaky.json", "flaky.json"):
+        cli(site, capsys, "run", f"{site['dir']}/{path}", *actions(site), "--input", "{}")
+    _, out, _ = cli(site, capsys, "list", "--json")
+    every = [(row["id"], row["workflow_id"]) for row in json.loads(out)["executions"]]
+    ops = [eid for eid, wid in every if wid == "op"]
+    assert len(ops) == 3
+    _, out, _ = cli(site, capsys, "list", "--json", "--workflow", "op")
+    assert [row["id"] for row in json.loads(out)["executions"]] == ops
+    _, out, _ = cli(site, capsys, "list", "--json", "--workflow", "op", "--after", ops[0])
+    assert [row["id"] for row in json.loads(out)["executions"]] == ops[1:]
+    _, table, _ = cli(site, capsys, "list", "--workflow", "op", "--after", short_id(ops[1]))
+    assert short_id(ops[2]) in table
+    assert short_id(ops[0]) not in table
+    assert "child" not in table
+    code, _, err = cli(site, capsys, "list", "--after", "zz")
+    assert code == 4
+    assert "no execution 'zz'" in err
+
+
 def test_ids_are_accepted_by_the_prefix_the_console_prints(
     site: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -322,6 +322,42 @@ def test_list_is_newest_first_and_filters_by_status(store: ExecutionStore) -> No
     assert list(store.list(ExecutionStatus.CANCELLED)) == []
 
 
+def test_list_filters_by_workflow_and_status_together(store: ExecutionStore) -> None:
+    """``workflow_id`` keeps one workflow's executions; with ``status``, both must match."""
+    store.save(execution("a1", workflow_id="a"), None)
+    store.save(execution("b1", workflow_id="b"), None)
+    store.save(retry("a2", at(60), workflow_id="a"), None)
+    store.save(execution("a3", workflow_id="a", status=ExecutionStatus.FAILED), None)
+    assert [s.id for s in store.list(workflow_id="a")] == ["a3", "a2", "a1"]
+    assert [s.id for s in store.list(workflow_id="a", limit=2)] == ["a3", "a2"]
+    assert [s.id for s in store.list(ExecutionStatus.COMPLETED, workflow_id="a")] == ["a1"]
+    assert [s.id for s in store.list(workflow_id="b")] == ["b1"]
+    assert list(store.list(workflow_id="nobody")) == []
+    assert list(store.list(ExecutionStatus.FAILED, workflow_id="b")) == []
+
+
+def test_list_pages_with_a_keyset_cursor_that_does_not_drift(store: ExecutionStore) -> None:
+    """``after=<id>`` starts the page below that execution, newest first: a page boundary
+    stays put when newer executions arrive or the cursor's own status changes."""
+    for n in range(5):
+        store.save(execution(f"e{n}", workflow_id="even" if n % 2 == 0 else "odd"), None)
+    first = store.list(limit=2)
+    assert [s.id for s in first] == ["e4", "e3"]
+    store.save(execution("e5"), None)  # newer work arrives between two page reads
+    store.save(retry("e3", at(60), workflow_id="odd"), 1)  # and the cursor's own status changes
+    assert [s.id for s in store.list(limit=2, after=first[-1].id)] == ["e2", "e1"]
+    assert [s.id for s in store.list(after="e1")] == ["e0"]
+    assert list(store.list(after="e0")) == []
+    assert [s.id for s in store.list(workflow_id="even", after="e4")] == ["e2", "e0"]
+    assert [s.id for s in store.list(workflow_id="even", after="e3")] == ["e2", "e0"]
+    assert [s.id for s in store.list(ExecutionStatus.COMPLETED, after="e5", limit=2)] == [
+        "e4",
+        "e2",
+    ]
+    with pytest.raises(ExecutionNotFound, match="'gone'"):
+        store.list(after="gone")
+
+
 def test_workflow_definitions_are_kept_by_id_and_version(store: ExecutionStore) -> None:
     """A saved definition loads back equal; saving the same one again is a no-op."""
     store.save_workflow(definition())
@@ -453,6 +489,10 @@ def test_many_threads_racing_leave_one_record_per_version(store: ExecutionStore)
         (lambda s: s.find_due(datetime(2030, 1, 1), 10), "now"),  # noqa: DTZ001 - the bad input
         (lambda s: s.list(limit=-1), "limit=-1"),
         (lambda s: s.list("paused"), "status='paused'"),
+        (lambda s: s.list(workflow_id=""), "workflow_id=''"),
+        (lambda s: s.list(workflow_id=7), "workflow_id=7"),
+        (lambda s: s.list(after=""), "after=''"),
+        (lambda s: s.list(after=["e1"]), "after="),
         (lambda s: s.save(execution(), 0), "expected_version=0"),
         (lambda s: s.save({"id": "e1"}, None), "WorkflowExecution"),
         (lambda s: s.save_workflow({"id": "wf"}), "prana.Workflow"),

@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import httpx
 import pytest
 from doubles import Flaky
@@ -383,7 +384,7 @@ def _auth() -> dict[str, str]:
 
 
 def test_api_list_filters_and_pages(runner: Runner, server: str) -> None:
-    """Newest first, filtered by status and workflow, paginated with next_offset."""
+    """Newest first, filtered by status and workflow, in keyset pages (``after``/``next_after``)."""
     ids = [runner.start(approval(), {"n": n}) for n in range(5)]
     other = Workflow(
         id="other",
@@ -391,21 +392,50 @@ def test_api_list_filters_and_pages(runner: Runner, server: str) -> None:
         connections=[],
     )
     done = runner.start(other, None)
+    newest_first = list(reversed(ids))
     with httpx.Client(base_url=server, headers=_auth()) as client:
         everything = client.get("/api/executions").json()
-        assert [row["id"] for row in everything["items"]] == [done, *reversed(ids)]
-        assert everything["next_offset"] is None
-        page = client.get("/api/executions", params={"limit": 2, "offset": 1}).json()
-        assert [row["id"] for row in page["items"]] == list(reversed(ids))[:2]
-        assert page["next_offset"] == 3
+        assert [row["id"] for row in everything["items"]] == [done, *newest_first]
+        assert everything["next_after"] is None
+        page = client.get("/api/executions", params={"limit": 2, "after": done}).json()
+        assert [row["id"] for row in page["items"]] == newest_first[:2]
+        assert page["next_after"] == newest_first[1]
+        runner.start(other, None)  # newer work does not shift the next page
+        rest = client.get("/api/executions", params={"after": page["next_after"]}).json()
+        assert [row["id"] for row in rest["items"]] == newest_first[2:]
         completed = client.get("/api/executions", params={"status": "completed"}).json()
-        assert [row["id"] for row in completed["items"]] == [done]
+        assert len(completed["items"]) == 2
+        assert completed["items"][1]["id"] == done
         mine = client.get("/api/executions", params={"workflow": "approval", "limit": 3}).json()
-        assert [row["id"] for row in mine["items"]] == list(reversed(ids))[:3]
-        assert mine["next_offset"] == 3
+        assert [row["id"] for row in mine["items"]] == newest_first[:3]
+        assert mine["next_after"] == newest_first[2]
         assert client.get("/api/executions", params={"status": "nope"}).status_code == 400
         assert client.get("/api/executions", params={"limit": 0}).status_code == 400
-        assert client.get("/api/executions", params={"offset": "x"}).status_code == 400
+        assert client.get("/api/executions", params={"limit": "x"}).status_code == 400
+        gone = client.get("/api/executions", params={"after": "nope"})
+        assert gone.status_code == 400
+        assert "first page" in gone.json()["error"]
+        html = client.get("/executions", params={"workflow": "approval", "limit": 3}).text
+        assert f"after={newest_first[2]}" in html
+
+
+def test_api_list_finds_a_workflow_however_far_back_it_is() -> None:
+    """The workflow filter runs in the store: an execution behind 10,000 newer ones of
+    another workflow is still found, and the page is read without scanning them here."""
+    store = MemoryStore()
+    registry = Registry()
+    registry.register("test.flaky", Flaky(0))
+    rare = execute_workflow(approval(), None, registry=registry).execution
+    assert rare is not None
+    store.save(attrs.evolve(rare, id="rare"), None)
+    busy = attrs.evolve(rare, workflow_id="busy")
+    for n in range(10_001):
+        store.save(attrs.evolve(busy, id=f"busy-{n}"), None)
+    with make_runner(store) as runner, serve(create_app(runner, token=OPERATOR)) as url:
+        found = httpx.get(
+            f"{url}/api/executions", params={"workflow": "approval"}, headers=_auth()
+        ).json()
+    assert [row["id"] for row in found["items"]] == ["rare"]
 
 
 def test_api_one_execution_with_attempts_and_schedule() -> None:

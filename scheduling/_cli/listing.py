@@ -26,6 +26,13 @@ def register(add: AddCommand) -> None:
         help="only executions with this status: pending, running, suspended, completed, "
         "failed or cancelled",
     )
+    listing.add_argument("--workflow", help="only executions of this workflow id")
+    listing.add_argument(
+        "--after",
+        metavar="ID",
+        help="the next page: executions created before this one (the last id of the previous "
+        "page, or a unique prefix as printed)",
+    )
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     listing.add_argument(
         "--json", action="store_true", help="print JSON (stable field names, see the docs)"
@@ -50,7 +57,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
             except ValueError:
                 choices = ", ".join(s.value for s in ExecutionStatus)
                 raise CLIError(f"--status {args.status}: use one of {choices}") from None
-        rows = store.list(status, limit=args.limit)
+        after = resolve_id(store, args.after) if args.after is not None else None
+        rows = store.list(status, limit=args.limit, workflow_id=args.workflow, after=after)
     finally:
         store.close()
     if args.json:

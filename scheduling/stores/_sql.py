@@ -19,7 +19,7 @@ from prana import (
     loads,
 )
 from prana._durations import is_aware
-from scheduling._errors import StaleVersionError
+from scheduling._errors import ExecutionNotFound, StaleVersionError
 from scheduling.abc import ExecutionSummary
 
 T = TypeVar("T")
@@ -84,6 +84,59 @@ def check_status(status: Any) -> ExecutionStatus | None:
     except ValueError:
         choices = ", ".join(s.value for s in ExecutionStatus)
         raise InvalidSettingsError(f"status={status!r}: use one of {choices}") from None
+
+
+def check_list_args(workflow_id: Any, after: Any) -> None:
+    """Refuse a ``list`` filter or cursor that is not a non-empty string (or ``None``)."""
+    if workflow_id is not None and (not isinstance(workflow_id, str) or not workflow_id):
+        raise InvalidSettingsError(
+            f"workflow_id={workflow_id!r}: use a workflow's id (a non-empty string), or None "
+            "for every workflow"
+        )
+    if after is not None and (not isinstance(after, str) or not after):
+        raise InvalidSettingsError(
+            f"after={after!r}: use the id of the last execution of the previous page, or None "
+            "for the first page"
+        )
+
+
+def list_query(
+    select: str,
+    table: str,
+    mark: str,
+    status: ExecutionStatus | None,
+    workflow_id: str | None,
+    after: str | None,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """The SQL of ``list`` and its parameters: ``select`` from ``table``, filtered, newest first.
+
+    ``mark`` is the driver's placeholder (``?`` or ``%s``). The cursor is the ``seq`` (the
+    creation order) of the execution ``after`` names, read in the same statement.
+    """
+    where: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        where.append(f"status = {mark}")
+        params.append(status.value)
+    if workflow_id is not None:
+        where.append(f"workflow_id = {mark}")
+        params.append(workflow_id)
+    if after is not None:
+        # ``table`` is the store's own (quoted) table name; values go in as parameters.
+        where.append(f"seq < (SELECT seq FROM {table} WHERE id = {mark})")  # noqa: S608
+        params.append(after)
+    params.append(limit)
+    condition = f" WHERE {' AND '.join(where)}" if where else ""
+    return f"{select}{condition} ORDER BY seq DESC LIMIT {mark}", params
+
+
+def cursor_not_found(after: str) -> ExecutionNotFound:
+    """The error for a ``list(after=...)`` cursor that names no stored execution."""
+    return ExecutionNotFound(
+        f"list(after={after!r}): no execution {after!r} is stored; start again from the "
+        "first page (after=None)"
+    )
 
 
 def stale(execution_id: str, expected_version: int | None, stored: int | None) -> StaleVersionError:

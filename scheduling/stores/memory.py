@@ -18,8 +18,10 @@ from scheduling.stores._base import BaseStore
 from scheduling.stores._sql import (
     check_aware,
     check_limit,
+    check_list_args,
     check_save,
     check_status,
+    cursor_not_found,
     read_execution,
     stale,
 )
@@ -117,18 +119,36 @@ class MemoryStore(BaseStore):
         return [(eid, at) for at, _, eid in due]
 
     def list(
-        self, status: ExecutionStatus | None = None, limit: int = 100
+        self,
+        status: ExecutionStatus | None = None,
+        limit: int = 100,
+        *,
+        workflow_id: str | None = None,
+        after: str | None = None,
     ) -> Sequence[ExecutionSummary]:
-        """Executions, most recently created first, optionally only those with ``status``."""
+        """Executions, most recently created first, filtered and paged (see ``ExecutionStore``)."""
         wanted = check_status(status)
         check_limit(limit)
+        check_list_args(workflow_id, after)
+        found: builtins.list[tuple[str, int, WorkflowExecution]] = []
         with self._lock:
-            rows = [
-                (row[1], eid, row[0], row[3])
-                for eid, row in self._rows.items()
-                if wanted is None or row[3].status is wanted
-            ]
-        rows.sort(key=lambda item: item[0], reverse=True)
+            rows = self._rows
+            below = None
+            if after is not None:
+                cursor = rows.get(after)
+                if cursor is None:
+                    raise cursor_not_found(after)
+                below = cursor[1]
+            # A dict keeps insertion order and an update keeps a key's place: newest is last.
+            for eid, (version, seq, _, execution) in reversed(rows.items()):
+                if below is not None and seq >= below:
+                    continue
+                if (wanted is None or execution.status is wanted) and (
+                    workflow_id is None or execution.workflow_id == workflow_id
+                ):
+                    found.append((eid, version, execution))
+                    if len(found) == limit:
+                        break
         return [
             ExecutionSummary(
                 id=eid,
@@ -139,7 +159,7 @@ class MemoryStore(BaseStore):
                 due_at=execution.due_at,
                 updated_at=execution.updated_at,
             )
-            for _, eid, version, execution in rows[:limit]
+            for eid, version, execution in found
         ]
 
     def _insert_workflow(self, key: tuple[str, int], text: str) -> str | None:

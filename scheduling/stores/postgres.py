@@ -53,8 +53,11 @@ from scheduling.stores._sql import (
     ParsedCache,
     check_aware,
     check_limit,
+    check_list_args,
     check_save,
     check_status,
+    cursor_not_found,
+    list_query,
     stale,
     summary_from_row,
 )
@@ -512,15 +515,28 @@ class PostgresStore(BaseStore):
         return cur.rowcount == 1
 
     def list(
-        self, status: ExecutionStatus | None = None, limit: int = 100
+        self,
+        status: ExecutionStatus | None = None,
+        limit: int = 100,
+        *,
+        workflow_id: str | None = None,
+        after: str | None = None,
     ) -> Sequence[ExecutionSummary]:
-        """Executions, most recently created first, optionally only those with ``status``."""
+        """Executions, most recently created first, filtered and paged (see ``ExecutionStore``)."""
         wanted = check_status(status)
         check_limit(limit)
-        if wanted is None:
-            rows = self._read("list", self._q["list"], (limit,), one=False)
-        else:
-            rows = self._read("list", self._q["list_status"], (wanted.value, limit), one=False)
+        check_list_args(workflow_id, after)
+        q = self._q
+        query, params = list_query(
+            q["summary"], q["executions"], "%s", wanted, workflow_id, after, limit
+        )
+        rows = self._read("list", query, params, one=False)
+        if (
+            not rows
+            and after is not None
+            and self._read("list", q["version"], (after,), one=True) is None
+        ):
+            raise cursor_not_found(after)
         return [summary_from_row(row, _utc) for row in rows]
 
     # -- workflow definitions ---------------------------------------------------------
@@ -613,8 +629,8 @@ def _queries(schema: str | None) -> dict[str, str]:
         " WHERE e.id = due.id RETURNING e.id, e.due_at, e.seq",
         "release": "UPDATE {executions} SET claimed_by = NULL, claimed_until = NULL"
         " WHERE id = %s AND claimed_by = %s",
-        "list": summary + " ORDER BY seq DESC LIMIT %s",
-        "list_status": summary + " WHERE status = %s ORDER BY seq DESC LIMIT %s",
+        "summary": summary,
+        "executions": "{executions}",
         "workflow": "SELECT data FROM {workflows} WHERE workflow_id = %s AND version = %s",
         "latest_workflow": "SELECT MAX(version) FROM {workflows} WHERE workflow_id = %s",
         "list_workflows": "SELECT workflow_id, version FROM {workflows}"

@@ -4,7 +4,7 @@ Routes (relative to where the app is mounted):
 
 ==========================================  ==========  ===================================
 ``POST /hooks/{token}``                     token       resume the one wait the token names
-``GET  /api/executions``                    operator    JSON list, newest first, paginated
+``GET  /api/executions``                    operator    JSON list, newest first, keyset pages
 ``GET  /api/executions/{id}``               operator    JSON view of one execution
 ``GET  /executions``                        operator    HTML list (``/`` redirects here)
 ``GET  /executions/{id}``                   operator    HTML timeline (``?fragment=1``: part)
@@ -60,8 +60,6 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20
 """The largest webhook body accepted (1 MiB); larger is 413."""
 MAX_PAGE = 200
 """The most rows one list request returns."""
-MAX_SCAN = 10_000
-"""How far back the list looks (offset + limit, and rows scanned for a workflow filter)."""
 HEARTBEAT_SECONDS = 15.0
 """An SSE comment is sent this often, so proxies keep an idle stream open."""
 COOKIE = "prana_operator"
@@ -209,33 +207,37 @@ def create_app(
 
         return endpoint
 
-    def list_args(request: Request) -> tuple[str | None, str | None, int, int] | Response:
+    def list_args(request: Request) -> tuple[str | None, str | None, int, str | None] | Response:
         query = request.query_params
         status = query.get("status") or None
         if status is not None and status not in _html.STATUSES:
             return _error(400, f"status={status!r}: use one of {', '.join(_html.STATUSES)}")
         workflow = query.get("workflow") or None
+        after = query.get("after") or None
         try:
             limit = int(query.get("limit", "50"))
-            offset = int(query.get("offset", "0"))
         except ValueError:
-            return _error(400, "limit and offset are whole numbers")
-        if not 1 <= limit <= MAX_PAGE or offset < 0 or offset + limit > MAX_SCAN:
-            return _error(
-                400, f"use 1 <= limit <= {MAX_PAGE} and 0 <= offset, offset + limit <= {MAX_SCAN}"
-            )
-        return status, workflow, limit, offset
+            return _error(400, "limit is a whole number")
+        if not 1 <= limit <= MAX_PAGE:
+            return _error(400, f"use 1 <= limit <= {MAX_PAGE}")
+        return status, workflow, limit, after
 
     def list_rows(
-        status: str | None, workflow: str | None, limit: int, offset: int
-    ) -> tuple[list[dict[str, Any]], bool]:
+        status: str | None, workflow: str | None, limit: int, after: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page, filtered by the store, and the cursor of the next (``None``: the last)."""
         wanted = ExecutionStatus(status) if status else None
-        scan = MAX_SCAN if workflow else offset + limit + 1
-        rows = runner.store.list(wanted, limit=scan)
-        if workflow:
-            rows = [row for row in rows if row.workflow_id == workflow]
-        page = rows[offset : offset + limit]
-        return [summary_view(row) for row in page], len(rows) > offset + limit
+        rows = runner.store.list(wanted, limit=limit + 1, workflow_id=workflow, after=after)
+        page = rows[:limit]
+        return [summary_view(row) for row in page], page[-1].id if len(rows) > limit else None
+
+    async def page_or_400(
+        status: str | None, workflow: str | None, limit: int, after: str | None
+    ) -> tuple[list[dict[str, Any]], str | None] | Response:
+        try:
+            return await asyncio.to_thread(list_rows, status, workflow, limit, after)
+        except ExecutionNotFound:
+            return _error(400, f"after={after!r} names no execution; start from the first page")
 
     def load_view(execution_id: str) -> dict[str, Any]:
         execution, version = runner.store.load(execution_id)
@@ -256,15 +258,13 @@ def create_app(
         args = list_args(request)
         if isinstance(args, Response):
             return args
-        status, workflow, limit, offset = args
-        items, more = await asyncio.to_thread(list_rows, status, workflow, limit, offset)
+        status, workflow, limit, after = args
+        found = await page_or_400(status, workflow, limit, after)
+        if isinstance(found, Response):
+            return found
+        items, next_after = found
         return JSONResponse(
-            {
-                "items": items,
-                "limit": limit,
-                "offset": offset,
-                "next_offset": offset + limit if more else None,
-            }
+            {"items": items, "limit": limit, "after": after, "next_after": next_after}
         )
 
     async def api_one(request: Request) -> Response:
@@ -275,8 +275,11 @@ def create_app(
         args = list_args(request)
         if isinstance(args, Response):
             return args
-        status, workflow, limit, offset = args
-        items, more = await asyncio.to_thread(list_rows, status, workflow, limit, offset)
+        status, workflow, limit, after = args
+        found = await page_or_400(status, workflow, limit, after)
+        if isinstance(found, Response):
+            return found
+        items, next_after = found
         return HTMLResponse(
             _html.list_page(
                 items,
@@ -284,8 +287,8 @@ def create_app(
                 status=status,
                 workflow=workflow,
                 limit=limit,
-                offset=offset,
-                has_more=more,
+                after=after,
+                next_after=next_after,
             )
         )
 

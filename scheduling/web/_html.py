@@ -141,10 +141,10 @@ def list_page(
     status: str | None,
     workflow: str | None,
     limit: int,
-    offset: int,
-    has_more: bool,
+    after: str | None,
+    next_after: str | None,
 ) -> str:
-    """The executions list: filters, a table newest first, and previous/next links."""
+    """The executions list: filters, a table newest first, and links to the first and next page."""
     options = ['<option value="">any status</option>'] + [
         f'<option value="{s}"{" selected" if s == status else ""}>{s}</option>' for s in STATUSES
     ]
@@ -175,11 +175,11 @@ def list_page(
     )
     base = {k: v for k, v in (("status", status), ("workflow", workflow)) if v}
     pager = []
-    if offset > 0:
-        query = urlencode({**base, "limit": limit, "offset": max(0, offset - limit)})
-        pager.append(f'<a href="?{escape(query)}">← newer</a>')
-    if has_more:
-        query = urlencode({**base, "limit": limit, "offset": offset + limit})
+    if after is not None:
+        query = urlencode({**base, "limit": limit})
+        pager.append(f'<a href="?{escape(query)}">← newest</a>')
+    if next_after is not None:
+        query = urlencode({**base, "limit": limit, "after": next_after})
         pager.append(f'<a href="?{escape(query)}">older →</a>')
     body = f"<h1>Executions</h1>{filters}{table}<div class=pager>{''.join(pager)}</div>"
     return _page("Executions", body, root)
