@@ -481,7 +481,16 @@ class Run(Frontier):
                 return None, _prana_error(
                     ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError"
                 )
-            node_run.params = jsonable(params)
+            recorded = jsonable(params)
+            # A value the record cannot hold (a 65-bit int, a lone surrogate) fails here,
+            # before the action runs, rather than at the save after it.
+            problem = json_problem(recorded)
+            if problem is not None:
+                message = f"params{problem[1:]}"
+                return None, _prana_error(
+                    ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError"
+                )
+            node_run.params = recorded
             if self.issued:
                 node_run.params = redact_tokens(node_run.params, self.issued.values())
         else:
@@ -543,9 +552,7 @@ class Run(Frontier):
         else:
             port, output = "main", value
         tp = type(output)
-        problem = (
-            None if tp is str or tp is int or tp is bool or output is None else json_problem(output)
-        )
+        problem = None if tp is bool or output is None else json_problem(output)
         if problem is not None:
             message = f"node {key!r} output is not JSON-native at {problem}"
             return self.settle_failure(

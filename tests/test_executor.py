@@ -1966,3 +1966,52 @@ def test_env_as_a_mapping_proxy_is_accepted() -> None:
     )
     assert isinstance(outcome, Completed)
     assert outcome.output == {"v": "x"}
+
+
+# -- values the record cannot hold -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        ("{{ 2 ** 64 }}", "65 bits"),
+        ("{{ -(2 ** 63) - 1 }}", "64 bits"),
+        ("{{ '\\ud800' }}", "lone surrogate"),
+    ],
+)
+def test_params_the_record_cannot_hold_fail_before_the_action_runs(
+    template: str, problem: str
+) -> None:
+    """A rendered param the serializer cannot write is a template_error naming the param,
+    before the action runs; it used to run the action and then fail to save."""
+    calls: list[Any] = []
+
+    def charge(params: Any, ctx: ActionContext) -> str:
+        calls.append(params)
+        return "ok"
+
+    registry = Registry()
+    registry.register("test.charge", charge)
+    outcome = execute_workflow(
+        workflow(Node(key="charge", type="test.charge", params={"amount": template})),
+        registry=registry,
+    )
+    assert isinstance(outcome, Failed)
+    assert calls == []
+    assert outcome.error.code == ErrorCode.TEMPLATE_ERROR.value
+    assert outcome.error.message.startswith("params.amount: ")
+    assert problem in outcome.error.message
+    assert loads(dumps(outcome.execution)).status is ExecutionStatus.FAILED
+
+
+@pytest.mark.parametrize("value", [2**64, "\udfff", ["\ud800"]], ids=["int", "str", "nested"])
+def test_an_output_the_record_cannot_hold_fails_the_node_and_the_record_saves(
+    value: Any,
+) -> None:
+    """Top-level str and int outputs skipped the check; now they fail the node loudly."""
+    registry = Registry()
+    registry.register("test.give", lambda params, ctx: value)
+    outcome = execute_workflow(workflow(Node(key="give", type="test.give")), registry=registry)
+    assert isinstance(outcome, Failed)
+    assert outcome.error.code == ErrorCode.OUTPUT_NOT_JSON.value
+    assert loads(dumps(outcome.execution)).status is ExecutionStatus.FAILED

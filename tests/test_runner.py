@@ -7,6 +7,7 @@ memory with JSON, SQLite, PostgreSQL); restarts use a SQLite file shared by two 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from prana import (
     Connection,
     ExecutionStatus,
     InvalidSettingsError,
+    InvalidWorkflowError,
     Node,
     NodeSettings,
     Registry,
@@ -1512,3 +1514,77 @@ def test_the_runner_takes_a_clocked_schedulers_clock() -> None:
     assert runner.clock is clock
     with pytest.raises(InvalidSettingsError, match="its own clock"):
         Runner(scheduler=ManualScheduler(clock), clock=ManualClock(T0))
+
+
+# -- data the record cannot hold --------------------------------------------------------------
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+UNSTORABLE = {
+    "65-bit int": {"amount": 2**64},
+    "below int64": {"amount": -(2**63) - 1},
+    "lone surrogate": {"name": "\ud800"},
+    "surrogate key": {"\udc00": 1},
+    "201 levels": _nested(201),
+}
+"""Values json_problem used to pass that the record's serializer (orjson) cannot write."""
+
+
+def _charging(calls: list[str]) -> Registry:
+    def charge(params: Any, ctx: ActionContext) -> str:
+        calls.append(ctx.node_key)
+        return "ok"
+
+    registry = Registry()
+    registry.register("test.charge", charge)
+    return registry
+
+
+def _pay(wait: bool) -> Workflow:
+    """trigger [-> webhook wait] -> an action that records its calls."""
+    nodes = [Node(key="start", type="manual.trigger"), Node(key="charge", type="test.charge")]
+    keys = ["start", "charge"]
+    if wait:
+        nodes.insert(1, Node(key="approve", type="wait.wait", params={"mode": "webhook"}))
+        keys.insert(1, "approve")
+    return Workflow(
+        id="pay",
+        nodes=nodes,
+        connections=[Connection(from_node=a, to_node=b) for a, b in itertools.pairwise(keys)],
+    )
+
+
+@pytest.mark.parametrize("value", UNSTORABLE.values(), ids=UNSTORABLE.keys())
+def test_input_the_record_cannot_hold_is_refused_before_any_action_runs(value: Any) -> None:
+    """It used to run every action and then fail at the save, leaving nothing stored."""
+    calls: list[str] = []
+    store = MemoryStore(serialize=True)
+    scheduler = ManualScheduler(clock=ManualClock())
+    runner = Runner(registry=_charging(calls), store=store, scheduler=scheduler)
+    with runner, pytest.raises(InvalidWorkflowError, match="workflow input"):
+        runner.start(_pay(wait=False), value)
+    assert calls == []
+    assert store.list() == []
+
+
+@pytest.mark.parametrize("value", UNSTORABLE.values(), ids=UNSTORABLE.keys())
+def test_resume_data_the_record_cannot_hold_is_refused_before_any_action_runs(value: Any) -> None:
+    """It used to run the actions after the wait, then fail at the save with the wait still
+    open: every repeat of the delivery ran them again."""
+    calls: list[str] = []
+    store = MemoryStore(serialize=True)
+    scheduler = ManualScheduler(clock=ManualClock())
+    with Runner(registry=_charging(calls), store=store, scheduler=scheduler) as runner:
+        execution_id = runner.start(_pay(wait=True), None)
+        with pytest.raises(ResumeError, match="resume data"):
+            runner.deliver(execution_id, value)
+        assert calls == []
+        assert runner.get(execution_id).status is ExecutionStatus.SUSPENDED
+        runner.deliver(execution_id, {"amount": 1})
+        assert calls == ["charge"]

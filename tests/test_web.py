@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -30,10 +32,12 @@ from prana.testing import ManualClock
 from scheduling import HookConflict, HookGone, HookNotFound, Runner
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.memory import MemoryStore
+from scheduling.stores.sqlite import SQLiteStore
 from scheduling.web import create_app
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from scheduling.abc import ExecutionStore
 
@@ -679,3 +683,138 @@ def test_subscribe_calls_back_after_each_save_until_unsubscribed(
         unsubscribe()  # twice is harmless
         runner.cancel(execution_id)
         assert heard == [execution_id, execution_id]
+
+
+# --- hostile callers ----------------------------------------------------------------------------
+
+
+def _then_charge() -> tuple[Workflow, list[Any]]:
+    """trigger -> webhook wait -> an action with a side effect (it counts its calls)."""
+    calls: list[Any] = []
+    workflow = Workflow(
+        id="pay",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="approve", type="wait.wait", params={"mode": "webhook"}),
+            Node(key="charge", type="test.charge"),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="approve"),
+            Connection(from_node="approve", to_node="charge"),
+        ],
+    )
+    return workflow, calls
+
+
+def _asgi(app: Any, client: tuple[str, int] = ("127.0.0.1", 4000)) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, client=client, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 300 + b"]" * 300,  # deeper than the record's serializer writes (orjson: 254)
+        b'{"a":' * 201 + b"1" + b"}" * 201,
+    ],
+    ids=["deep list", "deep object"],
+)
+def test_a_body_the_record_cannot_hold_is_422_and_runs_nothing(body: bytes) -> None:
+    """A body the store could not save is refused before the wait resumes: 422, the action
+    after the wait never runs, the token still works. (It used to run the action, fail at
+    the save with a 500 and leave the token valid: each repeat ran the action again.)"""
+    workflow, calls = _then_charge()
+    with make_runner() as runner:
+
+        def charge(params: Any, ctx: Any) -> str:
+            calls.append(1)
+            return "ok"
+
+        runner.registry.register("test.charge", charge)
+        execution_id, path = waiting(runner, workflow)
+
+        async def post_twice() -> list[httpx.Response]:
+            async with _asgi(create_app(runner, token=OPERATOR)) as client:
+                return [await client.post(path, content=body, headers=_json_type()) for _ in "ab"]
+
+        for response in asyncio.run(post_twice()):
+            assert response.status_code == 422
+            error = response.json()["error"]
+            assert "\n" not in error
+            assert "resume data" in error
+        assert calls == []
+        assert runner.get(execution_id).status is ExecutionStatus.SUSPENDED
+        runner.deliver_hook(path.removeprefix("/hooks/"), {"amount": 1})
+        assert calls == [1]
+
+
+@pytest.mark.parametrize(
+    "host", ["attacker.example", "attacker.example:8000", "127.0.0.1.nip.io:8000", "[::2]:1"]
+)
+def test_without_a_token_a_foreign_host_name_is_refused(host: str) -> None:
+    """DNS rebinding: a page on another site that points its name at 127.0.0.1 reaches a
+    loopback-only app from the operator's own browser; its Host header gives it away."""
+    with make_runner() as runner:
+        app = create_app(runner)
+
+        async def get() -> int:
+            async with _asgi(app) as client:
+                return (await client.get("/api/executions", headers={"host": host})).status_code
+
+        assert asyncio.run(get()) == 403
+
+
+@pytest.mark.parametrize(
+    "host", ["localhost", "localhost:8000", "127.0.0.1:8000", "[::1]:8000", "app.localhost:80"]
+)
+def test_without_a_token_loopback_host_names_are_served(host: str) -> None:
+    """The names a local operator types still work without a token."""
+    with make_runner() as runner:
+        app = create_app(runner)
+
+        async def get() -> int:
+            async with _asgi(app) as client:
+                return (await client.get("/api/executions", headers={"host": host})).status_code
+
+        assert asyncio.run(get()) == 200
+
+
+def test_a_corrupt_record_is_a_one_line_error_not_a_crash(tmp_path: Path) -> None:
+    """A record the store holds but prana cannot read: the API, pages, SSE and the hook
+    answer a JSON error in one line (the store's writer is trusted; its mistakes are loud)."""
+    db = tmp_path / "prana.db"
+    with make_runner(SQLiteStore(db)) as runner:
+        execution_id, path = waiting(runner)
+        with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+            connection.execute(
+                "UPDATE prana_executions SET data = ? WHERE id = ?",
+                ('{"schema_version": 2, "execution": {"id": 1}}', execution_id),
+            )
+        app = create_app(runner, token=OPERATOR)
+
+        async def calls() -> list[httpx.Response]:
+            async with _asgi(app) as client:
+                client.headers.update(_auth())
+                return [
+                    await client.get(f"/api/executions/{execution_id}"),
+                    await client.get(f"/executions/{execution_id}"),
+                    await client.get(f"/executions/{execution_id}/events"),
+                    await client.post(path, json={}),
+                ]
+
+        for response in asyncio.run(calls()):
+            assert response.status_code == 500
+            error = response.json()["error"]
+            assert "\n" not in error
+
+
+def test_a_cookie_that_is_not_ascii_is_refused_not_a_crash(runner: Runner) -> None:
+    """``hmac.compare_digest`` raises on non-ASCII text; the cookie is compared as bytes."""
+    app = create_app(runner, token=OPERATOR)
+
+    async def get() -> int:
+        async with _asgi(app) as client:
+            headers = {b"cookie": "prana_operator=\u00e9t\u00e9".encode()}
+            return (await client.get("/api/executions", headers=headers)).status_code
+
+    assert asyncio.run(get()) == 401

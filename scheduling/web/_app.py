@@ -40,7 +40,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from prana import ExecutionStatus, PranaError
+from prana import ExecutionStatus, PranaError, RecordError, ResumeError
 from scheduling._errors import ExecutionNotFound, HookError, WorkflowNotFound
 from scheduling.web import _html
 from scheduling.web._views import FINAL, execution_view, summary_view
@@ -81,6 +81,23 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
+def _names_loopback(request: Request) -> bool:
+    """Whether the request addresses the app by a loopback name (its ``Host`` header).
+
+    A browser sends the name it resolved: a page on another site that rebinds its own name
+    to 127.0.0.1 (DNS rebinding) reaches a loopback-only app with that name, not this one.
+    """
+    host = request.headers.get("host")
+    if host is None:
+        return True  # not a browser: they always send one
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else name[1:]
+    else:
+        name = name.rsplit(":", 1)[0]
+    return name == "localhost" or name.endswith(".localhost") or _is_loopback(name)
+
+
 class _Operator:
     """Checks the operator credential: a bearer token, or the login cookie (its HMAC)."""
 
@@ -99,14 +116,17 @@ class _Operator:
 
     def allowed(self, request: Request) -> bool:
         if self.token is None:
-            return _is_loopback(request.client.host if request.client else None)
+            client = request.client.host if request.client else None
+            return _is_loopback(client) and _names_loopback(request)
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer" and self.check_token(value.strip()):
             return True
         cookie = request.cookies.get(COOKIE)
         assert self.cookie_value is not None
-        return cookie is not None and hmac.compare_digest(cookie, self.cookie_value)
+        return cookie is not None and hmac.compare_digest(
+            cookie.encode(), self.cookie_value.encode()
+        )
 
 
 def create_app(
@@ -178,6 +198,11 @@ def create_app(
             outcome = await asyncio.to_thread(runner.deliver_hook, resume_token, data)
         except HookError as exc:
             return _error(exc.status, str(exc))
+        except ResumeError as exc:  # the data was refused before anything ran
+            return _error(422, _first_line(exc))
+        except RecordError:
+            logger.exception("a webhook delivery could not read or write its execution")
+            return _error(500, "the execution's stored record could not be read or written")
         execution = outcome.execution
         assert execution is not None
         return JSONResponse(
@@ -195,7 +220,11 @@ def create_app(
             if operator.allowed(request):
                 return await handler(request)
             if operator.token is None:
-                return _error(403, "no operator token is configured: loopback clients only")
+                return _error(
+                    403,
+                    "no operator token is configured: loopback clients only, addressing the "
+                    "app as localhost or a loopback address",
+                )
             if html:
                 query = urlencode({"next": request.url.path})
                 return RedirectResponse(f"{root(request)}/login?{query}", status_code=303)
@@ -253,6 +282,8 @@ def create_app(
             return await asyncio.to_thread(load_view, execution_id)
         except ExecutionNotFound:
             return _error(404, f"no execution {execution_id!r}")
+        except RecordError as exc:
+            return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
 
     async def api_list(request: Request) -> Response:
         args = list_args(request)
@@ -306,6 +337,8 @@ def create_app(
             first = await asyncio.to_thread(load_view, execution_id)
         except ExecutionNotFound:
             return _error(404, f"no execution {execution_id!r}")
+        except RecordError as exc:
+            return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
         last_seen = request.headers.get("last-event-id")
 
         async def stream() -> AsyncIterator[bytes]:
@@ -344,7 +377,7 @@ def create_app(
                         return
                     try:
                         view = await asyncio.to_thread(load_view, execution_id)
-                    except ExecutionNotFound:
+                    except (ExecutionNotFound, RecordError):
                         return
             finally:
                 unsubscribe()
@@ -423,6 +456,10 @@ def create_app(
     app.state.runner = runner
     app.state.operator_token_configured = token is not None
     return app
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _client(request: Request) -> str | None:
