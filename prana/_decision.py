@@ -76,7 +76,7 @@ def check_conditions(
     problem reads ``"<where>.<field>: <why>"``, ``<where>`` being where the policy was set
     (``settings.retry[1]``, ``retry_defaults['http.request']``...). Validation runs this,
     so a condition that could never hold, or that names code nobody registered, is an
-    error before anything runs; nothing is imported to resolve a name (DESIGN §7).
+    error before anything runs; nothing is imported to resolve a name (definitions are data).
     """
     level, policies = _resolve_level(node, workflow, spec_retry)
     found = [

@@ -1,6 +1,6 @@
 """The entry checks: every executor call checks its arguments before the engine starts.
 
-Caller mistakes raise a clear ``prana`` error here (DESIGN §3); nothing a node does ever
+Caller mistakes raise a clear ``prana`` error here; nothing a node does ever
 raises. The checks take exact-type fast paths first, since they run on every call.
 """
 

@@ -1,8 +1,8 @@
 """JSON checks: whether a value is JSON-native, and JSON-native copies of rendered params.
 
-Node outputs, state updates, workflow input and resume data must be JSON-native (DESIGN §2)
-so a reloaded execution resumes exactly as the in-memory one would, and storable: what
-passes here is what the record's serializer writes, so nothing runs and then fails to save.
+Node outputs, state updates, workflow input and resume data must be JSON-native so a
+reloaded execution resumes exactly as the in-memory one would, and storable: what passes
+here is what the record's serializer writes, so nothing runs and then fails to save.
 """
 
 from __future__ import annotations

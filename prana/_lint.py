@@ -58,9 +58,9 @@ class LintWarning:
 def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarning]:
     """Every suspicious retry setting of ``workflow``, node by node, in node order.
 
-    Each node is checked with the policies it would really use (the precedence of
-    DESIGN §5). Without a ``registry`` the actions' own defaults and ``side_effects``
-    declarations are unknown, so those checks are skipped.
+    Each node is checked with the policies it would really use (the precedence on the
+    docs' Retry policy page). Without a ``registry`` the actions' own defaults and
+    ``side_effects`` declarations are unknown, so those checks are skipped.
     """
     warnings: list[LintWarning] = []
     known = _known_exception_names(registry)
@@ -249,9 +249,10 @@ _CATCH_ALL_NAMES = frozenset({"Exception", "BaseException", "builtins.Exception"
 def _first_match_vs_max(policies: Sequence[RetryPolicy]) -> list[str]:
     """Pairs of policies where an error matches both and the later one allows more attempts.
 
-    prana lets the first policy whose filter matches decide (DESIGN §5); Waymark takes "the
-    max across matching retry brackets" (piercefreeman/waymark docs/_internal/
-    Action-Retries.md). The two agree unless a later matching policy allows more attempts.
+    prana lets the first policy whose filter matches decide (docs: Retry policy); Waymark
+    takes "the max across matching retry brackets"
+    (piercefreeman/waymark docs/_internal/Action-Retries.md). The two agree unless a later
+    matching policy allows more attempts.
     """
     found: list[str] = []
     enabled = [(i, p) for i, p in enumerate(policies) if p.enabled]

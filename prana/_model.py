@@ -334,7 +334,7 @@ NEVER_RETRY_CODES: frozenset[str] = frozenset(
         ErrorCode.CANCELLED,
     )
 )
-"""``ErrorInfo.code`` values that never retry, whatever the policy says (DESIGN §3).
+"""``ErrorInfo.code`` values that never retry, whatever the policy says (docs: Error codes).
 
 Every other code (``action_error``, ``timeout``, ``result_rejected``) is the policy's to
 decide. The engine and the retry decision both read this set; it holds the string values

@@ -125,7 +125,7 @@ CURVES: Mapping[str, Curve] = {
         _fibonacci, "initial_delay * F(k), F = 1, 1, 2, 3, 5, ...", uses_multiplier=False
     ),
 }
-"""Every backoff curve by name (DESIGN §5): the one place a curve is defined."""
+"""Every backoff curve by name (the docs' Retry policy page): the one place a curve is defined."""
 
 
 @attrs.frozen
@@ -210,7 +210,7 @@ JITTER_KINDS: Mapping[str, JitterKind] = {
     "equal": JitterKind(_equal_bounds, _equal_draw),
     "decorrelated": JitterKind(_decorrelated_bounds, _decorrelated_draw),
 }
-"""Every named jitter kind (DESIGN §5): ``full`` is uniform in [0, d], ``equal`` in
+"""Every named jitter kind (docs: Retry policy): ``full`` is uniform in [0, d], ``equal`` in
 [d/2, d], ``decorrelated`` AWS's uniform in [initial_delay, 3 * previous delay]."""
 
 FRACTION_JITTER = JitterKind(_fraction_bounds, _fraction_draw)
@@ -316,7 +316,7 @@ def _condition(value: Any, field: str) -> Condition:
     """A callable (from code), a ``{{ }}`` template, or the name of a registered condition.
 
     A name is kept as text and resolved on the ``Registry`` when the workflow is validated;
-    nothing here imports or calls anything (DESIGN §7).
+    nothing here imports or calls anything (definitions are data).
     """
     if value is None or (callable(value) and not isinstance(value, str)):
         return value
@@ -376,7 +376,7 @@ ErrorTypes = str | type[BaseException] | Sequence[str | type[BaseException]] | N
 
 @attrs.frozen(kw_only=True, init=False)
 class RetryPolicy:
-    """When to retry a failed attempt and how long to wait first (DESIGN §5).
+    """When to retry a failed attempt and how long to wait first (the docs' Retry policy page).
 
     Shape: ``max_attempts`` counts the first try (``None``: unlimited, allowed only with a
     ``retry_timeout``). The delay before retry k (k = 1 for the first retry) is, before

@@ -62,7 +62,7 @@ class Registry:
 
     It also holds the named conditions (``condition``) a workflow's data may refer to, and
     the exception classes ``lint`` should know (``exception``). Nothing read from data can
-    run code that is not registered here (DESIGN §7).
+    run code that is not registered here (definitions are data).
     """
 
     def __init__(self, *, builtins: bool = True) -> None:

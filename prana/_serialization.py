@@ -11,7 +11,7 @@ Shape of the converter (cattrs' ``preconf/orjson`` plus):
   enums are stored by value;
 - a ``Suspend``'s ``kind`` tags its ``data`` (``BUILTIN_SUSPEND_DATA``); its
   ``execution`` is never stored inside an execution (it would be the execution itself);
-- data never names code to import (DESIGN §7): a callable in a policy is written as the
+- data never names code to import (definitions are data): a callable in a policy is written as the
   name it is registered under (``registry.condition``) and read back as that name, which
   validation resolves on the registry; an exception class is written as its name (short
   for builtins, ``module.qualname`` otherwise) and read back as a name matched through
@@ -467,7 +467,7 @@ def make_converter(
     conv.register_structure_hook(datetime, _structure_datetime)
     conv.register_unstructure_hook_func(lambda t: t is Any, lambda v: v)
 
-    # Code is written by name and never read back as code (DESIGN §7).
+    # Code is written by name and never read back as code (definitions are data).
     conv.register_unstructure_hook_func(
         lambda t: (
             _class_slot(t) is not None

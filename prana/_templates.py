@@ -21,8 +21,8 @@ time, so a forgotten ``$`` or a misspelt root is an error rather than a silent `
 Below the root, undefined is strict: a missing key, attribute or list item is an error
 that lists what is there (``| default(...)`` and ``is defined`` still test for it).
 
-Templates are untrusted (DESIGN §7), so evaluation is sandboxed and bounded. The sandbox
-is Jinja's ``ImmutableSandboxedEnvironment``: no ``_``-prefixed attributes, no mutating
+Templates are untrusted (docs: Security model), so evaluation is sandboxed and bounded.
+The sandbox is Jinja's ``ImmutableSandboxedEnvironment``: no ``_``-prefixed attributes, no mutating
 methods. The bounds use the sandbox's own hooks (intercepted operators, ``call``, the
 filters, tests and globals, the finalize hook, the JSON policy) plus one rewrite of the
 parsed template (loops, ``~``, comparisons, dict keys and buffered output go through
@@ -103,7 +103,7 @@ ROOTS: tuple[str, ...] = (
 )
 """The scope roots a template may name, each written with a ``$``."""
 
-# --- limits (the README's "Template limits" table states the same numbers) ---------------
+# --- limits (the docs' Templates page states the same numbers) --------------------------
 
 MAX_SIZE = 1_000_000
 """Most characters (or items, counted through nesting) in a value a template builds, and

@@ -5,7 +5,7 @@ Optional ones name what some backends can do more: a scheduler that keeps the ti
 inside the save that implies it (``TransactionalStore``, ``TransactionalScheduler``). The
 ``Runner`` finds every capability through these protocols and looks for nothing else.
 
-Invariants every backend keeps (see ``docs/extending/backends.md``):
+Invariants every backend keeps (see the docs' Stores and schedulers page):
 
 - ``Scheduler.schedule`` is idempotent and replacing: one alarm per execution id, the
   latest due time wins. Firing is at-least-once: a fired id may fire again, late or twice;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -132,3 +133,15 @@ def test_our_scheduling_alone_imports(tmp_path: Path) -> None:
     result = _python(site, "import scheduling; print(scheduling.__prana_shell__)")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+
+
+def test_docstrings_cite_only_shipped_documents() -> None:
+    """No module of either package cites a document the wheel and the docs site do not ship."""
+    unshipped = re.compile(r"DESIGN|STYLE\.md|PROFILE\.md|\bREADME\b|(?<![\w/])docs/\w")
+    found = []
+    for package in (Path(prana.__file__).parent, Path(scheduling.__file__).parent):
+        for path in sorted(package.rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if unshipped.search(line) and "piercefreeman/" not in line:
+                    found.append(f"{path.name}:{number}: {line.strip()}")
+    assert found == []

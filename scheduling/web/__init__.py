@@ -2,7 +2,7 @@
 
 Install with ``pip install 'prana-workflows[web]'``. ``create_app(runner)`` builds a
 Starlette app to mount in FastAPI/Starlette (``app.mount("/prana", create_app(runner))``)
-or to serve alone (``prana serve``). ``docs/reference/web.md`` lists the routes and the
+or to serve alone (``prana serve``). The docs' HTTP routes page lists the routes and the
 token format.
 """
 
