@@ -704,6 +704,12 @@ class Run(Frontier):
                 digest = token_digest(self.id, key, secret)
             data = WebhookData(expires_at=data.expires_at, token_digest=digest)
             given = attrs.evolve(data, token=token)
+        elif self.issued and kind not in _SUSPEND_TYPES:
+            # An action's own data (a link it was given): the caller gets it as given, the
+            # record without the tokens minted in this call.
+            redacted = redact_tokens(data, self.issued.values())
+            if redacted != data:
+                given, data = data, redacted
         suspension = Suspend(kind, data)
         if self.observers:
             self.event(
@@ -744,6 +750,8 @@ class Run(Frontier):
         key = cn.key
         number = node_run.attempt_number
         exhausted = False
+        if self.issued:
+            error = self.redacted_error(error)
         if cn.policies and error.code not in NEVER_RETRY_CODES:
             now = self.clock()  # one reading: the budget check and resume_at must agree
             view = AttemptView(
@@ -812,6 +820,18 @@ class Run(Frontier):
         port = "main" if mode == "continue" else "error"
         self.complete_node(cn, node_run, error.as_output(), port, error=error)
         return None
+
+    def redacted_error(self, error: ErrorInfo) -> ErrorInfo:
+        """``error`` without the resume tokens minted in this call (an action's error often
+        quotes its params, e.g. ``HTTP 400 from POST <url>``); the record keeps no token."""
+        tokens = self.issued.values()
+        message = redact_tokens(error.message, tokens)
+        details = redact_tokens(error.details, tokens)
+        if message == error.message and details == error.details:
+            return error
+        return new_error_info(
+            error.code, error.type, error.module, message, details, error.node_key
+        )
 
     def fail_execution(self, error: ErrorInfo) -> Failed:
         execution = self.freeze(ExecutionStatus.FAILED, error=error)

@@ -73,8 +73,8 @@ def parse_token(token: str) -> tuple[str, str] | None:
         execution_id = raw.decode()
     except (binascii.Error, ValueError):
         return None
-    if not execution_id or _b64(raw) != head:
-        return None
+    if not execution_id or _b64(raw) != head or not execution_id.isprintable():
+        return None  # a NUL or a control character names no execution (PostgreSQL refuses it)
     return execution_id, secret
 
 

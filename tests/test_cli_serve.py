@@ -117,6 +117,8 @@ def test_run_prints_the_path_and_serve_resumes_it_once(tmp_path: Path) -> None:
         base = f"http://127.0.0.1:{port}"
         listed = httpx.get(base + "/api/executions").json()
         assert listed["items"][0]["status"] == "suspended"
+        refused = httpx.post(base + path, content=b"yes", headers={"content-type": "text/plain"})
+        assert refused.status_code == 415  # the token stays valid: the log must not show it
         first = httpx.post(base + path, json={"approved": True})
         assert first.status_code == 200, first.text
         assert first.json()["status"] == "completed"
@@ -128,3 +130,8 @@ def test_run_prints_the_path_and_serve_resumes_it_once(tmp_path: Path) -> None:
         reader.join(READY_TIMEOUT_SECONDS)
         assert serve.stdout is not None
         serve.stdout.close()
+    while not lines.empty():
+        seen.append(lines.get_nowait())
+    log = "".join(seen)
+    assert log.count('"POST /hooks/[webhook-token] HTTP/1.1"') == 3, log
+    assert path.removeprefix("/hooks/") not in log

@@ -818,3 +818,29 @@ def test_a_cookie_that_is_not_ascii_is_refused_not_a_crash(runner: Runner) -> No
             return (await client.get("/api/executions", headers=headers)).status_code
 
     assert asyncio.run(get()) == 401
+
+
+def test_control_characters_in_ids_name_nothing(store: ExecutionStore) -> None:
+    """A NUL in a token's execution id, a path id or a list cursor: 404/400 from every store
+    (PostgreSQL refuses NUL in text, which used to be a 500 and a traceback per request, for
+    anyone: the hook route needs no credential)."""
+    import base64
+
+    with make_runner(store) as runner:
+        app = create_app(runner, token=OPERATOR)
+        head = base64.urlsafe_b64encode(b"\x00abc").rstrip(b"=").decode()
+
+        async def calls() -> list[int]:
+            async with _asgi(app) as client:
+                hook = await client.post(f"/hooks/{head}.{'A' * 43}", json={})
+                client.headers.update(_auth())
+                return [
+                    hook.status_code,
+                    (await client.get("/api/executions/%00")).status_code,
+                    (await client.get("/executions/%00")).status_code,
+                    (await client.get("/executions/%00/events")).status_code,
+                    (await client.get("/api/executions?after=%00")).status_code,
+                    (await client.get("/api/executions?workflow=%00")).status_code,
+                ]
+
+        assert asyncio.run(calls()) == [404, 404, 404, 404, 400, 400]

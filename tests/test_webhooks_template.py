@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 from typing import Any
 
+import attrs
 import pytest
 
 from prana import (
@@ -111,3 +115,135 @@ def test_an_unknown_node_mints_nothing() -> None:
     assert outcome.execution is not None
     assert not any(key.startswith("__webhook__:") for key in outcome.execution.state)
     assert all(link is None for link in sent)
+
+
+# --- the token never reaches the record through an error ------------------------------------------
+
+
+_TOKEN_IN_TEXT = re.compile(r"/hooks/([A-Za-z0-9_-]+\.[A-Za-z0-9_-]{22,})")
+
+
+def _notify_may_fail(*, retries: int = 1) -> Workflow:
+    """notify (quotes the link; on error the flow goes on to the wait) -> webhook wait."""
+    return Workflow(
+        id="notify-may-fail",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="notify",
+                type="chat.send",
+                params={"link": "https://example.test/prana{{ $webhooks.approve }}"},
+                settings=NodeSettings(
+                    on_error="continue",
+                    retry=RetryPolicy(max_attempts=retries, initial_delay=1),
+                ),
+            ),
+            Node(key="approve", type="wait.wait", params={"mode": "webhook"}),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="notify"),
+            Connection(from_node="notify", to_node="approve"),
+        ],
+    )
+
+
+def _runner(registry: Registry, store: MemoryStore) -> Runner:
+    return Runner(registry=registry, store=store, scheduler=ManualScheduler(clock=ManualClock()))
+
+
+def _quoting_error(params: Any, ctx: Any) -> Any:
+    raise ConnectionError(f"chat server refused {params['link']}")
+
+
+def _store_reader_resumes(store: MemoryStore, registry: Registry, execution_id: str) -> list[str]:
+    """What someone who can only read the store finds: tokens that resume the wait."""
+    record = dumps(store.load(execution_id)[0])
+    found = _TOKEN_IN_TEXT.findall(record)
+    worked = []
+    with _runner(registry, store) as r:
+        for token in found:
+            with contextlib.suppress(HookNotFound):
+                r.deliver_hook(token, {"approved": "by the reader"})
+                worked.append(token)
+    return worked
+
+
+def test_an_error_quoting_the_link_does_not_hand_the_token_to_store_readers() -> None:
+    """An action's error quotes its params (here with on_error=continue, so the flow goes on
+    to the wait): the token used to be stored in the error and resumed the wait for anyone
+    who could read the store."""
+    registry = Registry()
+    registry.register("chat.send", _quoting_error)
+    store = MemoryStore(serialize=True)
+    with _runner(registry, store) as r:
+        execution_id = r.start(_notify_may_fail(), None)
+        path = r.hook_path(execution_id)
+        assert path is not None
+        execution = r.get(execution_id)
+    notify = execution.node("notify")
+    assert notify is not None
+    assert notify.error is not None
+    assert (
+        notify.error.message == f"chat server refused https://example.test/prana/hooks/{REDACTED}"
+    )
+    assert notify.output["message"] == notify.error.message
+    assert _store_reader_resumes(store, registry, execution_id) == []
+    assert path.removeprefix("/hooks/") not in dumps(execution)
+
+
+def test_http_request_errors_keep_no_token_in_message_or_details() -> None:
+    """``http.request`` records ``HTTP 400 from POST <url>`` and the URL in ``details``."""
+    import httpx
+
+    from prana._http import register_http
+
+    registry = Registry()
+    register_http(registry, transport=httpx.MockTransport(lambda request: httpx.Response(400)))
+    workflow = _notify_may_fail()
+    nodes = [
+        attrs.evolve(
+            node,
+            type="http.request",
+            params={"url": "https://chat.test/send?link={{ $webhooks.approve }}", "method": "POST"},
+        )
+        if node.key == "notify"
+        else node
+        for node in workflow.nodes
+    ]
+    store = MemoryStore(serialize=True)
+    with _runner(registry, store) as r:
+        execution_id = r.start(attrs.evolve(workflow, nodes=nodes), None)
+        error = r.get(execution_id).node("notify").error  # type: ignore[union-attr]
+    assert error is not None
+    assert error.message.startswith("HTTP 400 from POST https://chat.test/send?link=/hooks/[")
+    assert error.details["url"].endswith(f"link=/hooks/{REDACTED}")
+    assert _store_reader_resumes(store, registry, execution_id) == []
+
+
+def test_a_retried_attempt_s_error_keeps_no_token() -> None:
+    """Each attempt's error in the ledger (and the retry's suspension) is redacted too."""
+    registry = Registry()
+    registry.register("chat.send", _quoting_error)
+    outcome = execute_workflow(_notify_may_fail(retries=2), registry=registry)
+    assert isinstance(outcome, Suspend)
+    assert outcome.kind == "retry"
+    assert outcome.execution is not None
+    text = dumps(outcome.execution)
+    assert REDACTED in text
+    assert _TOKEN_IN_TEXT.search(text) is None
+
+
+def test_custom_suspension_data_is_redacted_in_the_record_only() -> None:
+    """An action that pauses with its own data quoting the link: the caller gets the link,
+    the record does not."""
+    registry = Registry()
+    registry.register("chat.send", lambda params, ctx: Suspend("chat.reply", {"asked": params}))
+    outcome = execute_workflow(_notify_may_fail(), registry=registry)
+    assert isinstance(outcome, Suspend)
+    assert outcome.kind == "chat.reply"
+    assert _TOKEN_IN_TEXT.search(json.dumps(outcome.data)) is not None
+    assert outcome.execution is not None
+    stored = outcome.execution.suspension
+    assert stored is not None
+    assert stored.data == {"asked": {"link": f"https://example.test/prana/hooks/{REDACTED}"}}
+    assert _TOKEN_IN_TEXT.search(dumps(outcome.execution)) is None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
+import re
 from typing import TYPE_CHECKING
 
 from scheduling._cli._common import EXIT_OK, CLIError, load_actions, make_runner, open_store, where
@@ -33,6 +35,27 @@ def register(add: AddCommand) -> None:
         help="largest webhook body accepted (default 1 MiB)",
     )
     serve.set_defaults(handler=_cmd_serve)
+
+
+_HOOK_PATH = re.compile(r"/hooks/[^/?#\s]+")
+
+
+class _RedactHookPaths(logging.Filter):
+    """Keep resume tokens out of the access log: ``/hooks/<token>`` is logged redacted.
+
+    A delivery refused before it resumed anything (415, 422, 413) leaves its token valid,
+    and whoever reads the log must not gain the power to resume the wait with it.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _HOOK_PATH.sub("/hooks/[webhook-token]", arg) if isinstance(arg, str) else arg
+                for arg in record.args
+            )
+        elif isinstance(record.msg, str):
+            record.msg = _HOOK_PATH.sub("/hooks/[webhook-token]", record.msg)
+        return True
 
 
 def _is_loopback(host: str) -> bool:
@@ -66,7 +89,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         app = create_app(runner, token=token, max_body_bytes=args.max_body, open_runner=True)
         access = "operator token required" if token else "no operator token: loopback only"
         print(f"prana serve on http://{args.host}:{args.port} over {where(args)} ({access})")
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
+        logging.getLogger("uvicorn.access").addFilter(_RedactHookPaths())  # after its config
+        uvicorn.Server(config).run()
     finally:
         store.close()
     return EXIT_OK

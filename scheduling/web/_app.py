@@ -41,7 +41,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from prana import ExecutionStatus, PranaError, RecordError, ResumeError
-from scheduling._errors import ExecutionNotFound, HookError, WorkflowNotFound
+from scheduling._errors import ExecutionNotFound, HookError, StoreError, WorkflowNotFound
 from scheduling.web import _html
 from scheduling.web._views import FINAL, execution_view, summary_view
 
@@ -200,7 +200,7 @@ def create_app(
             return _error(exc.status, str(exc))
         except ResumeError as exc:  # the data was refused before anything ran
             return _error(422, _first_line(exc))
-        except RecordError:
+        except (RecordError, StoreError):
             logger.exception("a webhook delivery could not read or write its execution")
             return _error(500, "the execution's stored record could not be read or written")
         execution = outcome.execution
@@ -243,6 +243,9 @@ def create_app(
             return _error(400, f"status={status!r}: use one of {', '.join(_html.STATUSES)}")
         workflow = query.get("workflow") or None
         after = query.get("after") or None
+        for name, value in (("workflow", workflow), ("after", after)):
+            if value is not None and not value.isprintable():
+                return _error(400, f"{name}={value!r}: control characters name nothing")
         try:
             limit = int(query.get("limit", "50"))
         except ValueError:
@@ -267,6 +270,8 @@ def create_app(
             return await asyncio.to_thread(list_rows, status, workflow, limit, after)
         except ExecutionNotFound:
             return _error(400, f"after={after!r} names no execution; start from the first page")
+        except StoreError as exc:
+            return _error(500, _first_line(exc))
 
     def load_view(execution_id: str) -> dict[str, Any]:
         execution, version = runner.store.load(execution_id)
@@ -278,11 +283,13 @@ def create_app(
 
     async def view_or_404(request: Request) -> dict[str, Any] | Response:
         execution_id = request.path_params["execution_id"]
+        if not execution_id.isprintable():  # PostgreSQL refuses a NUL: it names nothing
+            return _error(404, f"no execution {execution_id!r}")
         try:
             return await asyncio.to_thread(load_view, execution_id)
         except ExecutionNotFound:
             return _error(404, f"no execution {execution_id!r}")
-        except RecordError as exc:
+        except (RecordError, StoreError) as exc:
             return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
 
     async def api_list(request: Request) -> Response:
@@ -333,11 +340,13 @@ def create_app(
 
     async def events(request: Request) -> Response:
         execution_id = request.path_params["execution_id"]
+        if not execution_id.isprintable():
+            return _error(404, f"no execution {execution_id!r}")
         try:
             first = await asyncio.to_thread(load_view, execution_id)
         except ExecutionNotFound:
             return _error(404, f"no execution {execution_id!r}")
-        except RecordError as exc:
+        except (RecordError, StoreError) as exc:
             return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
         last_seen = request.headers.get("last-event-id")
 
@@ -377,7 +386,7 @@ def create_app(
                         return
                     try:
                         view = await asyncio.to_thread(load_view, execution_id)
-                    except (ExecutionNotFound, RecordError):
+                    except (RecordError, StoreError):  # gone, or the store failed: end
                         return
             finally:
                 unsubscribe()
