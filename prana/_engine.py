@@ -199,6 +199,7 @@ class Run(Frontier):
         "started_at",
         "state",
         "status",
+        "trace_context",
         "variables",
         "workflow",
         "workflow_id",
@@ -214,6 +215,7 @@ class Run(Frontier):
         env: Mapping[str, Any],
         observers: Sequence[Observer],
         parent: ParentRef | None,
+        trace_context: Mapping[str, str] | None = None,
     ) -> None:
         self.graph = graph
         self.workflow: Workflow = graph.workflow
@@ -236,6 +238,8 @@ class Run(Frontier):
         self.workflow_id = graph.workflow.id
         self.issued: dict[str, str] = {}
         """Resume tokens ``$webhooks`` minted in this call, by wait node (memory only)."""
+        self.trace_context = trace_context
+        """The execution's trace (opaque W3C headers): carried, never read."""
 
     # -- loading and freezing ------------------------------------------------------------
 
@@ -257,6 +261,7 @@ class Run(Frontier):
             env=env,
             observers=observers,
             parent=execution.parent,
+            trace_context=execution.trace_context,
         )
         run.runs = dict(execution.node_executions)
         run.state = dict(execution.state)
@@ -312,6 +317,7 @@ class Run(Frontier):
             self.started_at,
             now,
             now if status.value in _FINAL_VALUES else None,
+            self.trace_context,
         )
 
     def writable_runs(self, key: str) -> list[NodeExecution]:

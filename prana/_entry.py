@@ -227,10 +227,12 @@ def new_run(
     observers: Sequence[Observer] | None,
     execution_id: str | None,
     parent: ParentRef | None,
+    trace_context: Mapping[str, str] | None = None,
 ) -> Run:
     checked_registry, checked_clock, checked_env, checked_observers = checked_call(
         registry, clock, env, observers
     )
+    checked_trace = check_trace_context(trace_context)
     if execution_id is not None and (not isinstance(execution_id, str) or not execution_id):
         raise InvalidSettingsError(
             f"execution_id={execution_id!r}: use a non-empty string (or leave it out)"
@@ -253,7 +255,39 @@ def new_run(
         env=checked_env,
         observers=checked_observers,
         parent=parent,
+        trace_context=checked_trace,
     )
+
+
+MAX_TRACE_FIELDS = 8
+"""The most headers a trace context holds (W3C needs two: ``traceparent``, ``tracestate``)."""
+MAX_TRACE_TEXT = 1024
+"""The longest header name or value kept (``tracestate`` is at most 512 characters)."""
+
+
+def check_trace_context(value: Any) -> dict[str, str] | None:
+    """``value`` as a plain dict of short strings, or a clear error naming ``trace_context``.
+
+    The core never reads it; the bounds only keep a record from growing without limit.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidSettingsError(
+            f"trace_context={value!r}: use a mapping of W3C trace headers, e.g. "
+            "{'traceparent': '00-<trace id>-<span id>-01'}, or None"
+        )
+    short_text = all(
+        isinstance(text, str) and len(text) <= MAX_TRACE_TEXT
+        for item in value.items()
+        for text in item
+    )
+    if len(value) > MAX_TRACE_FIELDS or not short_text:
+        raise InvalidSettingsError(
+            f"trace_context: use at most {MAX_TRACE_FIELDS} headers, each a string name and "
+            f"value of at most {MAX_TRACE_TEXT} characters (W3C traceparent/tracestate)"
+        )
+    return dict(value)
 
 
 def loaded_run(

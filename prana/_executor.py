@@ -54,14 +54,18 @@ def execute_workflow(
     observers: Sequence[Observer] | None = None,
     execution_id: str | None = None,
     parent: ParentRef | None = None,
+    trace_context: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Run ``workflow`` from its trigger until it completes, fails or suspends.
 
     Never raises for anything a node does; raises ``InvalidWorkflowError`` for a workflow
     that cannot run. Async actions are run to completion on a private event loop; inside a
-    running loop use ``aexecute_workflow``.
+    running loop use ``aexecute_workflow``. ``trace_context`` (W3C trace headers) is kept
+    in the execution, unchanged by every later step, for tracing in the shell.
     """
-    run = new_run(workflow, input, registry, clock, env, observers, execution_id, parent)
+    run = new_run(
+        workflow, input, registry, clock, env, observers, execution_id, parent, trace_context
+    )
     return drive_sync(run.start())
 
 
@@ -95,9 +99,12 @@ async def aexecute_workflow(
     observers: Sequence[Observer] | None = None,
     execution_id: str | None = None,
     parent: ParentRef | None = None,
+    trace_context: Mapping[str, str] | None = None,
 ) -> Outcome:
     """``execute_workflow`` for async code: awaits async actions, calls sync ones."""
-    run = new_run(workflow, input, registry, clock, env, observers, execution_id, parent)
+    run = new_run(
+        workflow, input, registry, clock, env, observers, execution_id, parent, trace_context
+    )
     return await drive_async(run.start())
 
 

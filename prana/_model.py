@@ -527,6 +527,10 @@ class WorkflowExecution:
 
     ``node_executions`` maps node key to its runs, oldest first; a node on a branch that
     was not taken has no entry. ``pending`` lists nodes activated but not yet run.
+    ``trace_context`` is the trace the execution belongs to, as W3C Trace Context headers
+    (``traceparent``, and ``tracestate`` when there is one): given at the start
+    (``execute_workflow(trace_context=...)``; the shell's ``scheduling.otel`` fills it),
+    kept unchanged through every later step, never read by the core.
     """
 
     id: str
@@ -546,6 +550,7 @@ class WorkflowExecution:
     started_at: datetime | None = None
     updated_at: datetime | None = None
     completed_at: datetime | None = None
+    trace_context: Mapping[str, str] | None = None
 
     @property
     def due_at(self) -> datetime | None:
@@ -728,7 +733,7 @@ redrive)``."""
 new_workflow_execution: Callable[..., WorkflowExecution] = _fast_constructor(WorkflowExecution)
 """``new_workflow_execution(id, workflow_id, workflow_version, status, input, node_executions,
 state, pending, next_index, suspended_node, suspension, output, error, parent, started_at,
-updated_at, completed_at)``."""
+updated_at, completed_at, trace_context)``."""
 new_activation: Callable[..., Activation] = _fast_constructor(Activation)
 """``new_activation(node_key, seq, sources)``."""
 new_error_info: Callable[..., ErrorInfo] = _fast_constructor(ErrorInfo)

@@ -22,6 +22,7 @@ import enum
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ from prana import (
 from scheduling._definitions import Definitions
 from scheduling._errors import ExecutionNotFound, StaleVersionError, WorkflowNotFound
 from scheduling._eventlog import log_event, wanted
+from scheduling.abc import TracePropagator
 
 if TYPE_CHECKING:
     from prana import Event
@@ -84,6 +86,7 @@ class Move(enum.Enum):
 
 
 _RESUME, _EXPIRE, _CHILDREN = Move.RESUME, Move.EXPIRE, Move.CHILDREN  # hot-path aliases
+_UNTRACED: AbstractContextManager[object] = contextlib.nullcontext()
 
 Check = Callable[[WorkflowExecution], Move | None]
 """A step's check: runs under the lock; ``None`` means nothing to do; raising refuses."""
@@ -141,6 +144,14 @@ def _exception_dict(exc: BaseException, code: str) -> dict[str, Any]:
     }
 
 
+def _first_tracer(observers: Sequence[object]) -> TracePropagator | None:
+    """The first observer that is also a ``TracePropagator``, or ``None``."""
+    for observer in observers:
+        if isinstance(observer, TracePropagator):
+            return observer
+    return None
+
+
 class Steps:
     """What moves executions between the runner's public calls: steps, alarms, follow-ups.
 
@@ -178,10 +189,17 @@ class Steps:
         self._hook_lock = threading.Lock()
         self._listeners: tuple[Callable[[str], object], ...] = ()
         """Called with the execution id after each save (``Runner.subscribe``); copy on write."""
+        self._tracer = _first_tracer(observers)
+        """The observer that keeps each execution in one trace (``scheduling.otel``), if any."""
 
     def _observers(self) -> tuple[Callable[[Event], object], ...]:
         """The observers of the next step: the log's too when logging is configured."""
         return self._emit if wanted() else self.observers
+
+    def _traced(self, trace_context: Mapping[str, str] | None) -> AbstractContextManager[object]:
+        """Where a step of an execution runs: inside its stored trace, when tracing."""
+        tracer = self._tracer
+        return _UNTRACED if tracer is None else tracer.resume(trace_context)
 
     # -- one step ----------------------------------------------------------------------
 
@@ -213,20 +231,21 @@ class Steps:
                 workflow = definitions.cached.get(
                     (execution.workflow_id, execution.workflow_version)
                 ) or definitions.get(execution.workflow_id, execution.workflow_version)
-                if move is _RESUME:
-                    outcome = resume_workflow(
-                        execution,
-                        data,
-                        workflow=workflow,
-                        registry=self.registry,
-                        clock=self.clock,
-                        env=self.env,
-                        observers=self._observers(),
-                    )
-                elif move is Move.REDRIVE:
-                    outcome = self._redrive(execution, workflow, *data)
-                else:
-                    outcome = self._expire_webhook(execution, workflow)
+                with self._traced(execution.trace_context):
+                    if move is _RESUME:
+                        outcome = resume_workflow(
+                            execution,
+                            data,
+                            workflow=workflow,
+                            registry=self.registry,
+                            clock=self.clock,
+                            env=self.env,
+                            observers=self._observers(),
+                        )
+                    elif move is Move.REDRIVE:
+                        outcome = self._redrive(execution, workflow, *data)
+                    else:
+                        outcome = self._expire_webhook(execution, workflow)
                 new = outcome.execution
                 assert new is not None, "the executor returns outcomes with the execution set"
                 version = self.store.save(new, version)
@@ -273,22 +292,31 @@ class Steps:
         *,
         execution_id: str | None,
         parent: ParentRef | None,
+        parent_trace: Mapping[str, str] | None = None,
     ) -> WorkflowExecution:
+        """Run a new execution's first step and save it; a child's trace opens in its parent's."""
         if isinstance(workflow, Workflow):
             # Refuse an invalid definition before storing it: a stored one could never be
             # replaced by its fix under the same id and version.
             validate(workflow, self.registry)
         self._definitions.register(workflow)
-        outcome = execute_workflow(
-            workflow,
-            input_data,
-            registry=self.registry,
-            clock=self.clock,
-            env=self.env,
-            observers=self._observers(),
-            execution_id=execution_id,
-            parent=parent,
-        )
+        tracer = self._tracer
+        with contextlib.ExitStack() as traced:
+            trace_context = None
+            if tracer is not None:
+                traced.enter_context(tracer.resume(parent_trace))
+                trace_context = traced.enter_context(tracer.begin(self.clock()))
+            outcome = execute_workflow(
+                workflow,
+                input_data,
+                registry=self.registry,
+                clock=self.clock,
+                env=self.env,
+                observers=self._observers(),
+                execution_id=execution_id,
+                parent=parent,
+                trace_context=trace_context,
+            )
         new = _execution_of(outcome)
         version = self.store.save(new, None)
         self._note_hook(outcome)
@@ -510,7 +538,13 @@ class Steps:
                     workflow = self._definitions.latest(data.workflow_id)
                 else:
                     workflow = self._definitions.get(data.workflow_id, data.version)
-                child = self._start(workflow, data.input, execution_id=child_id, parent=ref)
+                child = self._start(
+                    workflow,
+                    data.input,
+                    execution_id=child_id,
+                    parent=ref,
+                    parent_trace=parent.trace_context,
+                )
             except StaleVersionError:
                 return  # started by someone else meanwhile; it reports when it ends
             except (WorkflowNotFound, InvalidWorkflowError) as exc:

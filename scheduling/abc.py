@@ -2,8 +2,9 @@
 
 Optional ones name what some backends can do more: a scheduler that keeps the time itself
 (``ClockedScheduler``), and a store and a scheduler on one database that arm each alarm
-inside the save that implies it (``TransactionalStore``, ``TransactionalScheduler``). The
-``Runner`` finds every capability through these protocols and looks for nothing else.
+inside the save that implies it (``TransactionalStore``, ``TransactionalScheduler``); an
+observer that keeps each execution in one trace (``TracePropagator``). The ``Runner``
+finds every capability through these protocols and looks for nothing else.
 
 Invariants every backend keeps (see the docs' Stores and schedulers page):
 
@@ -18,11 +19,14 @@ Invariants every backend keeps (see the docs' Stores and schedulers page):
 - A workflow definition never changes for a given id and version.
 - A ``TransactionalStore``'s ``on_save`` hook runs inside the save's transaction: the row
   and what the hook writes commit together; if the hook raises, nothing is stored.
+- An execution's ``trace_context`` is set once, at its start, and every later step of it,
+  by any runner in any process, runs inside ``TracePropagator.resume`` of that context.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -168,3 +172,23 @@ class TransactionalScheduler(Protocol):
 
     def cancel_in(self, conn: Any, execution_id: str) -> None:
         """``cancel`` on the caller's connection ``conn``, inside its open transaction."""
+
+
+@runtime_checkable
+class TracePropagator(Protocol):
+    """Keeps each execution in one trace, across its steps and processes (``TracingObserver``).
+
+    The ``Runner`` uses the first of its observers that is one. It runs an execution's
+    first step inside ``begin(at)`` (``at``: the runner's clock), whose value it stores as
+    ``WorkflowExecution.trace_context``: W3C Trace Context headers (``traceparent``,
+    ``tracestate``), or ``None`` to store nothing. Every later step of the execution, by
+    any runner in any process, runs inside ``resume(trace_context)`` with what was stored,
+    and a child sub-workflow's ``begin`` runs inside its parent's ``resume``. Without a
+    runner, wrap ``execute_workflow``/``resume_workflow`` the same way by hand.
+    """
+
+    def begin(self, at: datetime) -> AbstractContextManager[Mapping[str, str] | None]:
+        """Open a new execution's trace under the current one; yield the context to store."""
+
+    def resume(self, trace_context: Mapping[str, str] | None) -> AbstractContextManager[object]:
+        """Make a stored ``trace_context`` current while one step of its execution runs."""

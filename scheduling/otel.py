@@ -20,14 +20,23 @@ a scheduled retry ``prana.retry.delay_ms`` and ``prana.retry.next_attempt``; for
 failure ``prana.error.type``, ``prana.error.code``, ``prana.error.message``; for a
 suspension ``prana.suspend.kind``.
 
-One trace per execution, across processes: its trace id is derived from the execution id
-(a child sub-workflow's from its root parent's), so a retry resumed hours later by another
-process joins the same trace without anything stored. A start made inside an active span
-(an HTTP request, say) links to that span.
+One trace per execution, across processes. The observer is also a
+``scheduling.abc.TracePropagator``, so a ``Runner`` opens each execution's ``prana.start``
+span as a child of the span current when ``start`` is called (an HTTP request's, say), or
+as a new trace's root when there is none, and saves that span's context in the execution
+(``WorkflowExecution.trace_context``, W3C ``traceparent``/``tracestate``). Every later
+step, run by any runner in any process hours later, is a ``prana.resume`` child of it, in
+the same trace; a span current at that moment (the request delivering a webhook) is
+linked. A child sub-workflow's ``prana.start`` is a child of its parent's. An execution
+saved without a trace context (before tracing was set up, or run without a runner) is
+traced as before: its trace id derived from its root execution id (``trace_id_for``),
+with the current span linked.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import threading
 from typing import TYPE_CHECKING, Any
@@ -35,7 +44,10 @@ from typing import TYPE_CHECKING, Any
 from prana import Event, EventType
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from collections.abc import Iterator, Mapping
+    from datetime import datetime
+
+    from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
 
 __all__ = ["TracingObserver", "trace_id_for"]
 
@@ -73,7 +85,31 @@ def _parent_span_id(execution_id: str) -> int:
 
 
 def _ns(event: Event) -> int:
-    return int(event.at.timestamp() * 1_000_000_000)
+    return _ns_of(event.at)
+
+
+def _ns_of(when: datetime) -> int:
+    return int(when.timestamp() * 1_000_000_000)
+
+
+class _Opening:
+    """A ``prana.start`` span opened by ``begin`` before its run, until the run's
+    ``execution_started`` event takes it (and names the execution)."""
+
+    __slots__ = ("execution_id", "span")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.execution_id: str | None = None
+
+
+_OPENING: contextvars.ContextVar[_Opening | None] = contextvars.ContextVar(
+    "prana_otel_opening", default=None
+)
+_RESUMING: contextvars.ContextVar[tuple[SpanContext | None] | None] = contextvars.ContextVar(
+    "prana_otel_resuming", default=None
+)
+"""Inside ``resume``: the caller's span context (to link), in a 1-tuple; ``None`` outside."""
 
 
 class TracingObserver:
@@ -87,6 +123,9 @@ class TracingObserver:
         self._lock = threading.Lock()
         self._steps: dict[str, Span] = {}
         self._attempts: dict[tuple[str, str, int], Span] = {}
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self._w3c = TraceContextTextMapPropagator()
 
     def __repr__(self) -> str:
         return f"<TracingObserver tracer={self.tracer!r}>"
@@ -112,6 +151,69 @@ class TracingObserver:
         )
         return trace.set_span_in_context(trace.NonRecordingSpan(parent))
 
+    # -- the trace an execution keeps (scheduling.abc.TracePropagator) ------------------------
+
+    @contextlib.contextmanager
+    def begin(self, at: datetime) -> Iterator[dict[str, str] | None]:
+        """Open a new execution's ``prana.start`` span under the current span (or as a root);
+        yield its W3C context to store in the execution, with the span current meanwhile."""
+        from opentelemetry import context
+
+        trace = self._trace
+        span = self.tracer.start_span("prana.start", start_time=_ns_of(at))
+        current = trace.set_span_in_context(span)
+        carrier: dict[str, str] = {}
+        self._w3c.inject(carrier, context=current)
+        opening = _Opening(span)
+        opening_token = _OPENING.set(opening)
+        token = context.attach(current)
+        try:
+            yield carrier or None
+        except BaseException as exc:
+            self._abandon(opening, f"the start raised {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            context.detach(token)
+            _OPENING.reset(opening_token)
+        if opening.execution_id is None:  # refused before the run began
+            self._abandon(opening, "the start was refused before its run began")
+
+    def _abandon(self, opening: _Opening, why: str) -> None:
+        """End a start's span that its run will not end (it never began, or raised)."""
+        span = opening.span
+        if opening.execution_id is not None:
+            with self._lock:
+                if self._steps.get(opening.execution_id) is not span:
+                    return  # the run ended it already
+                del self._steps[opening.execution_id]
+        span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, why))
+        span.end()
+
+    @contextlib.contextmanager
+    def resume(self, trace_context: Mapping[str, str] | None) -> Iterator[None]:
+        """Make a stored trace context current while a step of its execution runs.
+
+        Nothing stored, or nothing readable: the current context stays, and the step is
+        traced as an execution without one (see the module doc).
+        """
+        from opentelemetry import context
+
+        trace = self._trace
+        restored = self._w3c.extract(dict(trace_context)) if trace_context else None
+        if restored is None or not trace.get_current_span(restored).get_span_context().is_valid:
+            yield
+            return
+        caller = trace.get_current_span().get_span_context()
+        resuming_token = _RESUMING.set((caller if caller.is_valid else None,))
+        token = context.attach(restored)
+        try:
+            yield
+        finally:
+            context.detach(token)
+            _RESUMING.reset(resuming_token)
+
+    # -- events --------------------------------------------------------------------------------
+
     def __call__(self, event: Event) -> None:
         kind = event.type
         if kind in (EventType.EXECUTION_STARTED, EventType.EXECUTION_RESUMED):
@@ -126,26 +228,38 @@ class TracingObserver:
             self._end_step(event, _STEP_ENDS[kind])
 
     def _start_step(self, event: Event) -> None:
-        name = "prana.start" if event.type is EventType.EXECUTION_STARTED else "prana.resume"
-        links = []
-        current = self._trace.get_current_span().get_span_context()
-        if current.is_valid:
-            links.append(self._trace.Link(current))
         attributes = self._common(event)
         if event.kind is not None:
             attributes["prana.resume.kind"] = event.kind
-        span = self.tracer.start_span(
-            name,
-            context=self._execution_context(event.execution_id),
-            attributes=attributes,
-            links=links,
-            start_time=_ns(event),
-        )
+        opening = _OPENING.get() if event.type is EventType.EXECUTION_STARTED else None
+        if opening is not None and opening.execution_id is None:
+            opening.execution_id = event.execution_id  # the span ``begin`` opened for this run
+            span = opening.span
+            span.set_attributes(attributes)
+        else:
+            name = "prana.start" if event.type is EventType.EXECUTION_STARTED else "prana.resume"
+            trace = self._trace
+            resuming = _RESUMING.get()
+            current = trace.get_current_span().get_span_context()
+            if resuming is not None:  # inside the execution's own stored context
+                context = None
+                caller = resuming[0]
+            else:
+                context = self._execution_context(event.execution_id)
+                caller = current if current.is_valid else None
+            links = [trace.Link(caller)] if caller is not None else []
+            span = self.tracer.start_span(
+                name,
+                context=context,
+                attributes=attributes,
+                links=links,
+                start_time=_ns(event),
+            )
         with self._lock:
             old = self._steps.pop(event.execution_id, None)
             self._steps[event.execution_id] = span
             self._trim(self._steps)
-        if old is not None:
+        if old is not None and old is not span:
             old.end()
 
     def _start_attempt(self, event: Event) -> None:
