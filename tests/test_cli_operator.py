@@ -282,3 +282,24 @@ def test_a_mistyped_actions_path_says_the_file_does_not_exist(
     assert code == 2
     assert "does not exist" in err or "no file" in err
     assert err.count("\n") == 1
+
+
+def test_deliver_without_actions_to_a_waiting_custom_workflow_says_to_pass_actions(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``deliver`` to a waiting execution whose workflow needs actions asks for --actions."""
+    doc = flaky_doc("waits", fails=0)
+    doc["nodes"].append({"key": "w", "type": "wait.wait", "params": {"mode": "webhook"}})
+    doc["connections"].append({"from_node": "call", "to_node": "w"})
+    (tmp_path / "waits.json").write_text(json.dumps(doc))
+    code, _, _ = cli(site, capsys, "run", f"{site['dir']}/waits.json", *actions(site))
+    assert code == 0
+    _, out, _ = cli(site, capsys, "list", "--json")
+    eid = json.loads(out)["executions"][0]["id"]
+    code, _, err = cli(site, capsys, "deliver", eid[:12], "--data", "{}")
+    assert code == 2
+    assert "pass --actions" in err
+    assert err.count("\n") == 1
+    code, out, _ = cli(site, capsys, "deliver", eid[:12], "--data", "{}", *actions(site))
+    assert code == 0
+    assert "completed" in out

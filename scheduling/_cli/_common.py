@@ -461,3 +461,22 @@ def _has_version(store: ExecutionStore, workflow_id: str, version: int) -> bool:
     except WorkflowNotFound:
         return False
     return True
+
+
+def check_stored_actions(
+    store: ExecutionStore,
+    execution_id: str,
+    registry: Registry,
+    actions: str | None,
+    *,
+    when: ExecutionStatus,
+) -> None:
+    """``check_actions`` for a stored execution's workflow, if it is in the state ``when``.
+
+    Only an execution the command would run is checked, so a refusal by state (a
+    completed execution) still says so instead of asking for ``--actions``.
+    """
+    execution, _ = store.load(execution_id)
+    if execution.status is when:
+        workflow = store.load_workflow(execution.workflow_id, execution.workflow_version)
+        check_actions([workflow], registry, actions)

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scheduling._cli._common import finish, load_actions, make_runner, open_store, resolve_id
+from prana import ExecutionStatus
+from scheduling._cli._common import (
+    check_stored_actions,
+    finish,
+    load_actions,
+    make_runner,
+    open_store,
+    resolve_id,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -45,6 +53,9 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
     view = ConsoleView()
     try:
         execution_id = resolve_id(store, args.id)
+        check_stored_actions(
+            store, execution_id, registry, args.actions, when=ExecutionStatus.FAILED
+        )
         with make_runner(registry, store, view) as runner, view.live():
             runner.redrive(execution_id, args.node, reset_attempts=args.reset_attempts)
             return finish(runner, execution_id, view)

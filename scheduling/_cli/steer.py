@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from prana import ExecutionStatus
 from scheduling._cli._common import (
     EXIT_OK,
+    check_stored_actions,
     finish,
     load_actions,
     make_runner,
@@ -46,6 +48,9 @@ def _cmd_deliver(args: argparse.Namespace) -> int:
     view = ConsoleView()
     try:
         execution_id = resolve_id(store, args.id)
+        check_stored_actions(
+            store, execution_id, registry, args.actions, when=ExecutionStatus.SUSPENDED
+        )
         with make_runner(registry, store, view) as runner, view.live():
             runner.deliver(execution_id, data)
             return finish(runner, execution_id, view)
