@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from prana import Node, NodeSettings, RetryPolicy, Workflow
-from prana._policy import coerce_policies, resolve
+from prana._resolve import coerce_policies, resolve
 
 
 class NetworkError(ConnectionError):

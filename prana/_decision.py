@@ -24,10 +24,10 @@ from prana._policy import (
     HINT_CEILING_SECONDS,
     RESULT_REJECTED,
     RetryPolicy,
-    _resolve_level,
     error_class,
     is_template,
 )
+from prana._resolve import resolve_level
 
 if TYPE_CHECKING:
     from prana._model import Node, Workflow
@@ -78,7 +78,7 @@ def check_conditions(
     so a condition that could never hold, or that names code nobody registered, is an
     error before anything runs; nothing is imported to resolve a name (definitions are data).
     """
-    level, policies = _resolve_level(node, workflow, spec_retry)
+    level, policies = resolve_level(node, workflow, spec_retry)
     found = [
         (index, field, value)
         for index, policy in enumerate(policies)

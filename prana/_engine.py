@@ -24,18 +24,17 @@ import attrs
 
 from prana._builtins import SubWorkflowFailed
 from prana._decision import RAN_OUT, AttemptView, explain_retry, rejects_result
-from prana._errors import AttemptTimeout, NonRetryable, WebhookTimeout
+from prana._errors import WebhookTimeout
 from prana._events import Event, EventType, Observer, emit
 from prana._frontier import Frontier, Pending
 from prana._graph import CompiledGraph, CompiledNode
 from prana._hooks import (
-    HOOK_PATH_PREFIX,
     PENDING_TOKEN_PREFIX,
     mint_token,
     redact_tokens,
     token_digest,
 )
-from prana._jsoncheck import iso_datetimes, json_problem, jsonable
+from prana._jsoncheck import json_problem
 from prana._model import (
     NEVER_RETRY_CODES,
     AttemptOutcome,
@@ -65,9 +64,9 @@ from prana._model import (
     new_suspend,
     new_workflow_execution,
 )
-from prana._noderun import NodeRun
+from prana._noderun import NodeRun, error_info, prana_error
 from prana._registry import ActionContext
-from prana._schema import structure_params
+from prana._scope import prepare_params
 from prana._state import FINAL, check_node_transition, check_transition
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL)
@@ -89,92 +88,6 @@ Step = Call | Outcome | None
 
 Result = tuple[bool, Any]
 """``(True, value)`` when the call returned, ``(False, exception)`` when it raised."""
-
-
-def error_info(
-    exc: BaseException, node_key: str | None, code: ErrorCode | None = None
-) -> ErrorInfo:
-    """Turn a live exception into plain data; ``NonRetryable(exc)`` records ``exc``."""
-    cause: BaseException = exc
-    if code is None:
-        if isinstance(exc, NonRetryable):
-            code = ErrorCode.NON_RETRYABLE
-        elif isinstance(exc, AttemptTimeout):
-            code = ErrorCode.TIMEOUT
-        else:
-            code = ErrorCode.ACTION_ERROR
-    if isinstance(exc, NonRetryable) and isinstance(exc.error, BaseException):
-        cause = exc.error
-    details = getattr(cause, "details", None)
-    if details is not None and json_problem(details) is not None:
-        details = repr(details)
-    cls = type(cause)
-    return new_error_info(code.value, cls.__name__, cls.__module__, str(cause), details, node_key)
-
-
-def _prana_error(code: ErrorCode, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
-    return new_error_info(code.value, type_name, "prana", message, None, node_key)
-
-
-class _NodesView(Mapping[str, Any]):
-    """``$nodes`` for templates: each node's latest run, computed only when looked at."""
-
-    __slots__ = ("_runs",)
-
-    def __init__(self, runs: dict[str, Sequence[NodeExecution]]) -> None:
-        self._runs = runs
-
-    def __getitem__(self, key: str) -> Any:
-        runs = self._runs.get(key)
-        if not runs:
-            raise KeyError(key)
-        last = runs[-1]
-        return {
-            "output": last.output,
-            "port": last.output_port,
-            "status": last.status.value,
-            "run_index": last.run_index,
-        }
-
-    def __iter__(self) -> Any:
-        return (k for k, v in self._runs.items() if v)
-
-    def __len__(self) -> int:
-        return sum(1 for v in self._runs.values() if v)
-
-
-class _WebhooksView(Mapping[str, str]):
-    """``$webhooks`` for templates: ``$webhooks.<wait node>`` is that wait's resume path.
-
-    Looking one up mints the token of the node's next webhook wait: its digest waits in
-    the shared state (``__webhook__:<key>``) for the wait to take it, the plaintext stays
-    in memory, and the executor redacts it from the params and output it records.
-    """
-
-    __slots__ = ("_paths", "_run")
-
-    def __init__(self, run: Run) -> None:
-        self._run = run
-        self._paths: dict[str, str] = {}
-
-    def __getitem__(self, key: str) -> str:
-        path = self._paths.get(key)
-        if path is not None:
-            return path
-        run = self._run
-        if key not in run.graph.nodes:
-            raise KeyError(key)
-        token, secret = mint_token(run.id)
-        run.state[PENDING_TOKEN_PREFIX + key] = token_digest(run.id, key, secret)
-        run.issued[key] = token
-        path = self._paths[key] = HOOK_PATH_PREFIX + token
-        return path
-
-    def __iter__(self) -> Any:
-        return iter(self._run.graph.nodes)
-
-    def __len__(self) -> int:
-        return len(self._run.graph.nodes)
 
 
 class Run(Frontier):
@@ -401,7 +314,7 @@ class Run(Frontier):
                 f"max_iterations={self.workflow.max_iterations}; a loop does not end "
                 "(or raise Workflow.max_iterations)"
             )
-            error = _prana_error(ErrorCode.ITERATION_LIMIT, message, key, "IterationLimitExceeded")
+            error = prana_error(ErrorCode.ITERATION_LIMIT, message, key, "IterationLimitExceeded")
             return self.fail_execution(error)
         # The previous step's end is this node's start: nothing but pure work lies between.
         started = self.now_hint or self.clock()
@@ -453,7 +366,7 @@ class Run(Frontier):
         if cn.plain_params:
             params = node_run.params = cn.node.params
         else:
-            params, problem = self.prepare_params(cn, node_run, ctx)
+            params, problem = prepare_params(self, cn, node_run, ctx)
             if problem is not None:
                 return self.settle_failure(cn, node_run, problem)
         return (cn.spec.fn, (params, ctx), cn.timeout, (cn, node_run, ctx, False))
@@ -471,64 +384,6 @@ class Run(Frontier):
             )
             return self.settle_failure(cn, node_run, error_info(value, cn.key, code))
         return self.settle_failure(cn, node_run, error_info(value, cn.key), exception=value)
-
-    def prepare_params(
-        self, cn: CompiledNode, node_run: NodeRun, ctx: ActionContext
-    ) -> tuple[Any, ErrorInfo | None]:
-        """Render the params' templates and structure them into the action's schema."""
-        params: Any = cn.node.params
-        if cn.params_template is not None:
-            from prana._templates import TemplateError
-
-            try:
-                params = iso_datetimes(cn.params_template.render(self.template_scope(ctx)))
-            except TemplateError as exc:
-                message = f"params.{exc.path}: {exc.message}"
-                return None, _prana_error(
-                    ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError"
-                )
-            recorded = jsonable(params)
-            # A value the record cannot hold (a 65-bit int, a lone surrogate) fails here,
-            # before the action runs, rather than at the save after it.
-            problem = json_problem(recorded)
-            if problem is not None:
-                message = f"params{problem[1:]}"
-                return None, _prana_error(
-                    ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError"
-                )
-            node_run.params = recorded
-            if self.issued:
-                node_run.params = redact_tokens(node_run.params, self.issued.values())
-        else:
-            node_run.params = params
-        schema = cn.spec.params
-        if schema is not None:
-            try:
-                params = structure_params(params, schema)
-            except ValueError as exc:
-                return None, _prana_error(
-                    ErrorCode.PARAMS_INVALID, str(exc), cn.key, "ParamsInvalid"
-                )
-        return params, None
-
-    def template_scope(self, ctx: ActionContext) -> dict[str, Any]:
-        workflow = self.workflow
-        return {
-            "input": ctx.input,
-            "nodes": _NodesView(self.runs),
-            "vars": workflow.variables,
-            "env": self.env,
-            "execution": {
-                "id": self.id,
-                "state": self.state,
-                "run_index": ctx.run_index,
-                "attempt": ctx.attempt,
-                "workflow_id": workflow.id,
-            },
-            "workflow": {"id": workflow.id, "name": workflow.name, "version": workflow.version},
-            "now": ctx.now,
-            "webhooks": _WebhooksView(self),
-        }
 
     def settle_value(
         self,
@@ -553,7 +408,7 @@ class Run(Frontier):
                     f"({', '.join(ports)})"
                 )
                 return self.settle_failure(
-                    cn, node_run, _prana_error(ErrorCode.INVALID_PORT, message, key, "InvalidPort")
+                    cn, node_run, prana_error(ErrorCode.INVALID_PORT, message, key, "InvalidPort")
                 )
         else:
             port, output = "main", value
@@ -562,7 +417,7 @@ class Run(Frontier):
         if problem is not None:
             message = f"node {key!r} output is not JSON-native at {problem}"
             return self.settle_failure(
-                cn, node_run, _prana_error(ErrorCode.OUTPUT_NOT_JSON, message, key, "OutputNotJSON")
+                cn, node_run, prana_error(ErrorCode.OUTPUT_NOT_JSON, message, key, "OutputNotJSON")
             )
         updates = ctx._state_updates
         if updates:
@@ -572,7 +427,7 @@ class Run(Frontier):
                 return self.settle_failure(
                     cn,
                     node_run,
-                    _prana_error(ErrorCode.OUTPUT_NOT_JSON, message, key, "StateNotJSON"),
+                    prana_error(ErrorCode.OUTPUT_NOT_JSON, message, key, "StateNotJSON"),
                 )
         if retryable and cn.checks_results:
             view = AttemptView(
@@ -584,7 +439,7 @@ class Run(Frontier):
                 node_key=key,
             )
             if rejects_result(cn.policies, view):
-                error = _prana_error(
+                error = prana_error(
                     ErrorCode.RESULT_REJECTED,
                     f"node {key!r} output matched retry_on_result",
                     key,
@@ -692,7 +547,7 @@ class Run(Frontier):
             if json_issue is not None:
                 problem = f"Suspend({kind!r}) data is not JSON-native at {json_issue}"
         if problem is not None:
-            error = _prana_error(
+            error = prana_error(
                 ErrorCode.INVALID_SUSPEND, f"node {key!r}: {problem}", key, "InvalidSuspend"
             )
             return self.settle_failure(cn, node_run, error)
@@ -948,7 +803,7 @@ class Run(Frontier):
         if resume_fn is None:
             value: Any = input_data.get("main") if suspension.kind == "timer" else resume_data
         else:
-            params, problem = self.prepare_params(cn, node_run, ctx)
+            params, problem = prepare_params(self, cn, node_run, ctx)
             if problem is not None:
                 return self.settle_failure(cn, node_run, problem)
             return (resume_fn, (params, ctx, resume_data), cn.timeout, (cn, node_run, ctx, True))

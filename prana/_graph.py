@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from prana._decision import check_conditions
 from prana._errors import InvalidWorkflowError
 from prana._model import Connection, Node, Workflow
-from prana._policy import RetryPolicy, attempt_timeout
-from prana._policy import resolve as resolve_policies
+from prana._policy import RetryPolicy
 from prana._registry import ActionSpec, Registry
+from prana._resolve import attempt_timeout
+from prana._resolve import resolve as resolve_policies
 
 if TYPE_CHECKING:
     from prana._templates import CompiledParams

@@ -25,8 +25,8 @@ from prana._policy import (
     PROGRAMMING_ERRORS,
     RESULT_REJECTED,
     RetryPolicy,
-    _resolve_level,
 )
+from prana._resolve import resolve_level
 
 if TYPE_CHECKING:
     from prana._model import Node, Workflow
@@ -66,7 +66,7 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
     known = _known_exception_names(registry)
     for node in workflow.nodes:
         spec = registry.get(node.type) if registry is not None else None
-        level, policies = _resolve_level(node, workflow, spec.retry if spec else None)
+        level, policies = resolve_level(node, workflow, spec.retry if spec else None)
         for index, policy in enumerate(policies):
             where = f"policy {index + 1} " if len(policies) > 1 else ""
             warnings.extend(

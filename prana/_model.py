@@ -111,7 +111,7 @@ def _check_bool(name: str) -> Any:
 
 
 def _convert_retry(value: Any) -> Any:
-    from prana._policy import coerce_policies
+    from prana._resolve import coerce_policies
 
     return coerce_policies(value, field="NodeSettings.retry")
 
@@ -197,7 +197,7 @@ class Connection:
 
 
 def _convert_retry_defaults(value: Any) -> Mapping[str, tuple[RetryPolicy, ...]]:
-    from prana._policy import coerce_policies
+    from prana._resolve import coerce_policies
 
     if not isinstance(value, Mapping):
         raise InvalidSettingsError(

@@ -1,7 +1,8 @@
-"""The engine's mutable working record of a node run in progress.
+"""A node run in progress: the engine's mutable working record, and its failures as data.
 
-The engine changes it freely while the node runs and freezes it into a ``NodeExecution``
-when it hands an execution back.
+The engine changes a ``NodeRun`` freely while the node runs and freezes it into a
+``NodeExecution`` when it hands an execution back; ``error_info`` and ``prana_error`` turn
+what went wrong into the ``ErrorInfo`` those records keep.
 """
 
 from __future__ import annotations
@@ -9,13 +10,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from prana._errors import AttemptTimeout, NonRetryable
+from prana._jsoncheck import json_problem
 from prana._model import (
     AttemptOutcome,
     AttemptRecord,
+    ErrorCode,
     ErrorInfo,
     NodeExecution,
     NodeStatus,
     new_attempt_record,
+    new_error_info,
     new_node_execution,
 )
 from prana._state import check_attempt_transition, check_node_transition
@@ -129,3 +134,29 @@ class NodeRun:
             error,
             tuple(self.attempts),
         )
+
+
+def error_info(
+    exc: BaseException, node_key: str | None, code: ErrorCode | None = None
+) -> ErrorInfo:
+    """Turn a live exception into plain data; ``NonRetryable(exc)`` records ``exc``."""
+    cause: BaseException = exc
+    if code is None:
+        if isinstance(exc, NonRetryable):
+            code = ErrorCode.NON_RETRYABLE
+        elif isinstance(exc, AttemptTimeout):
+            code = ErrorCode.TIMEOUT
+        else:
+            code = ErrorCode.ACTION_ERROR
+    if isinstance(exc, NonRetryable) and isinstance(exc.error, BaseException):
+        cause = exc.error
+    details = getattr(cause, "details", None)
+    if details is not None and json_problem(details) is not None:
+        details = repr(details)
+    cls = type(cause)
+    return new_error_info(code.value, cls.__name__, cls.__module__, str(cause), details, node_key)
+
+
+def prana_error(code: ErrorCode, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
+    """A failure prana itself found (not an exception), as plain data."""
+    return new_error_info(code.value, type_name, "prana", message, None, node_key)

@@ -42,8 +42,8 @@ from prana._model import (
     Workflow,
     WorkflowExecution,
 )
-from prana._policy import resolve
 from prana._registry import Registry
+from prana._resolve import resolve
 from prana._state import check_transition
 
 __all__ = ["redrive_execution"]

@@ -11,7 +11,8 @@ from typing import Any, TypeVar, overload
 import attrs
 
 from prana._errors import InvalidSettingsError
-from prana._policy import CONDITION_NAME, RetryPolicy, coerce_policies
+from prana._policy import CONDITION_NAME, RetryPolicy
+from prana._resolve import coerce_policies
 
 ActionFn = Callable[[Any, "ActionContext"], Any]
 ResumeFn = Callable[[Any, "ActionContext", Any], Any]

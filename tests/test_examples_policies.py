@@ -12,7 +12,7 @@ import pytest
 
 from prana import ErrorInfo, RetryPolicy
 from prana._decision import AttemptView, decide_retry
-from prana._policy import attempt_timeout
+from prana._resolve import attempt_timeout
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "policies.py"
 SEED = "exec-1:node:0"

@@ -5,8 +5,8 @@
 - Every seam of the shell is a protocol in ``scheduling/abc.py``, documented in
   ``docs/extending/backends.md``; a scheduler adapter never imports a store module, nor a
   store an adapter module.
-- No module of ``scheduling`` is over 900 lines (``prana``'s joins the rule once its
-  modules are split).
+- No module of ``prana`` or ``scheduling`` is over 900 lines (``prana/_templates.py`` is
+  marked as a known exception until it is split).
 """
 
 from __future__ import annotations
@@ -72,12 +72,19 @@ def test_tests_are_filed_by_subject_not_by_review_round() -> None:
 
 MAX_MODULE_LINES = 900
 ROOT = TESTS.parent
-PACKAGE_MODULES = sorted(ROOT.glob("scheduling/**/*.py"))
+OVER_THE_LIMIT = {"prana/_templates.py": "the templates module is not split yet (issue 10)"}
+"""Known exceptions, each strict: the test fails once the module is split, to drop it here."""
+PACKAGE_MODULES = [
+    pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=OVER_THE_LIMIT[name]))
+    if (name := str(path.relative_to(ROOT))) in OVER_THE_LIMIT
+    else path
+    for path in sorted([*ROOT.glob("prana/**/*.py"), *ROOT.glob("scheduling/**/*.py")])
+]
 
 
 @pytest.mark.parametrize("path", PACKAGE_MODULES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_is_over_900_lines(path: Path) -> None:
-    """Every module of ``scheduling`` stays readable: split it along its seams."""
+    """Every module of ``prana`` and ``scheduling`` stays readable: split it along its seams."""
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} has {lines} lines"
 

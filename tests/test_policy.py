@@ -38,11 +38,8 @@ from prana._policy import (
     Backoff,
     Curve,
     JitterKind,
-    attempt_timeout,
-    coerce_policies,
-    resolve,
-    simple_policy,
 )
+from prana._resolve import attempt_timeout, coerce_policies, resolve, simple_policy
 from prana.testing import is_testing, set_testing
 
 SEED = "exec-1:fetch:0"

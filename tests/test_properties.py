@@ -45,7 +45,7 @@ from prana import (
     loads,
     resume_workflow,
 )
-from prana._policy import resolve
+from prana._resolve import resolve
 from prana._state import ATTEMPT_TRANSITIONS, NODE_TRANSITIONS
 from prana.testing import ManualClock, set_testing
 

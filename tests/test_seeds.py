@@ -44,7 +44,7 @@ from prana._decision import (
     decide_retry,
     explain_retry,
 )
-from prana._policy import coerce_policies, resolve
+from prana._resolve import coerce_policies, resolve
 from prana.testing import ManualClock
 
 SEED = "exec-1:node:0"

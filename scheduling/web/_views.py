@@ -60,7 +60,7 @@ def _schedule(run: NodeExecution, workflow: Workflow | None, registry: Registry)
     """The node's retry policies with their ``schedule()`` preview, from the definition."""
     if workflow is None:
         return []
-    from prana._policy import resolve
+    from prana._resolve import resolve
 
     node = next((n for n in workflow.nodes if n.key == run.node_key), None)
     if node is None:

@@ -1,0 +1,145 @@
+"""What a node's params see: the template scope, and the params rendered from it.
+
+``template_scope`` builds ``$input``, ``$nodes``, ``$vars``, ``$env``, ``$execution``,
+``$workflow``, ``$now`` and ``$webhooks`` for one attempt; ``prepare_params`` renders the
+node's params templates with it and structures them into the action's schema. Both read
+the engine's working copy (``prana._engine.Run``) and never change what a template sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prana._graph import CompiledNode
+from prana._hooks import (
+    HOOK_PATH_PREFIX,
+    PENDING_TOKEN_PREFIX,
+    mint_token,
+    redact_tokens,
+    token_digest,
+)
+from prana._jsoncheck import iso_datetimes, json_problem, jsonable
+from prana._model import ErrorCode, ErrorInfo, NodeExecution
+from prana._noderun import NodeRun, prana_error
+from prana._registry import ActionContext
+from prana._schema import structure_params
+
+if TYPE_CHECKING:
+    from prana._engine import Run
+
+
+class _NodesView(Mapping[str, Any]):
+    """``$nodes`` for templates: each node's latest run, computed only when looked at."""
+
+    __slots__ = ("_runs",)
+
+    def __init__(self, runs: dict[str, Sequence[NodeExecution]]) -> None:
+        self._runs = runs
+
+    def __getitem__(self, key: str) -> Any:
+        runs = self._runs.get(key)
+        if not runs:
+            raise KeyError(key)
+        last = runs[-1]
+        return {
+            "output": last.output,
+            "port": last.output_port,
+            "status": last.status.value,
+            "run_index": last.run_index,
+        }
+
+    def __iter__(self) -> Any:
+        return (k for k, v in self._runs.items() if v)
+
+    def __len__(self) -> int:
+        return sum(1 for v in self._runs.values() if v)
+
+
+class _WebhooksView(Mapping[str, str]):
+    """``$webhooks`` for templates: ``$webhooks.<wait node>`` is that wait's resume path.
+
+    Looking one up mints the token of the node's next webhook wait: its digest waits in
+    the shared state (``__webhook__:<key>``) for the wait to take it, the plaintext stays
+    in memory, and the executor redacts it from the params and output it records.
+    """
+
+    __slots__ = ("_paths", "_run")
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._paths: dict[str, str] = {}
+
+    def __getitem__(self, key: str) -> str:
+        path = self._paths.get(key)
+        if path is not None:
+            return path
+        run = self._run
+        if key not in run.graph.nodes:
+            raise KeyError(key)
+        token, secret = mint_token(run.id)
+        run.state[PENDING_TOKEN_PREFIX + key] = token_digest(run.id, key, secret)
+        run.issued[key] = token
+        path = self._paths[key] = HOOK_PATH_PREFIX + token
+        return path
+
+    def __iter__(self) -> Any:
+        return iter(self._run.graph.nodes)
+
+    def __len__(self) -> int:
+        return len(self._run.graph.nodes)
+
+
+def prepare_params(
+    run: Run, cn: CompiledNode, node_run: NodeRun, ctx: ActionContext
+) -> tuple[Any, ErrorInfo | None]:
+    """Render the params' templates and structure them into the action's schema."""
+    params: Any = cn.node.params
+    if cn.params_template is not None:
+        from prana._templates import TemplateError
+
+        try:
+            params = iso_datetimes(cn.params_template.render(template_scope(run, ctx)))
+        except TemplateError as exc:
+            message = f"params.{exc.path}: {exc.message}"
+            return None, prana_error(ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError")
+        recorded = jsonable(params)
+        # A value the record cannot hold (a 65-bit int, a lone surrogate) fails here,
+        # before the action runs, rather than at the save after it.
+        problem = json_problem(recorded)
+        if problem is not None:
+            message = f"params{problem[1:]}"
+            return None, prana_error(ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError")
+        node_run.params = recorded
+        if run.issued:
+            node_run.params = redact_tokens(node_run.params, run.issued.values())
+    else:
+        node_run.params = params
+    schema = cn.spec.params
+    if schema is not None:
+        try:
+            params = structure_params(params, schema)
+        except ValueError as exc:
+            return None, prana_error(ErrorCode.PARAMS_INVALID, str(exc), cn.key, "ParamsInvalid")
+    return params, None
+
+
+def template_scope(run: Run, ctx: ActionContext) -> dict[str, Any]:
+    """The names a node's params templates see (docs: Templates)."""
+    workflow = run.workflow
+    return {
+        "input": ctx.input,
+        "nodes": _NodesView(run.runs),
+        "vars": workflow.variables,
+        "env": run.env,
+        "execution": {
+            "id": run.id,
+            "state": run.state,
+            "run_index": ctx.run_index,
+            "attempt": ctx.attempt,
+            "workflow_id": workflow.id,
+        },
+        "workflow": {"id": workflow.id, "name": workflow.name, "version": workflow.version},
+        "now": ctx.now,
+        "webhooks": _WebhooksView(run),
+    }
