@@ -24,10 +24,12 @@ from prana._errors import (
 from prana._events import Event, EventType, Observer
 from prana._executor import (
     aexecute_workflow,
+    arecover_execution,
     aresume_workflow,
     cancel_execution,
     execute_workflow,
     expire_webhook,
+    recover_execution,
     resume_workflow,
 )
 from prana._graph import validate
@@ -160,6 +162,7 @@ __all__ = [
     "Workflow",
     "WorkflowExecution",
     "aexecute_workflow",
+    "arecover_execution",
     "aresume_workflow",
     "cancel_execution",
     "dumps",
@@ -170,6 +173,7 @@ __all__ = [
     "loads",
     "loads_workflow",
     "make_converter",
+    "recover_execution",
     "redrive_execution",
     "resume_workflow",
     "validate",

@@ -8,6 +8,13 @@ back. The sync driver calls directly, the async driver awaits, so the same engin
 The engine works on a private mutable copy of the execution and freezes it into a new
 ``WorkflowExecution`` when it returns; the caller's execution is never changed.
 
+Checkpoints. With a ``checkpoint`` callback, the engine hands it a snapshot before each
+action call: the execution ``running``, the node's record ``running`` with the attempt
+about to run open (outcome ``running``). A shell saves it, so a process that dies inside
+the action leaves a record that says which attempt was in flight; ``prana._recovery`` (for
+``recover_execution``) closes that attempt ``interrupted`` and runs it again. An exception
+from the callback stops the run before the action is called (a lost claim).
+
 Scheduling is depth-first: the most recently activated ready node runs next, ties by key.
 A node with several input ports waits until every port has data or can no longer get any.
 """
@@ -86,6 +93,9 @@ the continuation travels with the call, so the engine settles the result with it
 Step = Call | Outcome | None
 """What the engine's last move produced (see ``Run.drive``)."""
 
+Checkpoint = Callable[[WorkflowExecution], object]
+"""Called with a ``running`` snapshot of the execution before each action call."""
+
 Result = tuple[bool, Any]
 """``(True, value)`` when the call returned, ``(False, exception)`` when it raised."""
 
@@ -97,6 +107,7 @@ class Run(Frontier):
     """
 
     __slots__ = (
+        "checkpoint",
         "clock",
         "env",
         "graph",
@@ -153,6 +164,8 @@ class Run(Frontier):
         """Resume tokens ``$webhooks`` minted in this call, by wait node (memory only)."""
         self.trace_context = trace_context
         """The execution's trace (opaque W3C headers): carried, never read."""
+        self.checkpoint: Checkpoint | None = None
+        """Given a ``running`` snapshot before each action call (see the module)."""
 
     # -- loading and freezing ------------------------------------------------------------
 
@@ -231,6 +244,42 @@ class Run(Frontier):
             now,
             now if status.value in _FINAL_VALUES else None,
             self.trace_context,
+            None,
+        )
+
+    def snapshot(self, node_run: NodeRun) -> WorkflowExecution:
+        """The execution ``running``, ``node_run``'s record ``running`` with its attempt open.
+
+        What a checkpoint receives. The record stays in ``runs`` (``recorded``), so the
+        run's settling replaces it; the status does not change (no transition).
+        """
+        self.record(node_run, node_run.running_record())
+        now = self.clock()
+        backlog = self.backlog
+        return new_workflow_execution(
+            self.id,
+            self.workflow_id,
+            self.workflow.version,
+            ExecutionStatus.RUNNING,
+            self.input,
+            {k: v if type(v) is tuple else tuple(v) for k, v in self.runs.items()},
+            dict(self.state),
+            tuple(
+                new_activation(k, p.seq, p.sources)
+                for k, head in self.pending.items()
+                for p in ((head, *backlog[k]) if k in backlog else (head,))
+            ),
+            self.next_index,
+            None,
+            None,
+            None,
+            None,
+            self.parent,
+            self.started_at,
+            now,
+            None,
+            self.trace_context,
+            None,
         )
 
     def writable_runs(self, key: str) -> list[NodeExecution]:
@@ -287,8 +336,10 @@ class Run(Frontier):
                 step = self.run_node(key)
                 continue
             if type(step) is tuple:
-                ok, value = yield step
                 continuation = step[3]
+                if self.checkpoint is not None and not continuation[3]:
+                    self.checkpoint(self.snapshot(continuation[1]))
+                ok, value = yield step
                 if ok and not continuation[3]:
                     cn, node_run, ctx, _ = continuation
                     step = self.settle_value(cn, node_run, ctx, value, from_resume=False)
@@ -325,11 +376,21 @@ class Run(Frontier):
         return self.attempt(cn, node_run, 1, None)
 
     def attempt(
-        self, cn: CompiledNode, node_run: NodeRun, number: int, due_at: datetime | None
+        self,
+        cn: CompiledNode,
+        node_run: NodeRun,
+        number: int,
+        due_at: datetime | None,
+        started: datetime | None = None,
     ) -> Step:
-        """Begin attempt ``number`` of ``node_run``: the call to make, or a settled failure."""
+        """Begin attempt ``number`` of ``node_run``: the call to make, or a settled failure.
+
+        It starts when its node run started (a first attempt) or now (a retry), unless
+        ``started`` says (a recovered attempt, running again now).
+        """
         key = cn.key
-        started = node_run.started_at if due_at is None else self.clock()
+        if started is None:
+            started = node_run.started_at if due_at is None else self.clock()
         node_run.attempt_number = number
         node_run.attempt_started = started
         node_run.attempt_due = due_at

@@ -94,6 +94,65 @@ def check_execution(execution: Any, action: str) -> None:
         )
 
 
+def check_checkpoint(checkpoint: Any) -> Any:
+    """``checkpoint`` if it is a callable (or ``None``), else a clear error."""
+    if checkpoint is not None and not callable(checkpoint):
+        raise InvalidSettingsError(
+            f"checkpoint={checkpoint!r}: pass a callable taking the running execution (a "
+            "shell saves it before each action call), or None"
+        )
+    return checkpoint
+
+
+def running_node(execution: WorkflowExecution) -> str | None:
+    """The node whose attempt a ``running`` record shows in flight, if exactly one does."""
+    found = [
+        key
+        for key, runs in execution.node_executions.items()
+        if runs
+        and runs[-1].status is NodeStatus.RUNNING
+        and runs[-1].attempts
+        and runs[-1].attempts[-1].outcome is AttemptOutcome.RUNNING
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def prepare_recover(
+    execution: WorkflowExecution, workflow: Workflow, registry: Registry | None
+) -> tuple[CompiledGraph, str]:
+    """Check a ``recover_execution`` call; return the compiled graph and the node in flight."""
+    check_execution(execution, "recover_execution")
+    if execution.status is not ExecutionStatus.RUNNING:
+        raise ResumeError(
+            f"execution {execution.id!r} is {execution.status.value}, not running; only a "
+            "running execution (a checkpoint its process left) can be recovered"
+        )
+    graph = _compiled_for(execution, workflow, registry)
+    key = running_node(execution)
+    if key is None or key not in graph.nodes:
+        raise ResumeError(
+            f"execution {execution.id!r} is running but its records show no single attempt "
+            "in flight (the record is inconsistent: was it edited by hand?)"
+        )
+    return graph, key
+
+
+def _compiled_for(
+    execution: WorkflowExecution, workflow: Workflow, registry: Registry | None
+) -> CompiledGraph:
+    """The workflow ``execution`` started with, compiled; a different one is refused."""
+    if not isinstance(workflow, Workflow):
+        raise ResumeError(f"workflow= must be a prana.Workflow, got {type(workflow).__name__}")
+    if (workflow.id, workflow.version) != (execution.workflow_id, execution.workflow_version):
+        raise ResumeError(
+            f"execution {execution.id!r} belongs to workflow {execution.workflow_id!r} version "
+            f"{execution.workflow_version}, but workflow {workflow.id!r} version "
+            f"{workflow.version} "
+            "was given; pass the definition it started with"
+        )
+    return compile_workflow(workflow, registry if registry is not None else default_registry())
+
+
 def _prepare_resume(
     execution: WorkflowExecution, workflow: Workflow, registry: Registry | None, resume_data: Any
 ) -> CompiledGraph:
@@ -108,16 +167,7 @@ def _prepare_resume(
             f"execution {execution.id!r} is suspended but has no suspension (the record is "
             "inconsistent: was it edited by hand?); reload it from the store"
         )
-    if not isinstance(workflow, Workflow):
-        raise ResumeError(f"workflow= must be a prana.Workflow, got {type(workflow).__name__}")
-    if (workflow.id, workflow.version) != (execution.workflow_id, execution.workflow_version):
-        raise ResumeError(
-            f"execution {execution.id!r} belongs to workflow {execution.workflow_id!r} version "
-            f"{execution.workflow_version}, but workflow {workflow.id!r} version "
-            f"{workflow.version} "
-            "was given; pass the definition it started with"
-        )
-    graph = compile_workflow(workflow, registry if registry is not None else default_registry())
+    graph = _compiled_for(execution, workflow, registry)
     key = execution.suspended_node
     runs = execution.node_executions.get(key or "")
     if key is None or key not in graph.nodes or not runs:

@@ -35,6 +35,9 @@ class EventType(enum.Enum):
     EXECUTION_FAILED = "execution_failed"
     EXECUTION_CANCELLED = "execution_cancelled"
     EXECUTION_REDRIVEN = "execution_redriven"
+    EXECUTION_RECOVERED = "execution_recovered"
+    """A ``running`` execution a dead process left was taken up again (``recover_execution``):
+    ``node_key``, ``attempt`` and ``error`` say which attempt was interrupted."""
 
 
 @attrs.frozen(kw_only=True)

@@ -18,16 +18,18 @@ from typing import Any
 import attrs
 
 from prana._drivers import drive_async, drive_sync
-from prana._engine import Clock
+from prana._engine import Checkpoint, Clock, Run
 from prana._entry import (
+    check_checkpoint,
     check_clock,
     check_execution,
     checked_call,
     loaded_run,
     new_run,
-    resumed_run,
+    prepare_recover,
+    running_node,
 )
-from prana._errors import ResumeError
+from prana._errors import InvalidSettingsError, ResumeError
 from prana._events import Event, EventType, Observer, emit
 from prana._model import (
     AttemptOutcome,
@@ -40,6 +42,7 @@ from prana._model import (
     Workflow,
     WorkflowExecution,
 )
+from prana._recovery import recover
 from prana._registry import Registry
 from prana._state import ATTEMPT_TRANSITIONS, check_node_transition, check_transition
 
@@ -55,6 +58,7 @@ def execute_workflow(
     execution_id: str | None = None,
     parent: ParentRef | None = None,
     trace_context: Mapping[str, str] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Outcome:
     """Run ``workflow`` from its trigger until it completes, fails or suspends.
 
@@ -62,10 +66,17 @@ def execute_workflow(
     that cannot run. Async actions are run to completion on a private event loop; inside a
     running loop use ``aexecute_workflow``. ``trace_context`` (W3C trace headers) is kept
     in the execution, unchanged by every later step, for tracing in the shell.
+
+    ``checkpoint``, if given, is called before each action call with the execution as it
+    stands: ``running``, the attempt about to run open in its node's record. A shell saves
+    it, so a process that dies inside an action leaves a record ``recover_execution`` can
+    take up. If it raises, the run stops there (the action is not called) and the error
+    propagates. Without it nothing changes, at no cost.
     """
     run = new_run(
         workflow, input, registry, clock, env, observers, execution_id, parent, trace_context
     )
+    run.checkpoint = check_checkpoint(checkpoint)
     return drive_sync(run.start())
 
 
@@ -78,15 +89,19 @@ def resume_workflow(
     clock: Clock | None = None,
     env: Mapping[str, Any] | None = None,
     observers: Sequence[Observer] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Outcome:
     """Continue a suspended execution; returns a new execution, the given one is untouched.
 
     A retry suspension re-runs its node with input rebuilt from ``execution`` (resume data
     is ignored); a pause hands ``resume_data`` to the node's ``resume`` callback.
+    ``checkpoint`` as for ``execute_workflow`` (not called before a ``resume`` callback,
+    whose resume data a checkpoint does not keep: the execution stays suspended until the
+    outcome is saved).
     """
-    return drive_sync(
-        resumed_run(execution, resume_data, workflow, registry, clock, env, observers)
-    )
+    run = loaded_run(execution, resume_data, workflow, registry, clock, env, observers)
+    run.checkpoint = check_checkpoint(checkpoint)
+    return drive_sync(run.resume(execution, resume_data))
 
 
 async def aexecute_workflow(
@@ -100,11 +115,13 @@ async def aexecute_workflow(
     execution_id: str | None = None,
     parent: ParentRef | None = None,
     trace_context: Mapping[str, str] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Outcome:
     """``execute_workflow`` for async code: awaits async actions, calls sync ones."""
     run = new_run(
         workflow, input, registry, clock, env, observers, execution_id, parent, trace_context
     )
+    run.checkpoint = check_checkpoint(checkpoint)
     return await drive_async(run.start())
 
 
@@ -117,11 +134,91 @@ async def aresume_workflow(
     clock: Clock | None = None,
     env: Mapping[str, Any] | None = None,
     observers: Sequence[Observer] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Outcome:
     """``resume_workflow`` for async code."""
-    return await drive_async(
-        resumed_run(execution, resume_data, workflow, registry, clock, env, observers)
+    run = loaded_run(execution, resume_data, workflow, registry, clock, env, observers)
+    run.checkpoint = check_checkpoint(checkpoint)
+    return await drive_async(run.resume(execution, resume_data))
+
+
+def _recovering_run(
+    execution: WorkflowExecution,
+    workflow: Workflow,
+    registry: Registry | None,
+    clock: Clock | None,
+    env: Mapping[str, Any] | None,
+    observers: Sequence[Observer] | None,
+    checkpoint: Checkpoint | None,
+    max_interruptions: int,
+) -> tuple[Run, str]:
+    checked_registry, checked_clock, checked_env, checked_observers = checked_call(
+        registry, clock, env, observers
     )
+    if (
+        isinstance(max_interruptions, bool)
+        or not isinstance(max_interruptions, int)
+        or max_interruptions < 1
+    ):
+        raise InvalidSettingsError(
+            f"max_interruptions={max_interruptions!r}: use a whole number >= 1 (how often "
+            "in a row an attempt may be interrupted before it fails)"
+        )
+    graph, key = prepare_recover(execution, workflow, checked_registry)
+    run = Run.from_execution(
+        graph,
+        execution,
+        clock=check_clock(checked_clock),
+        env=checked_env,
+        observers=checked_observers,
+    )
+    run.checkpoint = check_checkpoint(checkpoint)
+    return run, key
+
+
+def recover_execution(
+    execution: WorkflowExecution,
+    *,
+    workflow: Workflow,
+    registry: Registry | None = None,
+    clock: Clock | None = None,
+    env: Mapping[str, Any] | None = None,
+    observers: Sequence[Observer] | None = None,
+    checkpoint: Checkpoint | None = None,
+    max_interruptions: int = 3,
+) -> Outcome:
+    """Take up a ``running`` execution its process left (it died inside an action).
+
+    ``execution`` is a checkpoint (see ``execute_workflow``'s ``checkpoint``): its open
+    attempt is closed ``interrupted`` and the same attempt runs again (same attempt number
+    and run index, so the same ``ctx.idempotency_key``: delivery is at least once), then
+    the workflow goes on as usual. After ``max_interruptions`` interruptions of that
+    attempt in a row it is not run again: it fails with a non-retryable ``interrupted``
+    error and ``on_error`` decides, so an execution that kills its process every time
+    ends instead of looping. Raises ``ResumeError`` for an execution that is not running.
+    """
+    run, key = _recovering_run(
+        execution, workflow, registry, clock, env, observers, checkpoint, max_interruptions
+    )
+    return drive_sync(recover(run, execution, key, max_interruptions))
+
+
+async def arecover_execution(
+    execution: WorkflowExecution,
+    *,
+    workflow: Workflow,
+    registry: Registry | None = None,
+    clock: Clock | None = None,
+    env: Mapping[str, Any] | None = None,
+    observers: Sequence[Observer] | None = None,
+    checkpoint: Checkpoint | None = None,
+    max_interruptions: int = 3,
+) -> Outcome:
+    """``recover_execution`` for async code."""
+    run, key = _recovering_run(
+        execution, workflow, registry, clock, env, observers, checkpoint, max_interruptions
+    )
+    return await drive_async(recover(run, execution, key, max_interruptions))
 
 
 def expire_webhook(
@@ -132,11 +229,13 @@ def expire_webhook(
     clock: Clock | None = None,
     env: Mapping[str, Any] | None = None,
     observers: Sequence[Observer] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Outcome:
     """End a webhook wait whose ``expires_at`` passed: its node fails with ``WebhookTimeout``.
 
     The failure is not retried; the node's ``on_error`` applies (so a workflow can route a
     timeout to its error port). The shell calls this when a webhook alarm fires first.
+    ``checkpoint`` as for ``execute_workflow``.
     """
     check_execution(execution, "expire_webhook")
     suspension = execution.suspension
@@ -146,6 +245,7 @@ def expire_webhook(
             f"execution {execution.id!r} is not waiting on a webhook (suspension kind {kind!r})"
         )
     run = loaded_run(execution, None, workflow, registry, clock, env, observers)
+    run.checkpoint = check_checkpoint(checkpoint)
     return drive_sync(run.expire(execution))
 
 
@@ -158,8 +258,10 @@ def cancel_execution(
 ) -> WorkflowExecution:
     """Return ``execution`` cancelled, its suspended node's record closed.
 
-    Cancelling a cancelled execution returns it unchanged; a completed or failed one
-    raises ``ResumeError``.
+    A ``running`` one (a checkpoint) is cancelled too, its attempt in flight closed
+    ``cancelled``: the process still running it then loses its next save. Cancelling a
+    cancelled execution returns it unchanged; a completed or failed one raises
+    ``ResumeError``.
     """
     check_execution(execution, "cancel_execution")
     _, checked_clock, _, checked_observers = checked_call(None, clock, None, observers)
@@ -169,6 +271,8 @@ def cancel_execution(
     now = check_clock(checked_clock)()
     runs = dict(execution.node_executions)
     key = execution.suspended_node
+    if execution.status is ExecutionStatus.RUNNING:
+        key = running_node(execution)  # a checkpoint: the attempt in flight is cancelled
     if key is not None and runs.get(key):
         last = runs[key][-1]
         check_node_transition(key, last.status, NodeStatus.CANCELLED)
@@ -186,6 +290,7 @@ def cancel_execution(
         execution,
         status=ExecutionStatus.CANCELLED,
         node_executions=runs,
+        lease_expires_at=None,
         error=ErrorInfo(
             code=ErrorCode.CANCELLED.value,
             type="Cancelled",

@@ -76,6 +76,8 @@ class AttemptOutcome(enum.Enum):
     FAILED = "failed"
     SUSPENDED = "suspended"
     CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    """The process running it stopped (crash, kill) before it ended; the attempt is re-run."""
 
 
 def _settings_error(field: str, fix: str) -> Any:
@@ -316,6 +318,9 @@ class ErrorCode(str, enum.Enum):
     """A node would run past the workflow's ``max_iterations``."""
     CANCELLED = "cancelled"
     """The execution was cancelled."""
+    INTERRUPTED = "interrupted"
+    """The attempt was interrupted too many times in a row (its process stopped each time:
+    a poison execution), so it is not run again (``recover_execution``)."""
 
 
 NEVER_RETRY_CODES: frozenset[str] = frozenset(
@@ -332,6 +337,7 @@ NEVER_RETRY_CODES: frozenset[str] = frozenset(
         ErrorCode.WEBHOOK_TIMEOUT,
         ErrorCode.ITERATION_LIMIT,
         ErrorCode.CANCELLED,
+        ErrorCode.INTERRUPTED,
     )
 )
 """``ErrorInfo.code`` values that never retry, whatever the policy says (docs: Error codes).
@@ -551,11 +557,21 @@ class WorkflowExecution:
     updated_at: datetime | None = None
     completed_at: datetime | None = None
     trace_context: Mapping[str, str] | None = None
+    lease_expires_at: datetime | None = None
+    """For a ``running`` execution in a store: until when the process running it owns it.
+
+    The shell sets it on the record it saves before each action call (a checkpoint); past
+    it, the process is presumed dead and another runner takes the execution up again
+    (``recover_execution``). The core never sets it."""
 
     @property
     def due_at(self) -> datetime | None:
-        """When this execution needs an alarm: a retry's or timer's due time, a webhook's expiry."""
+        """When this execution needs an alarm: a retry's or timer's due time, a webhook's
+        expiry, or a running execution's lease expiry (when it is taken up if still running).
+        """
         if self.status is not ExecutionStatus.SUSPENDED or self.suspension is None:
+            if self.status is ExecutionStatus.RUNNING:
+                return self.lease_expires_at
             return None
         data = self.suspension.data
         cls = type(data)
@@ -733,7 +749,7 @@ redrive)``."""
 new_workflow_execution: Callable[..., WorkflowExecution] = _fast_constructor(WorkflowExecution)
 """``new_workflow_execution(id, workflow_id, workflow_version, status, input, node_executions,
 state, pending, next_index, suspended_node, suspension, output, error, parent, started_at,
-updated_at, completed_at, trace_context)``."""
+updated_at, completed_at, trace_context, lease_expires_at)``."""
 new_activation: Callable[..., Activation] = _fast_constructor(Activation)
 """``new_activation(node_key, seq, sources)``."""
 new_error_info: Callable[..., ErrorInfo] = _fast_constructor(ErrorInfo)

@@ -110,6 +110,35 @@ class NodeRun:
         self.open_attempt(last.number, last.started_at, last.due_at)
         self.attempt_redrive = last.redrive
 
+    def running_record(self) -> NodeExecution:
+        """The run's record while its open attempt runs: ``running``, the attempt ``running``.
+
+        What a checkpoint stores (``Run.snapshot``); no transition: the run is running.
+        """
+        open_attempt = new_attempt_record(
+            self.attempt_number,
+            self.attempt_started,
+            None,
+            AttemptOutcome.RUNNING,
+            None,
+            self.attempt_due,
+            None,
+            self.attempt_redrive,
+        )
+        return new_node_execution(
+            self.key,
+            NodeStatus.RUNNING,
+            self.execution_index,
+            self.run_index,
+            self.started_at,
+            None,
+            self.params,
+            None,
+            None,
+            None,
+            (*self.attempts, open_attempt),
+        )
+
     def freeze(
         self,
         status: NodeStatus,

@@ -4,25 +4,33 @@ Rule 1 (h11's): everything that affects these state machines lives in this modul
 tables; the engine and ``cancel_execution`` check each change against them, and the tests
 walk every edge.
 
-Executions. An execution starts ``pending``, is ``running`` only inside the executor, and
-leaves every executor call ``suspended``, ``completed``, ``failed`` or ``cancelled``. Only
-a suspended (or still pending) execution can be resumed or cancelled. The three end states
-are final for a run: nothing the executor does leaves them. One edge is an operator's, not
-a run's: a redrive (``redrive_execution``) takes a ``failed`` execution back to
-``suspended``, waiting to run its failed node again. Every status change goes through
-``check_transition``.
+Executions. An execution starts ``pending``, is ``running`` while an executor call runs
+it, and leaves every executor call ``suspended``, ``completed``, ``failed`` or
+``cancelled``. A store sees ``running`` only in a checkpoint (the record a shell saves
+before each action call, when it passes ``checkpoint=``): if the process dies there, the
+record stays ``running``, and ``recover_execution`` takes it up again, ``running`` to
+``running`` (the recovery edge, ``RECOVER``). Only a suspended (or still pending)
+execution can be resumed; a pending, suspended or running one can be cancelled (a
+cancelled checkpoint: the process still running it loses its next save). The three end
+states are final for a run: nothing the executor does leaves them. One edge is an
+operator's, not a run's: a redrive (``redrive_execution``) takes a ``failed`` execution
+back to ``suspended``, waiting to run its failed node again. Every status change goes
+through ``check_transition``.
 
 Node runs. A node run is ``running`` from the moment the engine picks its node until it
 settles, and its record is written when it settles: ``completed`` (an output, or a failure
 that ``on_error`` continues past), ``failed`` (``stop_workflow``) or ``suspended`` (a pause,
-or a wait before a retry). A suspended run goes back to ``running`` when its execution
-resumes (the retry's next attempt, or the paused attempt continuing) or is ``cancelled``
-with its execution. A redrive is again the operator's edge: it takes the ``failed`` run
-back to ``suspended`` (or, redriving from an earlier node, starts that node's new run as
-``suspended``, waiting for its first attempt).
+or a wait before a retry); a checkpoint writes it ``running`` (a recovered run stays
+``running``; a cancelled checkpoint's run is ``cancelled``). A suspended run goes back to
+``running`` when its execution resumes (the retry's next attempt, or the paused attempt
+continuing) or is ``cancelled`` with its execution. A redrive is again the operator's
+edge: it takes the ``failed`` run back to ``suspended`` (or, redriving from an earlier
+node, starts that node's new run as ``suspended``, waiting for its first attempt).
 
 Attempts. An attempt is ``running`` while its action (or ``resume`` callback) runs and
-ends ``completed``, ``failed`` or ``suspended`` (a pause). A failed attempt stays failed:
+ends ``completed``, ``failed`` or ``suspended`` (a pause), or ``interrupted`` when a
+checkpoint shows it running in a process that died: the recovery closes it so and runs
+the same attempt (same number, same idempotency key) again. A failed attempt stays failed:
 a retry, or a redrive, is a new attempt. A suspended attempt is the same attempt
 continuing when the execution resumes (``running`` again) or is ``cancelled`` with the
 execution.
@@ -45,7 +53,7 @@ S = ExecutionStatus
 
 TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
     S.PENDING: frozenset({S.RUNNING, S.CANCELLED}),
-    S.RUNNING: frozenset({S.SUSPENDED, S.COMPLETED, S.FAILED}),
+    S.RUNNING: frozenset({S.RUNNING, S.SUSPENDED, S.COMPLETED, S.FAILED, S.CANCELLED}),
     S.SUSPENDED: frozenset({S.RUNNING, S.CANCELLED}),
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset({S.SUSPENDED}),
@@ -53,6 +61,8 @@ TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
 }
 REDRIVE: frozenset[tuple[ExecutionStatus, ExecutionStatus]] = frozenset({(S.FAILED, S.SUSPENDED)})
 """The operator's edges: a redrive, never a run, takes an execution along them."""
+RECOVER: frozenset[tuple[ExecutionStatus, ExecutionStatus]] = frozenset({(S.RUNNING, S.RUNNING)})
+"""The recovery edge: a checkpoint a dead process left ``running`` is taken up again."""
 FINAL: frozenset[ExecutionStatus] = frozenset(
     s for s, nxt in TRANSITIONS.items() if all((s, n) in REDRIVE for n in nxt)
 )
@@ -77,7 +87,7 @@ def check_transition(current: ExecutionStatus, new: ExecutionStatus) -> None:
 N = NodeStatus
 
 NODE_TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
-    N.RUNNING: frozenset({N.COMPLETED, N.FAILED, N.SUSPENDED}),
+    N.RUNNING: frozenset({N.COMPLETED, N.FAILED, N.SUSPENDED, N.CANCELLED}),
     N.SUSPENDED: frozenset({N.RUNNING, N.CANCELLED}),
     N.COMPLETED: frozenset(),
     N.FAILED: frozenset({N.SUSPENDED}),
@@ -90,11 +100,12 @@ NODE_REDRIVE: frozenset[tuple[NodeStatus, NodeStatus]] = frozenset({(N.FAILED, N
 A = AttemptOutcome
 
 ATTEMPT_TRANSITIONS: dict[AttemptOutcome, frozenset[AttemptOutcome]] = {
-    A.RUNNING: frozenset({A.COMPLETED, A.FAILED, A.SUSPENDED, A.CANCELLED}),
+    A.RUNNING: frozenset({A.COMPLETED, A.FAILED, A.SUSPENDED, A.CANCELLED, A.INTERRUPTED}),
     A.SUSPENDED: frozenset({A.RUNNING, A.CANCELLED}),
     A.COMPLETED: frozenset(),
     A.FAILED: frozenset(),
     A.CANCELLED: frozenset(),
+    A.INTERRUPTED: frozenset(),
 }
 """An attempt's outcomes; an attempt starts ``running`` (see the theory of operation)."""
 

@@ -240,6 +240,12 @@ class ConsoleView:
         if kind is EventType.EXECUTION_CANCELLED:
             self.running.pop(eid, None)
             return f"{FAIL} {short} cancelled"
+        if kind is EventType.EXECUTION_RECOVERED:
+            self.running[eid] = f"recovered at {event.node_key}"
+            return (
+                f"{RETRY} {event.workflow_id}: attempt {event.attempt} of {event.node_key} was "
+                f"interrupted (its process stopped); running it again ({short})"
+            )
         if kind is EventType.EXECUTION_REDRIVEN:
             self.running[eid] = f"redriven at {event.node_key}"
             return (

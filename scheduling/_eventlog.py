@@ -47,6 +47,7 @@ _LEVELS = {
     EventType.EXECUTION_FAILED: logging.WARNING,
     EventType.EXECUTION_CANCELLED: logging.INFO,
     EventType.EXECUTION_REDRIVEN: logging.INFO,
+    EventType.EXECUTION_RECOVERED: logging.WARNING,
 }
 
 
@@ -73,6 +74,11 @@ def _message(event: Event) -> str:
         return f"{head} failed: {error}" if error else f"{head} failed"
     if kind is EventType.EXECUTION_REDRIVEN:
         return f"{head} redriven from node {event.node_key} (attempt {event.attempt}) after {error}"
+    if kind is EventType.EXECUTION_RECOVERED:
+        return (
+            f"{head} taken up again: attempt {event.attempt} of node {event.node_key} was "
+            "interrupted (its process stopped)"
+        )
     where = f" node {event.node_key}" if event.node_key is not None else ""
     return f"{head}:{where} {event.name}"
 

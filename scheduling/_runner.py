@@ -138,6 +138,14 @@ class Runner(Steps, Generic[SchedulerT]):
     runner then arms only what it saves itself, for a one-off command that must not run
     work it was not asked about (``prana run``, ``prana deliver``); a worker recovers.
 
+    Durability: before each action call the runner saves the execution ``running`` with a
+    lease of ``lease_seconds`` (renewed while the action runs), so ``start`` stores an
+    execution before its first action runs, and a runner that loses that claim to another
+    one stops before running the action. A ``running`` execution whose lease ended (its
+    process died) is taken up by the runner its alarm reaches (every worker re-arms the
+    store's alarms when it opens): the interrupted attempt is recorded and run again, at
+    most ``max_interruptions`` times in a row before it fails (``recover_execution``).
+
     Transactional alarms: when the store is a ``scheduling.abc.TransactionalStore``
     (``PostgresStore``) whose ``on_save`` hook slot is free, and the scheduler a
     ``scheduling.abc.TransactionalScheduler`` (``ProcrastinateScheduler``) that says
@@ -164,6 +172,8 @@ class Runner(Steps, Generic[SchedulerT]):
         observers: Iterable[Callable[[Event], object]] = (),
         workflows: Iterable[Workflow] = (),
         recover: bool = True,
+        lease_seconds: float = 30.0,
+        max_interruptions: int = 3,
     ) -> None:
         if registry is not None and not isinstance(registry, Registry):
             raise InvalidSettingsError(
@@ -196,6 +206,26 @@ class Runner(Steps, Generic[SchedulerT]):
                 f"Runner(recover={recover!r}): use True (a worker: re-arm what the store holds "
                 "on open) or False (a one-off command: only this runner's own work)"
             )
+        if (
+            isinstance(lease_seconds, bool)
+            or not isinstance(lease_seconds, int | float)
+            or not math.isfinite(lease_seconds)
+            or lease_seconds <= 0
+        ):
+            raise InvalidSettingsError(
+                f"Runner(lease_seconds={lease_seconds!r}): use a number of seconds > 0 (how "
+                "long a running execution stays its process's before another runner takes "
+                "it up)"
+            )
+        if (
+            isinstance(max_interruptions, bool)
+            or not isinstance(max_interruptions, int)
+            or max_interruptions < 1
+        ):
+            raise InvalidSettingsError(
+                f"Runner(max_interruptions={max_interruptions!r}): use a whole number >= 1 "
+                "(how often in a row an attempt may be interrupted before it fails)"
+            )
         scheduler_clock = scheduler.clock if isinstance(scheduler, ClockedScheduler) else None
         if clock is None:
             clock = scheduler_clock if callable(scheduler_clock) else _utcnow
@@ -218,7 +248,16 @@ class Runner(Steps, Generic[SchedulerT]):
                 f"Runner(clock=...) returned {now!r}; a clock must return an aware datetime, "
                 "e.g. datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
             )
-        super().__init__(registry, store, scheduler, clock, env, checked_observers)
+        super().__init__(
+            registry,
+            store,
+            scheduler,
+            clock,
+            env,
+            checked_observers,
+            float(lease_seconds),
+            max_interruptions,
+        )
         self.recover = recover
         self._open = False
         for workflow in workflows:
@@ -313,6 +352,11 @@ class Runner(Steps, Generic[SchedulerT]):
         schedule_in, cancel_in = scheduler.schedule_in, scheduler.cancel_in
 
         def arm_in(conn: Any, execution: WorkflowExecution) -> None:
+            if execution.status is ExecutionStatus.RUNNING:
+                # A checkpoint arms nothing: its step's outcome arms next. Should the process
+                # die, its job is taken up as stalled and fires into the lease check, and
+                # every worker's re-arm finds a running record once its lease is over.
+                return
             due_at = execution.due_at
             if due_at is None:
                 cancel_in(conn, execution.id)

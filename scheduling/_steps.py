@@ -4,9 +4,13 @@ Theory of operation. Every resume of an execution is one step, written once in
 ``Steps._step``: load it (with its version) from the store, check under its lock that the
 step still applies, compute the next state with the pure core, save it with a
 compare-and-set on that version, then settle: arm the alarm for its next due time
-(persist, then arm) or queue what the new state asks for. An alarm (``_on_alarm``), a
-delivery (``Runner.deliver``) and a child reporting to its parent (``_resume_parent``)
-differ only in their check and in what a lost compare-and-set means.
+(persist, then arm) or queue what the new state asks for. Before each action call the
+core hands the step a ``running`` checkpoint, saved as a leased claim
+(``scheduling._leases``): a start is stored before its first action runs, a step that
+loses its claim stops before running the action, and a ``running`` record whose lease
+ended (its process died) is taken up by the next alarm of it (``Move.RECOVER``). An
+alarm (``_on_alarm``), a delivery (``Runner.deliver``) and a child reporting to its parent
+(``_resume_parent``) differ only in their check and in what a lost compare-and-set means.
 
 Follow-ups of a step (running a sub-workflow, resuming a parent when its child ends) run
 after the step's save, outside its lock, from a per-thread queue: no lock is ever held
@@ -41,6 +45,7 @@ from prana import (
     cancel_execution,
     execute_workflow,
     expire_webhook,
+    recover_execution,
     redrive_execution,
     resume_workflow,
     validate,
@@ -48,6 +53,7 @@ from prana import (
 from scheduling._definitions import Definitions
 from scheduling._errors import ExecutionNotFound, StaleVersionError, WorkflowNotFound
 from scheduling._eventlog import log_event, wanted
+from scheduling._leases import Claim, Leases
 from scheduling.abc import TracePropagator
 
 if TYPE_CHECKING:
@@ -83,6 +89,9 @@ class Move(enum.Enum):
     REDRIVE = "redrive"
     """A failed execution taken up again (``redrive_execution``, then ``resume_workflow``);
     the step's data is ``(node, reset_attempts)``."""
+    RECOVER = "recover"
+    """A ``running`` record whose lease ended: its process died inside an action
+    (``recover_execution``: the attempt closed interrupted and run again)."""
 
 
 _RESUME, _EXPIRE, _CHILDREN = Move.RESUME, Move.EXPIRE, Move.CHILDREN  # hot-path aliases
@@ -169,6 +178,8 @@ class Steps:
         clock: Clock,
         env: Mapping[str, Any] | None,
         observers: tuple[Callable[[Event], object], ...],
+        lease_seconds: float = 30.0,
+        max_interruptions: int = 3,
     ) -> None:
         self.registry = registry
         self.store: ExecutionStore = store
@@ -179,6 +190,9 @@ class Steps:
         self._emit: tuple[Callable[[Event], object], ...] = (*observers, log_event)
         """What every run reports to: the observers given, then the log (``scheduling.events``)."""
         self._definitions = Definitions(store)
+        self._leases = Leases(store, clock, lease_seconds)
+        self.lease_seconds = lease_seconds
+        self.max_interruptions = max_interruptions
         self._stripes = tuple(threading.RLock() for _ in range(_STRIPES))
         self._changed = threading.Condition()
         self._saves = 0
@@ -231,24 +245,44 @@ class Steps:
                 workflow = definitions.cached.get(
                     (execution.workflow_id, execution.workflow_version)
                 ) or definitions.get(execution.workflow_id, execution.workflow_version)
-                with self._traced(execution.trace_context):
-                    if move is _RESUME:
-                        outcome = resume_workflow(
-                            execution,
-                            data,
-                            workflow=workflow,
-                            registry=self.registry,
-                            clock=self.clock,
-                            env=self.env,
-                            observers=self._observers(),
-                        )
-                    elif move is Move.REDRIVE:
-                        outcome = self._redrive(execution, workflow, *data)
-                    else:
-                        outcome = self._expire_webhook(execution, workflow)
+                leases = self._leases
+                claim = Claim(version)
+                try:
+                    checkpoint = leases.checkpoint(claim)
+                    with self._traced(execution.trace_context):
+                        if move is _RESUME:
+                            outcome = resume_workflow(
+                                execution,
+                                data,
+                                workflow=workflow,
+                                registry=self.registry,
+                                clock=self.clock,
+                                env=self.env,
+                                observers=self._observers(),
+                                checkpoint=checkpoint,
+                            )
+                        elif move is Move.REDRIVE:
+                            node, reset = data
+                            outcome = self._redrive(execution, workflow, node, reset, checkpoint)
+                        elif move is Move.RECOVER:
+                            outcome = recover_execution(
+                                execution,
+                                workflow=workflow,
+                                registry=self.registry,
+                                clock=self.clock,
+                                env=self.env,
+                                observers=self._observers(),
+                                checkpoint=checkpoint,
+                                max_interruptions=self.max_interruptions,
+                            )
+                        else:
+                            outcome = self._expire_webhook(execution, workflow, checkpoint)
+                except BaseException:
+                    leases.release(claim)
+                    raise
                 new = outcome.execution
                 assert new is not None, "the executor returns outcomes with the execution set"
-                version = self.store.save(new, version)
+                version = leases.save(claim, new)
         if new is None:
             self._sub_workflow_alarm(execution)
             return None
@@ -262,7 +296,12 @@ class Steps:
         return outcome
 
     def _redrive(
-        self, execution: WorkflowExecution, workflow: Workflow, node: str | None, reset: bool
+        self,
+        execution: WorkflowExecution,
+        workflow: Workflow,
+        node: str | None,
+        reset: bool,
+        checkpoint: Callable[[WorkflowExecution], None] | None = None,
     ) -> Outcome:
         """Redrive a failed execution with the core, then run it in the caller as a resume."""
         observers = self._observers()
@@ -283,6 +322,7 @@ class Steps:
             clock=self.clock,
             env=self.env,
             observers=observers,
+            checkpoint=checkpoint,
         )
 
     def _start(
@@ -301,24 +341,31 @@ class Steps:
             validate(workflow, self.registry)
         self._definitions.register(workflow)
         tracer = self._tracer
-        with contextlib.ExitStack() as traced:
-            trace_context = None
-            if tracer is not None:
-                traced.enter_context(tracer.resume(parent_trace))
-                trace_context = traced.enter_context(tracer.begin(self.clock()))
-            outcome = execute_workflow(
-                workflow,
-                input_data,
-                registry=self.registry,
-                clock=self.clock,
-                env=self.env,
-                observers=self._observers(),
-                execution_id=execution_id,
-                parent=parent,
-                trace_context=trace_context,
-            )
+        leases = self._leases
+        claim = Claim(None)
+        try:
+            with contextlib.ExitStack() as traced:
+                trace_context = None
+                if tracer is not None:
+                    traced.enter_context(tracer.resume(parent_trace))
+                    trace_context = traced.enter_context(tracer.begin(self.clock()))
+                outcome = execute_workflow(
+                    workflow,
+                    input_data,
+                    registry=self.registry,
+                    clock=self.clock,
+                    env=self.env,
+                    observers=self._observers(),
+                    execution_id=execution_id,
+                    parent=parent,
+                    trace_context=trace_context,
+                    checkpoint=leases.checkpoint(claim),  # the first stores it: a durable start
+                )
+        except BaseException:
+            leases.release(claim)
+            raise
         new = _execution_of(outcome)
-        version = self.store.save(new, None)
+        version = leases.save(claim, new)
         self._note_hook(outcome)
         self._settle(new, version)
         return new
@@ -363,7 +410,12 @@ class Steps:
         self._settle(cancelled, new_version)
         return cancelled
 
-    def _expire_webhook(self, execution: WorkflowExecution, workflow: Workflow) -> Outcome:
+    def _expire_webhook(
+        self,
+        execution: WorkflowExecution,
+        workflow: Workflow,
+        checkpoint: Callable[[WorkflowExecution], None] | None = None,
+    ) -> Outcome:
         """Fail the webhook wait with a non-retryable ``WebhookTimeout``; ``on_error`` applies."""
         return expire_webhook(
             execution,
@@ -372,6 +424,7 @@ class Steps:
             clock=self.clock,
             env=self.env,
             observers=self._observers(),
+            checkpoint=checkpoint,
         )
 
     # -- alarms ------------------------------------------------------------------------
@@ -397,9 +450,21 @@ class Steps:
             logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
 
     def _alarm_check(self, execution: WorkflowExecution) -> Move | None:
-        """An alarm's check: still suspended and due (an early one is armed again)."""
+        """An alarm's check: still suspended and due (an early one is armed again).
+
+        A ``running`` execution's alarm is its lease expiry: past it, its process is taken
+        for dead and the execution is recovered; before it, the alarm is armed again.
+        """
         suspension = execution.suspension
         if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
+            if execution.status is ExecutionStatus.RUNNING:
+                lease = execution.lease_expires_at
+                if lease is None:
+                    return None  # no lease: not a runner's checkpoint; leave it alone
+                if lease > self.clock():
+                    self.scheduler.schedule(execution.id, lease)  # still held: wait again
+                    return None
+                return Move.RECOVER
             return None  # resumed, cancelled or finished since the alarm was armed
         kind = suspension.kind
         if kind == "sub_workflow":

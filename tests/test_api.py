@@ -22,9 +22,11 @@ PRANA_PUBLIC = {
     "NonRetryable", "Observer", "Outcome", "Output", "ParentRef", "PranaError", "RecordError",
     "Registry", "ResumeError", "RetryAfter", "RetryData", "RetryPolicy", "SCHEMA_VERSION",
     "Schedule", "ScheduleRow", "SubWorkflowData", "Suspend", "TimerData", "WebhookData",
-    "WebhookTimeout", "Workflow", "WorkflowExecution", "aexecute_workflow", "aresume_workflow",
+    "WebhookTimeout", "Workflow", "WorkflowExecution", "aexecute_workflow",
+    "arecover_execution", "aresume_workflow",
     "cancel_execution", "dumps", "dumps_workflow", "execute_workflow", "expire_webhook", "lint",
-    "loads", "loads_workflow", "make_converter", "redrive_execution", "resume_workflow", "validate",
+    "loads", "loads_workflow", "make_converter", "recover_execution", "redrive_execution",
+    "resume_workflow", "validate",
 }  # fmt: skip
 
 SCHEDULING_PUBLIC = {

@@ -28,6 +28,7 @@ from prana import (
     WorkflowExecution,
     cancel_execution,
     execute_workflow,
+    recover_execution,
     redrive_execution,
     resume_workflow,
 )
@@ -114,6 +115,7 @@ def test_node_and_attempt_tables_cover_every_status() -> None:
         "completed",
         "failed",
         "cancelled",
+        "interrupted",
     }
 
 
@@ -264,6 +266,46 @@ def _walk_attempt_suspended_running() -> None:
     assert _attempts(resumed, "w") == [(1, AttemptOutcome.COMPLETED)]  # the same attempt, run on
 
 
+class _Died(Exception):  # noqa: N818 - reads as what happened
+    """Stands for the process dying inside the action: raised by the checkpoint, after it."""
+
+
+def _checkpointed() -> tuple[WorkflowExecution, Workflow, Registry]:
+    """The checkpoint a process saved before calling node ``a``'s action, then died in it."""
+    registry = _registry()
+    wf = workflow(Node(key="a", type="test.ok"))
+    saved: list[WorkflowExecution] = []
+
+    def checkpoint(execution: WorkflowExecution) -> None:
+        saved.append(execution)
+        if execution.node("a") is not None:
+            raise _Died
+
+    with pytest.raises(_Died):
+        execute_workflow(wf, None, registry=registry, clock=ManualClock(T0), checkpoint=checkpoint)
+    assert saved[-1].status is ExecutionStatus.RUNNING
+    return saved[-1], wf, registry
+
+
+def _walk_node_running_cancelled() -> None:
+    stored, *_ = _checkpointed()
+    assert _node(stored, "a").status is NodeStatus.RUNNING
+    cancelled = cancel_execution(stored)
+    assert cancelled.status is ExecutionStatus.CANCELLED
+    assert _node(cancelled, "a").status is NodeStatus.CANCELLED
+
+
+def _walk_attempt_running_interrupted() -> None:
+    stored, wf, registry = _checkpointed()
+    assert [a.outcome for a in _node(stored, "a").attempts] == [AttemptOutcome.RUNNING]
+    recovered = recover_execution(stored, workflow=wf, registry=registry, clock=ManualClock(T0))
+    assert isinstance(recovered, Completed)
+    assert _attempts(recovered, "a") == [
+        (1, AttemptOutcome.INTERRUPTED),  # the attempt the dead process was running
+        (1, AttemptOutcome.COMPLETED),  # the same attempt, run again
+    ]
+
+
 def _walk_attempt_suspended_cancelled() -> None:
     outcome, *_ = _paused()
     cancelled = cancel_execution(outcome.execution)
@@ -277,6 +319,7 @@ NODE_WALKS: dict[tuple[NodeStatus, NodeStatus], Callable[[], None]] = {
     (N.RUNNING, N.SUSPENDED): _walk_node_running_suspended,
     (N.SUSPENDED, N.RUNNING): _walk_node_suspended_running,
     (N.SUSPENDED, N.CANCELLED): _walk_node_suspended_cancelled,
+    (N.RUNNING, N.CANCELLED): _walk_node_running_cancelled,
     (N.FAILED, N.SUSPENDED): _walk_node_failed_suspended,
 }
 ATTEMPT_WALKS: dict[tuple[AttemptOutcome, AttemptOutcome], Callable[[], None]] = {
@@ -284,6 +327,7 @@ ATTEMPT_WALKS: dict[tuple[AttemptOutcome, AttemptOutcome], Callable[[], None]] =
     (A.RUNNING, A.FAILED): _walk_attempt_running_failed,
     (A.RUNNING, A.SUSPENDED): _walk_attempt_running_suspended,
     (A.RUNNING, A.CANCELLED): _walk_attempt_running_cancelled,
+    (A.RUNNING, A.INTERRUPTED): _walk_attempt_running_interrupted,
     (A.SUSPENDED, A.RUNNING): _walk_attempt_suspended_running,
     (A.SUSPENDED, A.CANCELLED): _walk_attempt_suspended_cancelled,
 }

@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import sqlite3
 import sys
@@ -44,6 +45,8 @@ missing, its schema is newer than this prana, or a foreign ``scheduling`` packag
 EXIT_INTERRUPTED = 130
 """Ctrl-C."""
 WORKER_POLL_SECONDS = 1.0
+LEASE_SECONDS = 30.0
+MAX_SECONDS = 86_400.0
 PROCRASTINATE_NEEDS_POSTGRES = (
     "--scheduler procrastinate needs --postgres DSN (or $PRANA_POSTGRES_DSN)"
 )
@@ -269,16 +272,47 @@ def make_runner(
     scheduler: Any = None,
     *,
     recover: bool = False,
+    lease_seconds: float = LEASE_SECONDS,
+    max_interruptions: int = 3,
 ) -> Runner:
     """A runner over ``store`` that reports to ``view`` (if any).
 
     Only a worker passes ``recover=True``: a one-off command works on its own execution
-    and never resumes others the store holds.
+    and never resumes others the store holds. ``lease_seconds`` is how long an execution
+    this process runs stays its own should the process die (``--lease``).
     """
     from scheduling._runner import Runner
 
     observers = [view] if view is not None else []
-    return Runner(registry, store, scheduler, observers=observers, recover=recover)
+    return Runner(
+        registry,
+        store,
+        scheduler,
+        observers=observers,
+        recover=recover,
+        lease_seconds=lease_seconds,
+        max_interruptions=max_interruptions,
+    )
+
+
+LEASE_HELP = (
+    "seconds an execution this process runs stays its own if the process dies (killed, "
+    "cut off): then a worker takes it up and runs the interrupted attempt again (default 30)"
+)
+
+
+def add_lease(parser: argparse.ArgumentParser, help_text: str = LEASE_HELP) -> None:
+    """Add ``--lease SECONDS`` to ``parser`` (checked by ``check_seconds``)."""
+    parser.add_argument("--lease", type=float, default=LEASE_SECONDS, help=help_text)
+
+
+def check_seconds(option: str, value: float) -> None:
+    """Refuse a number of seconds that is not > 0 and at most a day, in one line."""
+    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
+        raise CLIError(
+            f"{option} {value!r}: use a number of seconds > 0 and <= {MAX_SECONDS:g} "
+            f"(e.g. {option} 1.5)"
+        )
 
 
 def finish(runner: Runner, execution_id: str, view: ConsoleView) -> int:

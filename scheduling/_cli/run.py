@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scheduling._cli._common import (
+    add_lease,
     check_actions,
     check_children,
+    check_seconds,
     finish,
     load_actions,
     load_workflow_file,
@@ -34,12 +36,14 @@ def register(add: AddCommand) -> None:
         metavar="FILE",
         help="a sub-workflow's definition to register first (repeat for several)",
     )
+    add_lease(run)
     run.set_defaults(handler=_cmd_run)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from scheduling._console import ConsoleView
 
+    check_seconds("--lease", args.lease)
     workflow = load_workflow_file(args.file)
     children = [load_workflow_file(path) for path in args.workflow]
     data = parse_json(args.input, "--input") if args.input is not None else None
@@ -49,7 +53,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     view = ConsoleView()
     try:
         check_children([workflow, *children], store)
-        runner = make_runner(registry, store, view)
+        runner = make_runner(registry, store, view, lease_seconds=args.lease)
         for child in children:
             runner.register_workflow(child)
         with runner, view.live():

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from prana import ExecutionStatus
 from scheduling._cli._common import (
     EXIT_OK,
+    add_lease,
+    check_seconds,
     check_stored_actions,
     finish,
     load_actions,
@@ -28,6 +30,7 @@ def register(add: AddCommand) -> None:
     deliver.add_argument("id", help="the execution id, or a unique prefix of it")
     deliver.add_argument("--data", required=True, help="the resume data, as JSON")
     deliver.add_argument("--actions", help="module (or .py file) registering your actions")
+    add_lease(deliver)
     deliver.set_defaults(handler=_cmd_deliver)
 
     cancel = add("cancel", "cancel a suspended execution")
@@ -42,6 +45,7 @@ def register(add: AddCommand) -> None:
 def _cmd_deliver(args: argparse.Namespace) -> int:
     from scheduling._console import ConsoleView
 
+    check_seconds("--lease", args.lease)
     data = parse_json(args.data, "--data")
     registry = load_actions(args.actions)
     store = open_store(args, must_exist=True)
@@ -51,7 +55,7 @@ def _cmd_deliver(args: argparse.Namespace) -> int:
         check_stored_actions(
             store, execution_id, registry, args.actions, when=ExecutionStatus.SUSPENDED
         )
-        with make_runner(registry, store, view) as runner, view.live():
+        with make_runner(registry, store, view, lease_seconds=args.lease) as runner, view.live():
             runner.deliver(execution_id, data)
             return finish(runner, execution_id, view)
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import math
 import signal
 import threading
 from typing import TYPE_CHECKING
@@ -20,6 +19,8 @@ from scheduling._cli._common import (
     PROCRASTINATE_NEEDS_POSTGRES,
     WORKER_POLL_SECONDS,
     CLIError,
+    add_lease,
+    check_seconds,
     load_actions,
     make_runner,
     one_line_logging,
@@ -51,12 +52,18 @@ def register(add: AddCommand) -> None:
         default=WORKER_POLL_SECONDS,
         help="seconds between checks for work left due by other processes (default 1)",
     )
+    add_lease(
+        worker,
+        "seconds a worker may stay silent (killed, cut off) before the others take up the "
+        "executions and (procrastinate) the alarms it was running (default 30)",
+    )
     worker.add_argument(
-        "--lease",
-        type=float,
-        default=LEASE_SECONDS,
-        help="procrastinate: seconds a worker may stay silent (killed, cut off) before the "
-        "others take up the alarms it was firing (default 30)",
+        "--max-interruptions",
+        type=int,
+        default=3,
+        metavar="N",
+        help="an attempt whose worker died inside it N times in a row fails instead of "
+        "running again (default 3)",
     )
     worker.add_argument(
         "--concurrency",
@@ -80,32 +87,25 @@ def register(add: AddCommand) -> None:
     worker.set_defaults(handler=_cmd_worker)
 
 
-LEASE_SECONDS = 30.0
 CONCURRENCY = 8
 """Alarms a procrastinate worker fires at once: each waits mostly on the database (its
 save's commit), so several in flight let the server flush their commits together."""
 FETCH_POLL_SECONDS = 0.05
 """procrastinate notifies a worker when a job is deferred, never when a scheduled one
 comes due: a worker looks for due jobs this often (one cheap query when idle)."""
-_MAX_SECONDS = 86_400.0
 _STOPPED = "worker stopped ({}): suspended executions stay in the store for the next worker"
-
-
-def _check_seconds(option: str, value: float) -> None:
-    """Refuse a number of seconds that is not > 0 and at most a day, in one line."""
-    if not math.isfinite(value) or not 0 < value <= _MAX_SECONDS:
-        raise CLIError(
-            f"{option} {value!r}: use a number of seconds > 0 and <= {_MAX_SECONDS:g} "
-            f"(e.g. {option} 1.5)"
-        )
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     from scheduling._console import ConsoleView
 
-    _check_seconds("--poll", args.poll)
-    _check_seconds("--lease", args.lease)
-    _check_seconds("--fetch-poll", args.fetch_poll)
+    check_seconds("--poll", args.poll)
+    check_seconds("--lease", args.lease)
+    check_seconds("--fetch-poll", args.fetch_poll)
+    if not 1 <= args.max_interruptions <= 1_000_000:
+        raise CLIError(
+            f"--max-interruptions {args.max_interruptions}: use a whole number from 1 to 1000000"
+        )
     if not 1 <= args.concurrency <= 1000:
         raise CLIError(f"--concurrency {args.concurrency}: use a whole number from 1 to 1000")
     if args.scheduler == "procrastinate" and postgres_dsn(args) is None:
@@ -114,7 +114,14 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     store = open_store(args, must_exist=False)
     view = ConsoleView()
     try:
-        runner = make_runner(registry, store, view, recover=True)
+        runner = make_runner(
+            registry,
+            store,
+            view,
+            recover=True,
+            lease_seconds=args.lease,
+            max_interruptions=args.max_interruptions,
+        )
         if args.once:
             handled = runner.run_due()
             print(f"resumed {len(handled)} due execution(s)")
@@ -169,7 +176,18 @@ def _procrastinate_worker(
         max_connections=max(4, args.concurrency),
     )
     stop = threading.Event()
-    with make_runner(registry, store, view, scheduler, recover=True) as runner, view.live():
+    with (
+        make_runner(
+            registry,
+            store,
+            view,
+            scheduler,
+            recover=True,
+            lease_seconds=args.lease,
+            max_interruptions=args.max_interruptions,
+        ) as runner,
+        view.live(),
+    ):
         # Work another process left due without an alarm (a `prana run` killed in backoff)
         # is re-armed every --poll seconds, as the APScheduler worker does.
         rearm = threading.Thread(

@@ -1,0 +1,145 @@
+"""Claims and leases: the runner's side of the core's checkpoints.
+
+Theory of operation. Before each action call the core hands the runner a ``running``
+snapshot of the execution (``checkpoint=``). The runner saves it with a compare-and-set, its
+``lease_expires_at`` (so its ``due_at``, the store's alarm time) set ``lease`` seconds ahead:
+
+- the first save of a step is its *claim*: a runner that loses it (another one moved the
+  execution on first) stops before the action runs, where it used to run the action and
+  lose only the final save;
+- a start is in the store before its first action runs (the claim creates it);
+- a process that dies inside an action leaves a ``running`` record whose alarm is its
+  lease expiry: whichever runner fires it after that takes it up (``recover_execution``).
+
+While a step runs, a keeper thread renews every claim older than a third of the lease (a
+save of the same snapshot with a later lease), so a long action is not taken for a dead
+one. A claim lost meanwhile (another runner recovered it, or it was cancelled) makes the
+step's next save fail its compare-and-set, and the step is dropped as any lost one is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+import attrs
+
+from scheduling._errors import StaleVersionError, StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from prana import WorkflowExecution
+    from scheduling.abc import ExecutionStore
+
+logger = logging.getLogger("scheduling._runner")
+
+__all__ = ["Claim", "Leases"]
+
+
+class Claim:
+    """One step's hold on its execution: the version it last saved, under a lock.
+
+    ``version`` is ``None`` until a start's first save creates the record. ``record`` is
+    the snapshot last saved (``None`` before the first checkpoint), ``saved_at`` when.
+    """
+
+    __slots__ = ("lock", "record", "saved_at", "version")
+
+    def __init__(self, version: int | None) -> None:
+        self.version = version
+        self.lock = threading.Lock()
+        self.record: WorkflowExecution | None = None
+        self.saved_at: datetime | None = None
+
+
+class Leases:
+    """Saves checkpoints as leased claims, and renews the claims of steps still running."""
+
+    def __init__(
+        self,
+        store: ExecutionStore,
+        clock: Callable[[], datetime],
+        lease_seconds: float,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.lease = timedelta(seconds=lease_seconds)
+        self.renew_every = lease_seconds / 3
+        self._held: dict[int, Claim] = {}
+        self._cond = threading.Condition()
+        self._keeper: threading.Thread | None = None
+
+    def checkpoint(self, claim: Claim) -> Callable[[WorkflowExecution], None]:
+        """The core's ``checkpoint`` callback for one step: save each snapshot on ``claim``."""
+
+        def save(execution: WorkflowExecution) -> None:
+            now = self.clock()
+            record = attrs.evolve(execution, lease_expires_at=now + self.lease)
+            with claim.lock:
+                claim.version = self.store.save(record, claim.version)
+                claim.record, claim.saved_at = record, now
+            if self._keeper is None or id(claim) not in self._held:
+                self._hold(claim)
+
+        return save
+
+    def save(self, claim: Claim, execution: WorkflowExecution) -> int:
+        """The step's final save (compare-and-set on the claim's version); ends the claim."""
+        try:
+            with claim.lock:
+                version = self.store.save(execution, claim.version)
+                claim.version = version
+                claim.record = None
+            return version
+        finally:
+            self.release(claim)
+
+    def release(self, claim: Claim) -> None:
+        """Stop renewing ``claim`` (its step ended, saved or not)."""
+        if self._held:
+            with self._cond:
+                self._held.pop(id(claim), None)
+
+    def _hold(self, claim: Claim) -> None:
+        with self._cond:
+            self._held[id(claim)] = claim
+            if self._keeper is None:
+                self._keeper = threading.Thread(target=self._keep, name="prana-leases", daemon=True)
+                self._keeper.start()
+
+    def _keep(self) -> None:
+        """Renew the claims held for a third of the lease or more, until none is held."""
+        while True:
+            with self._cond:
+                self._cond.wait(self.renew_every)
+                if not self._held:
+                    self._keeper = None
+                    return
+                held = list(self._held.values())
+            for claim in held:
+                self._renew(claim)
+
+    def _renew(self, claim: Claim) -> None:
+        now = self.clock()
+        with claim.lock:
+            record, saved_at = claim.record, claim.saved_at
+            if record is None or saved_at is None or now - saved_at < self.lease / 3:
+                return
+            renewed = attrs.evolve(record, lease_expires_at=now + self.lease)
+            try:
+                claim.version = self.store.save(renewed, claim.version)
+            except StaleVersionError:
+                claim.record = None  # taken over or cancelled: the step's next save says so
+                logger.warning(
+                    "execution %r was taken over while its step still ran (its lease "
+                    "ended, or it was cancelled); the step's outcome will be dropped",
+                    record.id,
+                )
+                return
+            except StoreError as error:
+                logger.warning("renewing the lease of %r failed: %s", record.id, error)
+                return
+            claim.record, claim.saved_at = renewed, now
