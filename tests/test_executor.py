@@ -507,6 +507,47 @@ def test_loop_guard_fails_a_runaway_loop(registry: Registry) -> None:
     assert outcome.execution.status is ExecutionStatus.FAILED
 
 
+class _Runaway(BaseException):
+    """Ends the test's own loop when the executor does not (not an Exception: the executor
+    records those as the node's failure and would go on)."""
+
+
+RUNAWAY_RUNS = 10_000
+"""Ten times the default ``max_iterations``: past it, nothing bounded the loop."""
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attacker review: a definition sets its own loop bound; core's owner"
+)
+def test_a_definition_cannot_lift_the_bound_on_its_own_loops() -> None:
+    """``max_iterations`` comes from the definition, which is untrusted data (DESIGN §7), and
+    has no ceiling: with 10**9 a two-node loop ran 200,000 node runs in 9 s, memory growing
+    with every run, and would go on for hours. Even at the default 1000, a loop of three
+    data-only nodes each writing a 1,000,000-character template kept 1 GB in memory and a
+    3 GB record (6.7 GB to serialize it). The application, not the definition, must bound
+    what one execution runs and keeps; here: this loop fails within 10,000 passes."""
+    runs = [0]
+
+    def tick(params: Any, ctx: ActionContext) -> None:
+        runs[0] += 1
+        if runs[0] > RUNAWAY_RUNS:
+            raise _Runaway
+
+    registry = Registry()
+    registry.register("test.tick", tick)
+    loop = attrs.evolve(counter_loop(10**12), max_iterations=10**9)
+    nodes = [attrs.evolve(n, type="test.tick") if n.key == "done" else n for n in loop.nodes]
+    nodes.append(Node(key="tick", type="test.tick"))
+    connections = [c for c in loop.connections if (c.from_node, c.to_node) != ("inc", "check")]
+    connections += [conn("inc", "tick"), conn("tick", "check")]
+    looping = attrs.evolve(loop, nodes=nodes, connections=connections)
+    try:
+        outcome = execute_workflow(looping, registry=registry)
+    except _Runaway:
+        pytest.fail(f"{RUNAWAY_RUNS:,} runs of one node and the loop goes on")
+    assert isinstance(outcome, Failed)
+
+
 def test_for_each_runs_body_per_item(registry: Registry) -> None:
     """for_each emits each item on loop, collects the body's outputs and finishes on done."""
     registry.register("test.square", lambda p, ctx: ctx.input["main"]["item"] ** 2)

@@ -457,3 +457,28 @@ def test_http_status_error_message() -> None:
     """The error reads as one line: status, method, URL and the excerpt."""
     error = HTTPStatusError(503, "GET", "https://a.test/", "busy")
     assert str(error) == "HTTP 503 from GET https://a.test/: busy"
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attacker review: the response body is unbounded; the action's owner"
+)
+def test_a_huge_response_body_fails_the_node_instead_of_filling_memory() -> None:
+    """The action reads the whole body into memory and into the node's output (so into the
+    record): a 200 MB body completed with a 200 MB output, and a gzip bomb (here 16 KiB on
+    the wire, 16 MiB decoded) multiplies what a hostile or broken server sends about a
+    thousand times. Read the body streamed and counted after decoding; over a documented
+    cap, fail the node non-retryably, naming the URL and the cap."""
+    import gzip
+
+    bomb = gzip.compress(b"\0" * (16 * 2**20))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        headers = {"content-encoding": "gzip", "content-type": "text/plain"}
+        return httpx.Response(200, content=bomb, headers=headers)
+
+    outcome = execute_workflow(
+        _workflow({"url": "https://example.test/big"}, retry=None), registry=_mock(handler)
+    )
+    if not isinstance(outcome, Failed):  # (no assert: its message would print the body)
+        pytest.fail(f"{type(outcome).__name__}: the whole body was kept in the output")
+    assert "https://example.test/big" in outcome.error.message

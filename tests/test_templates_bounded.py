@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -396,3 +397,101 @@ def test_any_composition_of_growing_operations_stays_bounded(steps: list[int]) -
         assert outcome.path == "p"
     else:
         assert len(str(outcome)) <= 8 * MAX_SIZE
+
+
+# --- found by the attacker review (awaiting the templates' owner) ---------------------------
+
+_PUNY = "".join(chr(c) for c in range(0x100, 0x100 + 300))
+"""300 distinct non-ASCII characters: punycode's encoder is quadratic in them (30,000 of
+them, well under the size limit, ran for over two minutes)."""
+
+UNCHARGED: dict[str, tuple[str, dict[str, Any]]] = {
+    "int filter builds a huge int": ("{{ ('f' * 2000) | int(base=16) > 0 }}", {}),
+    "int.from_bytes builds a huge int": (
+        "{{ (1).from_bytes(('x' * 2000).encode(), 'big') > 0 }}",
+        {},
+    ),
+    "punycode encode": ("{{ $input.main.s.encode('punycode') | length }}", {"s": _PUNY}),
+    "punycode decode": ("{{ ('a-' ~ '9' * 2000).encode().decode('punycode') }}", {}),
+    "scans of the receiver": (
+        "{% set s = 'a' * 999999 %}{% for i in range(20) %}{{ s.isidentifier() }}{% endfor %}",
+        {},
+    ),
+}
+"""Work the limits do not see, each shown here at a size that is quick without a fix.
+
+- ``|int(base=16)`` and ``int.from_bytes`` build integers of millions of bits (MAX_INT_BITS
+  bounds only ``*`` and ``**``); ``//`` and ``%`` on two of them take seconds each at one
+  step, so ``{% for i in range(1000) %}{{ a // b > 0 }}{% endfor %}`` runs for hours.
+- Python's punycode codec is quadratic: one ``encode``/``decode`` of a string within the
+  size limit runs for minutes.
+- A method call charges its arguments and result, not the string it scans: 4,900 calls of
+  ``s.isidentifier()`` (or ``count``, ``find``, ``isprintable``...) on a 1,000,000-character
+  string cost 98,000 steps and 10-15 s.
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="attacker review: unbounded work, templates' owner")
+@pytest.mark.parametrize("name", list(UNCHARGED))
+def test_work_the_limits_do_not_see_is_refused(name: str) -> None:
+    """Each fails as a limit (or sandbox) TemplateError naming the param."""
+    text, inputs = UNCHARGED[name]
+    error = refused({"p": text}, trace=False, **inputs)
+    assert error.path == "p"
+    assert "limit" in error.message or "sandbox" in error.message, error.message
+
+
+@pytest.mark.xfail(strict=True, reason="attacker review: quadratic strptime, templates' owner")
+def test_strptime_with_a_long_format_is_refused() -> None:
+    """``$now.strptime`` walks its format quadratically in CPython's ``_strptime``: a format
+    of 600,000 characters ('a%' * 300,000) ran for over two minutes. Refuse long formats
+    (or ``strptime``); this 6,000-character one is quick today and parses."""
+    compiled = compile_params({"p": "{{ $now.strptime('%' * 3000, '%%' * 3000) }}"})
+    assert compiled is not None
+    with pytest.raises(TemplateError) as info:
+        compiled.render({"now": datetime.now(timezone.utc)})
+    assert "limit" in info.value.message or "sandbox" in info.value.message
+
+
+DEEP_SOURCES = {
+    "parentheses": "{{ " + "(" * 500 + "1" + ")" * 500 + " }}",
+    "a long sum": "{{ " + " + ".join(["1"] * 3000) + " }}",
+    "a long filter chain": "{{ [1]" + " | batch(1) | list" * 300 + " }}",
+    "nested loops": "{% for a in [1] %}" * 200 + "{% endfor %}" * 200,
+}
+
+
+@pytest.mark.xfail(strict=True, reason="attacker review: deep templates, templates' owner")
+@pytest.mark.parametrize("name", list(DEEP_SOURCES))
+def test_a_deeply_nested_template_is_a_template_error(name: str) -> None:
+    """These raise RecursionError (or IndentationError from Python's compiler) out of
+    ``compile_params``: ``prana run`` and ``Runner.start`` end in a deep traceback instead of
+    one line naming the param."""
+    with pytest.raises(TemplateError) as info:
+        compile_params({"p": DEEP_SOURCES[name]})
+    assert info.value.path == "p"
+
+
+class _CountingText(str):
+    """A template text that counts the characters ``find`` scans (what a search costs)."""
+
+    scanned = 0
+
+    def find(self, sub: str, start: Any = None, end: Any = None) -> int:
+        begin = 0 if start is None else start
+        found = str.find(self, sub, begin)
+        _CountingText.scanned += (len(self) if found < 0 else found) - begin
+        return found
+
+
+@pytest.mark.xfail(strict=True, reason="attacker review: quadratic compile, templates' owner")
+def test_compiling_many_expressions_scans_the_text_a_bounded_number_of_times() -> None:
+    """``_rewrite_template`` searched the rest of the text for each opener at every block,
+    so a text of n blocks cost n times its length: '{{ 1 }}' * 140,000 (980 KB, within the
+    CLI's 10 MiB file limit) took 178 s to validate. Linear: a few passes over the text."""
+    from prana._templates import _rewrite_template
+
+    text = _CountingText("{{ 1 }}" * 2000)
+    _CountingText.scanned = 0
+    _rewrite_template(text)
+    assert _CountingText.scanned <= 10 * len(text)
