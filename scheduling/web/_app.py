@@ -376,7 +376,7 @@ def create_app(
                     # Woken at once by this runner's saves; the poll finds other processes'.
                     heartbeat_at = quiet_since + HEARTBEAT_SECONDS
                     pause = min(poll_seconds, max(0.0, heartbeat_at - loop.time()))
-                    with contextlib.suppress(TimeoutError):
+                    with contextlib.suppress(asyncio.TimeoutError):  # TimeoutError from 3.11
                         await asyncio.wait_for(changed.wait(), pause)
                     changed.clear()
                     if loop.time() >= heartbeat_at:
