@@ -299,6 +299,19 @@ def test_a_retry_resumed_by_another_process_lands_in_the_callers_trace(tmp_path:
     assert store.load(execution_id)[0].status is ExecutionStatus.COMPLETED
 
 
+def test_the_execution_view_shows_the_trace_to_look_up() -> None:
+    """The web view's JSON carries the stored ``traceparent``, so an operator can find the trace."""
+    from scheduling.web._views import execution_view
+
+    provider, _ = _provider()
+    with _runner(MemoryStore(), ManualClock(), provider, _registry(1)) as runner:
+        execution_id = runner.start(WORKFLOW, None)
+        execution, version = runner.store.load(execution_id)
+        view = execution_view(execution, version, WORKFLOW, runner.registry)
+    assert execution.trace_context is not None
+    assert view["trace_context"] == {"traceparent": execution.trace_context["traceparent"]}
+
+
 def test_a_start_with_no_current_span_roots_a_new_trace() -> None:
     """With no caller span, ``prana.start`` is a new trace's root and later steps its children."""
     store = MemoryStore(serialize=True)

@@ -167,4 +167,5 @@ def execution_view(
         if execution.parent is None
         else {"execution_id": execution.parent.execution_id, "node_key": execution.parent.node_key},
         "nodes": nodes,
+        "trace_context": dict(execution.trace_context) if execution.trace_context else None,
     }
