@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,9 @@ from prana._resolve import resolve_level
 if TYPE_CHECKING:
     from prana._model import Node, Workflow
     from prana._registry import Registry
+
+_retry_log = logging.getLogger("prana.retry")
+"""Retry conditions that failed when they ran (WARNING; see also ``prana._engine``)."""
 
 # --- what a condition may name -----------------------------------------------------------
 
@@ -259,6 +263,15 @@ class RetryReason(enum.Enum):
 RAN_OUT: frozenset[RetryReason] = frozenset({RetryReason.EXHAUSTED, RetryReason.BUDGET})
 """The reasons that mean the retries ran out (the ``node_retry_exhausted`` event)."""
 
+CONDITION_FAILED: frozenset[RetryReason] = frozenset(
+    {RetryReason.STOP_WHEN_FAILED, RetryReason.RETRY_WHEN_FAILED}
+)
+"""The reasons that mean a condition raised instead of answering: the engine records the
+text in the attempt's error (``details["retry_condition_failed"]``) and logs it."""
+
+CONDITION_ERROR_CHARS = 1_000
+"""How much of a failed condition's error the record keeps."""
+
 
 @attrs.frozen(kw_only=True)
 class RetryDecision:
@@ -299,6 +312,13 @@ def _no(reason: RetryReason, text: str) -> RetryExplanation:
     return RetryExplanation(None, reason, text)
 
 
+def _failed(field: str, exc: Exception) -> str:
+    text = f"{field} failed: {exc}"
+    if len(text) > CONDITION_ERROR_CHARS:
+        text = text[: CONDITION_ERROR_CHARS - 1] + "…"
+    return text
+
+
 def explain_retry(
     policies: Sequence[RetryPolicy], view: AttemptView, *, seed: str
 ) -> RetryExplanation:
@@ -331,14 +351,14 @@ def explain_retry(
         try:
             verdict = _verdict(_evaluate(policy.stop_when, view, view))
         except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
-            return _no(RetryReason.STOP_WHEN_FAILED, f"stop_when failed: {exc_}")
+            return _no(RetryReason.STOP_WHEN_FAILED, _failed("stop_when", exc_))
         if verdict is not False:
             return _no(RetryReason.STOP_WHEN, "stop_when")
     if policy.retry_when is not None:
         try:
             verdict = _verdict(_evaluate(policy.retry_when, view, view))
         except Exception as exc_:  # noqa: BLE001 - a broken condition must not crash a run
-            return _no(RetryReason.RETRY_WHEN_FAILED, f"retry_when failed: {exc_}")
+            return _no(RetryReason.RETRY_WHEN_FAILED, _failed("retry_when", exc_))
         if verdict is False:
             return _no(RetryReason.RETRY_WHEN_FALSE, "retry_when is false")
         if verdict is not True:
@@ -411,7 +431,16 @@ def rejects_result(policies: Sequence[RetryPolicy], view: AttemptView) -> bool:
     try:
         value = _evaluate(predicate, view.output, view)
         return _truthy(value)
-    except Exception:  # noqa: BLE001 - a broken predicate must not crash a run
+    except Exception as exc:  # noqa: BLE001 - a broken predicate must not crash a run
+        _retry_log.warning(
+            "execution %s: node %r: %s (attempt %d); the output is accepted",
+            *(view.execution_id, view.node_key, _failed("retry_on_result", exc), view.attempt),
+            extra={
+                "execution_id": view.execution_id,
+                "node_key": view.node_key,
+                "attempt": view.attempt,
+            },
+        )
         return False
 
 

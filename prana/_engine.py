@@ -22,6 +22,7 @@ A node with several input ports waits until every port has data or can no longer
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -30,7 +31,13 @@ from typing import Any
 import attrs
 
 from prana._builtins import SubWorkflowFailed
-from prana._decision import RAN_OUT, AttemptView, explain_retry, rejects_result
+from prana._decision import (
+    CONDITION_FAILED,
+    RAN_OUT,
+    AttemptView,
+    explain_retry,
+    rejects_result,
+)
 from prana._errors import WebhookTimeout
 from prana._events import Event, EventType, Observer, emit
 from prana._frontier import Frontier, Pending
@@ -71,12 +78,15 @@ from prana._model import (
     new_suspend,
     new_workflow_execution,
 )
-from prana._noderun import NodeRun, error_info, prana_error
+from prana._noderun import NodeRun, error_info, prana_error, with_detail
 from prana._registry import ActionContext
 from prana._scope import prepare_params
 from prana._state import FINAL, check_node_transition, check_transition
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL)
+
+_retry_log = logging.getLogger("prana.retry")
+"""Retry conditions that failed when they ran (WARNING): the run goes on without a retry."""
 
 Clock = Callable[[], datetime]
 
@@ -691,6 +701,14 @@ class Run(Frontier):
                 cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"
             )
             exhausted = explanation.reason in RAN_OUT
+            if explanation.reason in CONDITION_FAILED:
+                # no retry, and a user reads why: the attempt's error, node_failed, a log line
+                error = with_detail(error, "retry_condition_failed", explanation.text)
+                _retry_log.warning(
+                    "execution %s: node %r: %s (attempt %d); the attempt does not retry",
+                    *(self.id, key, explanation.text, number),
+                    extra={"execution_id": self.id, "node_key": key, "attempt": number},
+                )
             decision = explanation.decision
             if decision is not None:
                 # floor, so rounding never puts resume_at past a retry_timeout budget

@@ -22,6 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
+from typing import Any
+
+
+def rebuilt_exception(
+    cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]
+) -> BaseException:
+    """An exception as pickled by its ``__reduce__``: its ``args`` and attributes as they
+    were, without calling an ``__init__`` whose arguments differ from ``args``."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class PranaError(Exception):
@@ -129,6 +141,11 @@ class RetryAfter(Exception):  # noqa: N818 - the name reads as the instruction i
         9110 names are read; anything else gives a hint that is ignored (and says why).
         """
         return cls(value, message, now=now)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle (and ``copy``) by state: ``__init__`` reads its first argument as a hint,
+        so calling it again with the message (``Exception``'s default) would change it."""
+        return (rebuilt_exception, (type(self), self.args, dict(vars(self))))
 
     def hint_seconds(self, now: datetime | None) -> float | None:
         """The delay this hint asks for, a date measured from ``now``; ``None``: no usable hint."""

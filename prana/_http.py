@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from prana._errors import NonRetryable, RetryAfter
+from prana._errors import NonRetryable, RetryAfter, rebuilt_exception
 
 if TYPE_CHECKING:
     import httpx
@@ -68,6 +68,10 @@ class HTTPStatusError(Exception):
         self.details = {"status": status, "method": method, "url": url, "body": body}
         excerpt = f": {body}" if body else ""
         super().__init__(f"HTTP {status} from {method} {url}{excerpt}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle by state: ``__init__`` takes the status, method, URL and body, not ``args``."""
+        return (rebuilt_exception, (type(self), self.args, dict(vars(self))))
 
 
 class HTTPRetryAfter(RetryAfter):

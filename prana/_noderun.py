@@ -189,3 +189,16 @@ def error_info(
 def prana_error(code: ErrorCode, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
     """A failure prana itself found (not an exception), as plain data."""
     return new_error_info(code.value, type_name, "prana", message, None, node_key)
+
+
+def with_detail(error: ErrorInfo, key: str, value: Any) -> ErrorInfo:
+    """``error`` with ``details[key] = value`` beside the details it has (details that are
+    not a dict move under ``"details"``)."""
+    details = error.details
+    merged: dict[str, Any] = (
+        dict(details) if type(details) is dict else {} if details is None else {"details": details}
+    )
+    merged[key] = value
+    return new_error_info(
+        error.code, error.type, error.module, error.message, merged, error.node_key
+    )

@@ -8,11 +8,15 @@ naming the node, the field and the names a condition may use.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
 
 from prana import (
+    Connection,
+    EventType,
+    Failed,
     InvalidWorkflowError,
     Node,
     NodeSettings,
@@ -153,3 +157,94 @@ def test_settings_built_in_python_are_checked_the_same_way() -> None:
         ),
     )
     validate(wf, svc_registry())
+
+
+def plain_failure(params: Any, ctx: Any) -> Any:
+    """An action that fails with an error carrying no details."""
+    raise ConnectionError("connection reset")
+
+
+@pytest.mark.parametrize(
+    ("field", "condition"),
+    [
+        ("retry_when", "{{ $error.details.status_code >= 500 }}"),
+        ("stop_when", "{{ $error.details.status_code == 404 }}"),
+    ],
+)
+def test_a_condition_that_fails_at_runtime_is_recorded_where_a_user_looks(
+    field: str, condition: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A condition reading ``details.status_code`` of an error with no details fails when it
+    runs; the attempt does not retry, and why is in the attempt's error details, the
+    ``node_failed`` event's error and a ``prana.retry`` log line, not silently dropped."""
+    reg = Registry()
+    reg.register("svc.call", plain_failure)
+    events: list[Any] = []
+    conditions: dict[str, Any] = {field: condition}
+    wf = workflow_of(
+        Node(key="start", type="manual.trigger"),
+        node(RetryPolicy(max_attempts=3, **conditions), key="call"),
+    )
+    wf = Workflow(
+        id="w", nodes=wf.nodes, connections=[Connection(from_node="start", to_node="call")]
+    )
+    with caplog.at_level(logging.WARNING, logger="prana.retry"):
+        outcome = execute_workflow(wf, registry=reg, observers=[events.append])
+    assert isinstance(outcome, Failed)
+    (record,) = outcome.execution.node_executions["call"]
+    (attempt,) = record.attempts
+    assert attempt.error is not None
+    assert attempt.error.details is not None
+    why = attempt.error.details["retry_condition_failed"]
+    assert why.startswith(f"{field} failed:")
+    assert "status_code" in why
+    assert "null" in why
+    failed = [e for e in events if e.type is EventType.NODE_FAILED]
+    assert failed[0].error.details["retry_condition_failed"] == why
+    assert outcome.error.details == attempt.error.details
+    (line,) = [r for r in caplog.records if r.name == "prana.retry"]
+    assert line.levelno == logging.WARNING
+    assert "'call'" in line.getMessage()
+    assert why in line.getMessage()
+
+
+def test_a_failing_condition_keeps_the_details_the_action_reported() -> None:
+    """The reason is added beside the error's own details, which stay as they were."""
+    reg = svc_registry()  # flaky: details {"status_code": 503}
+    wf = Workflow(
+        id="w",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            node(RetryPolicy(retry_when="{{ $error.details.missing > 1 }}"), key="call"),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+    outcome = execute_workflow(wf, registry=reg)
+    assert isinstance(outcome, Failed)
+    details = outcome.error.details
+    assert details["status_code"] == 503
+    assert "missing" in details["retry_condition_failed"]
+
+
+def test_a_result_predicate_that_fails_at_runtime_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A ``retry_on_result`` that raises accepts the output (the attempt completed) and says
+    so in a ``prana.retry`` line naming the node and the reason."""
+    reg = Registry()
+    reg.register("svc.call", lambda params, ctx: None)
+    wf = Workflow(
+        id="w",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            node(RetryPolicy(retry_on_result="{{ $output.state == 'pending' }}"), key="call"),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+    with caplog.at_level(logging.WARNING, logger="prana.retry"):
+        outcome = execute_workflow(wf, registry=reg)
+    assert outcome.execution.status.value == "completed"
+    (line,) = [r for r in caplog.records if r.name == "prana.retry"]
+    assert "'call'" in line.getMessage()
+    assert "retry_on_result failed" in line.getMessage()
+    assert "accepted" in line.getMessage()

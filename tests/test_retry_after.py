@@ -9,6 +9,8 @@ and the recorded error says why the hint was ignored.
 
 from __future__ import annotations
 
+import copy
+import pickle
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -141,3 +143,36 @@ def test_a_subclass_keeps_its_details_when_the_hint_is_ignored() -> None:
     assert error.details["status"] == 503
     assert "cannot read 'whenever'" in error.details["retry_after_ignored"]
     assert str(error).startswith("HTTP 503")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RetryAfter(30),
+        RetryAfter("30s", "busy"),
+        RetryAfter("Wed, 21 Oct 2015 07:28:00 GMT"),
+        RetryAfter("Wed, 21 Oct 2015 07:28:00 GMT", now=NOW),
+        RetryAfter("whenever", "HTTP 503"),
+    ],
+    ids=["seconds", "text with a message", "a date", "a resolved date", "an ignored hint"],
+)
+def test_retry_after_round_trips_through_pickle_and_copy(error: RetryAfter) -> None:
+    """A hint crosses a process boundary (or ``copy``) unchanged: its custom ``__init__`` is
+    not called again with the message as the delay."""
+    for again in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+        assert type(again) is RetryAfter
+        assert again.args == error.args
+        assert str(again) == str(error)
+        assert vars(again) == vars(error)
+        assert again.hint_seconds(NOW) == error.hint_seconds(NOW)
+
+
+def test_http_errors_round_trip_through_pickle() -> None:
+    """``http.request``'s errors, whose ``__init__`` takes several arguments, pickle too."""
+    from prana._http import HTTPRetryAfter, HTTPStatusError
+
+    status = HTTPStatusError(503, "GET", "https://a.test/", "busy")
+    for error in (status, HTTPRetryAfter("7", status, now=NOW), HTTPRetryAfter("soon", status)):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error)
+        assert (again.args, str(again), vars(again)) == (error.args, str(error), vars(error))
