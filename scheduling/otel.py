@@ -96,9 +96,10 @@ class _Opening:
     """A ``prana.start`` span opened by ``begin`` before its run, until the run's
     ``execution_started`` event takes it (and names the execution)."""
 
-    __slots__ = ("execution_id", "span")
+    __slots__ = ("execution_id", "owner", "span")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, owner: TracingObserver, span: Span) -> None:
+        self.owner = owner
         self.span = span
         self.execution_id: str | None = None
 
@@ -164,7 +165,7 @@ class TracingObserver:
         current = trace.set_span_in_context(span)
         carrier: dict[str, str] = {}
         self._w3c.inject(carrier, context=current)
-        opening = _Opening(span)
+        opening = _Opening(self, span)
         opening_token = _OPENING.set(opening)
         token = context.attach(current)
         try:
@@ -232,7 +233,7 @@ class TracingObserver:
         if event.kind is not None:
             attributes["prana.resume.kind"] = event.kind
         opening = _OPENING.get() if event.type is EventType.EXECUTION_STARTED else None
-        if opening is not None and opening.execution_id is None:
+        if opening is not None and opening.owner is self and opening.execution_id is None:
             opening.execution_id = event.execution_id  # the span ``begin`` opened for this run
             span = opening.span
             span.set_attributes(attributes)

@@ -392,6 +392,25 @@ def test_an_execution_saved_without_a_trace_context_keeps_the_derived_trace() ->
     assert [link.context.span_id for link in resume.links] == [tick.get_span_context().span_id]
 
 
+def test_a_start_span_is_taken_only_by_the_observer_that_opened_it() -> None:
+    """Two tracing observers, in any order: each ends one ``prana.start`` of its own; the one
+    whose ``begin`` opened the start keeps that span (and its context is what is stored)."""
+    first, first_spans = _provider()
+    second, second_spans = _provider()
+    opener, other = TracingObserver(first), TracingObserver(second)
+    with opener.begin(ManualClock()()) as trace_context:
+        outcome = execute_workflow(
+            WORKFLOW, registry=_registry(0), observers=[other, opener], trace_context=trace_context
+        )
+    mine = _one(first_spans.get_finished_spans(), "prana.start")
+    theirs = _one(second_spans.get_finished_spans(), "prana.start")
+    assert _ids(mine)[1] != _ids(theirs)[1]
+    assert outcome.execution is not None
+    assert outcome.execution.trace_context == trace_context
+    assert trace_context is not None
+    assert trace_context["traceparent"].split("-")[2] == f"{_ids(mine)[1]:016x}"
+
+
 def test_a_start_that_is_refused_ends_its_span_with_an_error() -> None:
     """A start refused before its run (bad input) leaves no open span behind."""
     provider, exporter = _provider()
