@@ -7,6 +7,7 @@ imported only to render, and is optional: without it lines are printed as plain 
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -40,12 +41,26 @@ __all__ = [
     "format_stats",
     "format_timeline",
     "node_lateness",
+    "printable",
 ]
 
 RETRY = "↻"
 OK = "✓"
 FAIL = "✗"
 PAUSE = "⏸"
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters shown escaped (``\\x1b``).
+
+    Workflow ids, node keys, errors and data come from definitions and callers prana does
+    not trust; printed raw, an escape sequence could clear the screen, fake lines, set the
+    window title or (OSC 52) write the operator's clipboard. Newlines and tabs stay.
+    """
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 SHORT_ID = 12
@@ -179,6 +194,7 @@ class ConsoleView:
         with self._lock:
             text = self._handle(event)
             if text is not None:
+                text = printable(text)
                 self.lines.append(text)
         if text is not None:
             self._write(text)
@@ -408,4 +424,4 @@ def format_timeline(execution: WorkflowExecution) -> str:
             lines.append(text)
         if run.error is not None and not run.attempts:
             lines.append(f"      error: {format_error(run.error)}")
-    return "\n".join(lines)
+    return "\n".join(printable(line).replace("\n", "\\n") for line in lines)

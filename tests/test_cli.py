@@ -522,3 +522,52 @@ def test_a_missing_optional_driver_is_one_line(
     assert code == 5
     assert "pip install 'prana-workflows[postgres]'" in err
     assert err.count("\n") == 1
+
+
+# -- untrusted text on the operator's terminal --------------------------------------------------
+
+
+def test_escape_sequences_from_a_definition_never_reach_the_terminal(
+    env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A workflow id, a node key and an error carrying terminal control sequences (clear the
+    screen, set the title, OSC 52: write the clipboard) are printed escaped by run, list and
+    show, and rich markup in them is shown as text, not read as markup (a hyperlink)."""
+    title = "\x1b]0;owned\x07"
+    clipboard = "\x1b]52;c;cHduZWQ=\x07"
+    actions = tmp_path / "quoting.py"
+    actions.write_text(
+        "def send(params, ctx):\n"
+        "    raise ValueError('refused ' + params['to'])\n"
+        "def register(registry):\n"
+        "    registry.register('cli.send', send)\n"
+    )
+    doc = {
+        "id": "[link=https://evil.test]w[/link]\x1b[2J",
+        "nodes": [
+            {"key": "start", "type": "manual.trigger"},
+            {"key": f"say{title}", "type": "data.set_data", "params": {"value": "hi"}},
+            {"key": "send", "type": "cli.send", "params": {"to": "{{ $nodes.start.output.k }}"}},
+        ],
+        "connections": [
+            {"from_node": "start", "to_node": f"say{title}"},
+            {"from_node": f"say{title}", "to_node": "send"},
+        ],
+    }
+    path = write_workflow(tmp_path, doc)
+    given = json.dumps({"k": clipboard})
+    argv = ["run", path, "--db", env["db"], "--input", given, "--actions", str(actions)]
+    code, out, err = run(argv, capsys)
+    assert code == 1
+    eid = execution_id_in(out)
+    printed = [out, err]
+    for argv in (["list", "--db", env["db"]], ["show", eid, "--db", env["db"]]):
+        code, out, err = run(argv, capsys)
+        assert code == 0
+        printed += [out, err]
+    text = "".join(printed)
+    assert "\x1b" not in text
+    assert "\x07" not in text
+    assert "\\x1b]52;c;" in text  # the failing node's error, escaped
+    assert "say\\x1b]0;owned\\x07" in text
+    assert "[link=https://evil.test]w[/link]\\x1b[2J v1" in text  # the list's table

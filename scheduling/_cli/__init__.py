@@ -32,6 +32,7 @@ from scheduling._cli._common import (
     load_workflow_file,
     one_line,
 )
+from scheduling._console import printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_UNAVAILABLE
     except (PranaError, sqlite3.Error) as exc:
-        print(f"prana: error: {one_line(exc)}", file=sys.stderr)
+        print(f"prana: error: {printable(one_line(exc))}", file=sys.stderr)
         return exit_code_for(exc)
     return code
 

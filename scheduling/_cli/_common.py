@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from prana import ExecutionStatus, PranaError, Registry, Workflow
 from scheduling._cli._bounded import json_nesting_exceeds, load_yaml, nesting_error, read_bounded
+from scheduling._console import printable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -362,7 +363,7 @@ class OneLineFormatter(logging.Formatter):
             record.exc_info = exc_info
         if exc_info is not None and exc_info[1] is not None:
             text += f" ({type(exc_info[1]).__name__}: {one_line(exc_info[1])})"
-        return " ".join(text.split("\n"))
+        return printable(" ".join(text.split("\n")))
 
 
 @contextlib.contextmanager

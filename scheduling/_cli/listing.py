@@ -78,13 +78,13 @@ def _when(value: datetime | None) -> str:
 
 def _print_table(rows: Sequence[ExecutionSummary]) -> None:
     """A table that fits the terminal: short ids (any unique prefix works), compact times."""
-    from scheduling._console import short_id
+    from scheduling._console import printable, short_id
 
     header = ("id", "workflow", "status", "due (UTC)", "updated (UTC)")
     cells = [
         (
-            short_id(row.id),
-            f"{row.workflow_id} v{row.workflow_version}",
+            printable(short_id(row.id)),
+            printable(f"{row.workflow_id} v{row.workflow_version}"),
             row.status.value,
             _when(row.due_at),
             _when(row.updated_at),
@@ -94,6 +94,7 @@ def _print_table(rows: Sequence[ExecutionSummary]) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
     except ImportError:  # pragma: no cover - rich ships with the cli extra
         widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
         for line in (header, *cells):
@@ -103,7 +104,7 @@ def _print_table(rows: Sequence[ExecutionSummary]) -> None:
     for name in header:
         table.add_column(name, overflow="fold")
     for line in cells:
-        table.add_row(*line)
+        table.add_row(*(Text(cell) for cell in line))  # Text: no markup read from the data
     Console(soft_wrap=False, highlight=False).print(table)
 
 
