@@ -136,7 +136,7 @@ def format_retry_failed(node_key: str, attempt: int, failures: list[_Try], last:
 
 @attrs.frozen(kw_only=True)
 class RetryStats:
-    """Retry statistics over every execution a ``ConsoleView`` saw."""
+    """Retry statistics over every execution a ``ConsoleView`` saw (started or resumed)."""
 
     executions: int = 0
     executions_with_retries: int = 0
@@ -203,9 +203,8 @@ class ConsoleView:
         eid = event.execution_id
         kind = event.type
         short = short_id(eid)
+        self._seen.add(eid)  # started here or resumed here (deliver, redrive, a worker)
         if kind is EventType.EXECUTION_STARTED:
-            if eid not in self._seen:
-                self._seen.add(eid)
             self.running[eid] = "running"
             return f"▶ {event.workflow_id} started ({short})"
         run_key = (eid, event.node_key or "", event.run_index or 0)

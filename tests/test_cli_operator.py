@@ -174,6 +174,62 @@ def test_an_ambiguous_prefix_is_a_one_line_mistake(
     assert err.count("\n") == 1
 
 
+def test_a_parents_printed_id_names_the_parent_not_its_children(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A child's id starts with its parent's, so the 12 characters printed for the parent were
+    an "ambiguous prefix"; they name the parent, and the child is named with its suffix."""
+    code, _, err = cli(
+        site, capsys, "run", f"{site['dir']}/parent.json",
+        "--workflow", f"{site['dir']}/child.json", *actions(site),
+    )  # fmt: skip
+    assert code == 0, err
+    _, out, _ = cli(site, capsys, "list", "--json")
+    ids = [row["id"] for row in json.loads(out)["executions"]]
+    (parent,) = [eid for eid in ids if ":" not in eid]
+    (child,) = [eid for eid in ids if ":" in eid]
+    _, table, _ = cli(site, capsys, "list")
+    assert short_id(parent) in table.split()
+    code, out, err = cli(site, capsys, "show", short_id(parent))
+    assert code == 0, err
+    assert out.startswith(f"execution {parent}\n")
+    code, out, err = cli(site, capsys, "show", short_id(child))
+    assert code == 0, err
+    assert out.startswith(f"execution {child}\n")
+    code, out, err = cli(site, capsys, "show", parent[:6], "--json")
+    assert code == 0, err
+    assert json.loads(out)["id"] == parent
+
+
+def test_a_reader_that_stops_early_breaks_nothing(site: dict[str, str], tmp_path: Path) -> None:
+    """``prana run ... | head -1``, ``prana show ID | head``: once the reader has gone, the
+    command goes quiet and finishes its work (the run's execution completes, not left running)
+    and exits as it would have; no BrokenPipeError traceback."""
+    db = site["db"]
+
+    def gone_reader(*argv: str) -> tuple[int, str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prana", *argv, "--db", db],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()  # the reader is gone before the first line is written
+        err = proc.stderr.read()
+        proc.stderr.close()
+        return proc.wait(timeout=60), err
+
+    assert gone_reader("run", f"{site['dir']}/flaky.json", *actions(site)) == (0, "")
+    listed = subprocess.run(
+        [sys.executable, "-m", "prana", "list", "--db", db, "--json"],
+        check=True, capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    (row,) = json.loads(listed.stdout)["executions"]
+    assert row["status"] == "completed"
+    for argv in (["list"], ["list", "--json"], ["show", row["id"]], ["workflows", "list"]):
+        assert gone_reader(*argv) == (0, ""), argv
+
+
 def test_a_child_run_is_shown_with_its_own_id() -> None:
     """A child's id is its parent's plus a suffix; the console keeps the suffix, not 12 chars."""
     parent = "0123456789abcdef0123456789abcdef"

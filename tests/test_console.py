@@ -141,6 +141,19 @@ def test_stats_count_executions_and_retries() -> None:
     assert RetryStats().mean_retries == 0.0
 
 
+def test_stats_count_an_execution_resumed_not_started_here() -> None:
+    """``prana deliver`` and ``prana redrive`` resume an execution started elsewhere: the summary
+    still counts it (it said "executions: 0" beside "executions with retries: 1")."""
+    view = ConsoleView(write=lambda _t: None)
+    view(event(EventType.EXECUTION_REDRIVEN, node_key="r", run_index=0, attempt=3, error=ERR))
+    view(retry(4))
+    view(event(EventType.NODE_COMPLETED, node_key="r", run_index=0, attempt=4))
+    view(event(EventType.EXECUTION_COMPLETED))
+    stats = view.stats()
+    assert (stats.executions, stats.executions_with_retries, stats.retry_attempts) == (1, 1, 1)
+    assert stats.mean_retries == 1.0
+
+
 def test_live_state_tracks_running_and_waiting_executions() -> None:
     """``status_lines`` shows each execution still running or waiting, gone once it ends."""
     view = ConsoleView(write=lambda _t: None)

@@ -13,9 +13,10 @@ command is one module and one line in ``_COMMANDS``.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from prana import PranaError
 from scheduling import _ownership
@@ -84,8 +85,59 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     0 done; 1 the execution it ran failed or was cancelled; 2 a mistake in the command; 3
     refused by the execution's state; 4 no such execution; 5 the store cannot be used;
-    130 interrupted.
+    130 interrupted. A reader that stops early (``| head``) changes none of this.
     """
+    stdout = sys.stdout
+    quiet = _QuietWhenReaderGone(stdout)
+    sys.stdout = cast("TextIO", quiet)
+    try:
+        return _main(argv)
+    finally:
+        quiet.flush()
+        sys.stdout = stdout
+
+
+class _QuietWhenReaderGone:
+    """stdout that goes quiet once its reader has gone (``prana run x.yaml | head -1``).
+
+    A closed pipe must not stop a command halfway: a run keeps going to the end of its
+    execution (rich would exit at the first line it cannot write, leaving the execution
+    ``running`` until its lease ends), and a listing ends without a BrokenPipeError
+    traceback. From the first write that finds the pipe closed, the output goes to
+    ``os.devnull``; the exit code stays the command's own.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         _ownership.check()
     except _ownership.ForeignSchedulingError as exc:

@@ -402,10 +402,11 @@ def matches(execution_id: str, given: str) -> bool:
 
     The console prints an id's first 12 characters, and a child run as its parent's short id
     followed by its own ``:node:run:attempt`` suffix; either form (or any longer prefix)
-    names the execution.
+    names the execution. A child's id starts with its parent's, so a prefix without the
+    suffix names only top-level executions: the parent's printed id is not ambiguous.
     """
     if execution_id.startswith(given):
-        return True
+        return ":" in given or ":" not in execution_id
     head, sep, rest = given.partition(":")
     if not sep:
         return False
