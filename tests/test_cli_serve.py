@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -12,14 +13,22 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
-from scheduling._cli import main
+from prana import ExecutionStatus, loads_workflow
+from prana.testing import ManualClock
+from scheduling import Runner
+from scheduling._cli import load_actions, main
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 READY_TIMEOUT_SECONDS = 30.0
@@ -135,3 +144,60 @@ def test_run_prints_the_path_and_serve_resumes_it_once(tmp_path: Path) -> None:
     log = "".join(seen)
     assert log.count('"POST /hooks/[webhook-token] HTTP/1.1"') == 3, log
     assert path.removeprefix("/hooks/") not in log
+
+
+@contextlib.contextmanager
+def _serving(tmp_path: Path, db: str) -> Iterator[str]:
+    """``prana serve`` over ``db`` in a subprocess, on a free loopback port: its base URL."""
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("PRANA_WEB_TOKEN", None)
+    port = _free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "scheduling._cli", "serve", "--db", db, "--port", str(port),
+         "--actions", "actions.py"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert serve.stdout is not None
+    try:
+        for line in serve.stdout:
+            if "Application startup complete" in line:
+                break
+        threading.Thread(target=serve.stdout.read, daemon=True).start()  # keep the pipe drained
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.wait(timeout=READY_TIMEOUT_SECONDS)
+        serve.stdout.close()
+
+
+def test_serve_resumes_work_another_process_left_due(tmp_path: Path) -> None:
+    """``prana serve`` resumes due work like a worker (docs/deployment/web.md): a retry left
+    due without an alarm after ``serve`` started (a ``prana run`` stopped in backoff) is
+    taken up within its poll, and the execution's SSE stream sees it end."""
+    (tmp_path / "actions.py").write_text(ACTIONS)
+    db = str(tmp_path / "p.db")
+    flaky = loads_workflow(
+        {**WORKFLOW, "nodes": WORKFLOW["nodes"][:2], "connections": WORKFLOW["connections"][:1]}
+    )
+    with _serving(tmp_path, db) as base:
+        # Another process starts the run; attempt 1 fails; it stops before the retry is due.
+        clock = ManualClock(start=datetime.now(timezone.utc))
+        other = Runner(
+            load_actions(str(tmp_path / "actions.py")),
+            SQLiteStore(db),
+            ManualScheduler(clock=clock),
+            clock,
+        )
+        with other:
+            eid = other.start(flaky, {})
+            assert other.get(eid).status is ExecutionStatus.SUSPENDED
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        with httpx.stream(
+            "GET", f"{base}/executions/{eid}/events", timeout=READY_TIMEOUT_SECONDS
+        ) as events:
+            for line in events.iter_lines():
+                if line == "event: end":
+                    break
+                assert time.monotonic() < deadline, "prana serve never resumed the due retry"
+        shown = httpx.get(f"{base}/api/executions/{eid}").json()
+        assert shown["status"] == "completed"

@@ -6,9 +6,19 @@ import ipaddress
 import logging
 import os
 import re
+import threading
 from typing import TYPE_CHECKING
 
-from scheduling._cli._common import EXIT_OK, CLIError, load_actions, make_runner, open_store, where
+from scheduling._cli._common import (
+    EXIT_OK,
+    WORKER_POLL_SECONDS,
+    CLIError,
+    load_actions,
+    make_runner,
+    open_store,
+    where,
+)
+from scheduling._cli.worker import rearm_until
 
 if TYPE_CHECKING:
     import argparse
@@ -86,12 +96,27 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     store = open_store(args, must_exist=False)
     try:
         runner = make_runner(registry, store, None, recover=True)
-        app = create_app(runner, token=token, max_body_bytes=args.max_body, open_runner=True)
+        app = create_app(runner, token=token, max_body_bytes=args.max_body)
         access = "operator token required" if token else "no operator token: loopback only"
         print(f"prana serve on http://{args.host}:{args.port} over {where(args)} ({access})")
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         logging.getLogger("uvicorn.access").addFilter(_RedactHookPaths())  # after its config
-        uvicorn.Server(config).run()
+        # Like `prana worker`: work other processes left due without an alarm (a `prana run`
+        # stopped in backoff, a dead process's lease) is re-armed every second.
+        stop = threading.Event()
+        with runner:
+            rearm = threading.Thread(
+                target=rearm_until,
+                args=(runner, stop, WORKER_POLL_SECONDS),
+                name="prana-rearm",
+                daemon=True,
+            )
+            rearm.start()
+            try:
+                uvicorn.Server(config).run()
+            finally:
+                stop.set()
+                rearm.join(timeout=5)
     finally:
         store.close()
     return EXIT_OK
