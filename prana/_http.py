@@ -206,6 +206,16 @@ def _outcome(response: httpx.Response, ctx: ActionContext) -> dict[str, Any]:
 class HTTPRequestAction:
     """The ``http.request`` action: one request per attempt, on a client opened for it.
 
+    Params (templated like any): ``url`` (``http://`` or ``https://``, required),
+    ``method`` (default ``GET``), ``headers`` (names to string values), ``json`` (a JSON
+    body) or ``body`` (text), ``timeout`` (seconds per attempt, default 30) and
+    ``idempotency_key`` (``true``, the default, sends ``Idempotency-Key:
+    <ctx.idempotency_key>``; ``false`` sends none; a string is sent as given). Output:
+    ``{"status", "headers", "json"}`` for a JSON response, ``{"status", "headers",
+    "text"}`` otherwise. Connection errors, timeouts, 408, 425, 429 and 5xx retry under the
+    node's policy (``Retry-After`` sets the next delay); any other 4xx fails at once, its
+    status and a body excerpt in the error's ``details``.
+
     Sync under ``execute_workflow`` (or in a worker thread); inside a running event loop
     (``aexecute_workflow``) a call returns a coroutine that uses ``httpx.AsyncClient``.
     Transport errors and timeouts propagate as httpx's own exceptions, which the default

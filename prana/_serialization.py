@@ -590,7 +590,18 @@ def _parse(data: str | bytes | bytearray | memoryview, what: str) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise RecordError(f"cannot read the {what}: not valid JSON ({exc})") from None
+        looks_like_yaml = what == "workflow" and not _text(data).lstrip().startswith(("{", "["))
+        hint = _YAML_HINT if looks_like_yaml else ""
+        raise RecordError(f"cannot read the {what}: not valid JSON ({exc}){hint}") from None
+
+
+_YAML_HINT = "; for YAML text, parse it first: loads_workflow(yaml.safe_load(text))"
+
+
+def _text(data: str | bytes | bytearray | memoryview) -> str:
+    """The start of ``data`` as text, for a hint (undecodable bytes replaced)."""
+    head = data[:64]
+    return head if isinstance(head, str) else bytes(head).decode("utf-8", "replace")
 
 
 def _open_envelope(doc: Any, key: str, what: str) -> Any:

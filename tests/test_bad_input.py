@@ -735,6 +735,12 @@ def _workflow_cases() -> list[Any]:
 
     return [
         case(lambda: loads_workflow("{"), "not valid JSON", id="not-json"),
+        case(
+            lambda: loads_workflow("id: orders\nnodes: []\n"),
+            "not valid JSON",
+            "loads_workflow(yaml.safe_load(text))",
+            id="yaml-text",
+        ),
         case(lambda: loads_workflow("[]"), "$: expected an object", id="list"),
         case(lambda: loads_workflow(5), "int", id="int"),  # type: ignore[arg-type]
         case(lambda: loads_workflow("{}"), "$.id", "$.nodes", id="empty"),

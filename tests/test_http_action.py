@@ -482,3 +482,14 @@ def test_a_huge_response_body_fails_the_node_instead_of_filling_memory() -> None
     if not isinstance(outcome, Failed):  # (no assert: its message would print the body)
         pytest.fail(f"{type(outcome).__name__}: the whole body was kept in the output")
     assert "https://example.test/big" in outcome.error.message
+
+
+def test_the_actions_reference_names_every_param() -> None:
+    """docs/reference/actions.md is generated from the action's docstring: a user reading it
+    learns every param the action accepts (it listed none)."""
+    import inspect
+
+    from prana._http import _PARAMS, HTTPRequestAction
+
+    doc = inspect.getdoc(HTTPRequestAction) or ""
+    assert {name for name in _PARAMS if f"``{name}``" not in doc} == set()
