@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import doctest
 import re
 from pathlib import Path
 
 import pytest
+from test_user_types import dedent
 
 DOCS = Path(__file__).parent.parent / "docs"
 RUNNABLE = [
@@ -18,8 +20,10 @@ RUNNABLE = [
     "concepts/at-least-once.md",
     "extending/actions.md",
     "deployment/one-machine.md",
+    "concepts/security.md",
 ]
-BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)
+BLOCK = re.compile(r"^( *)```python[^\n]*\n(.*?)^\1```", re.S | re.M)
+SESSION = re.compile(r"^```(?:pycon|python)\n(>>>.*?)^```", re.S | re.M)
 PRINTS = re.compile(r"^It prints:\n\n```text\n(.*?)^```", re.S | re.M)
 
 
@@ -34,8 +38,8 @@ def test_page_code_runs_and_prints_what_the_page_says(
     monkeypatch.chdir(tmp_path)
     text = (DOCS / page).read_text()
     namespace: dict[str, object] = {"__name__": "docs_page"}
-    for block in BLOCK.findall(text):
-        exec(compile(block, page, "exec"), namespace)
+    for indent, block in BLOCK.findall(text):
+        exec(compile(dedent(block, indent), page, "exec"), namespace)
     out = capsys.readouterr().out
     for shown in PRINTS.findall(text):
         assert shown in out
@@ -49,9 +53,20 @@ def test_the_tutorial_prints_the_values_its_comments_promise(
     lines: list[str] = []
     for page in RUNNABLE[:4]:
         namespace: dict[str, object] = {"__name__": "docs_page"}
-        for block in BLOCK.findall((DOCS / page).read_text()):
-            exec(compile(block, page, "exec"), namespace)
+        for indent, block in BLOCK.findall((DOCS / page).read_text()):
+            exec(compile(dedent(block, indent), page, "exec"), namespace)
         lines += capsys.readouterr().out.splitlines()
     assert "HELLO, ADA!" in lines
     assert "ExecutionStatus.SUSPENDED" in lines
     assert lines.count("ExecutionStatus.COMPLETED") == 2
+
+
+@pytest.mark.parametrize("page", sorted(DOCS.rglob("*.md")), ids=lambda p: p.name)
+def test_doctest_sessions_print_what_the_page_shows(page: Path) -> None:
+    """A ``>>>`` session on a page shows what the code prints today (a session that shows no
+    output for a call that prints fails)."""
+    for session in SESSION.findall(page.read_text()):
+        test = doctest.DocTestParser().get_doctest(session, {}, page.name, str(page), 0)
+        runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+        runner.run(test, out=lambda _text: None)
+        assert runner.failures == 0, session

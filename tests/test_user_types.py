@@ -20,7 +20,9 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)
+# A fence may be indented (a block inside a list item): its lines are dedented by as much.
+BLOCK = re.compile(r"^( *)```python[^\n]*\n(.*?)^\1```", re.S | re.M)
+FENCE = re.compile(r"^ *```python", re.M)
 MYPY_CONFIG = """\
 [mypy]
 strict = true
@@ -66,8 +68,13 @@ def module_name(page: Path) -> str:
 
 def page_module(page: Path) -> str:
     """A page's python blocks joined into one module's source (empty when it has none)."""
-    blocks = [b for b in BLOCK.findall(page.read_text()) if not b.lstrip().startswith(">>>")]
-    return "\n\n".join(blocks)
+    blocks = [dedent(b, i) for i, b in BLOCK.findall(page.read_text())]
+    return "\n\n".join(b for b in blocks if not b.lstrip().startswith(">>>"))
+
+
+def dedent(block: str, indent: str) -> str:
+    """A fenced block's code as written, without the fence's own indentation."""
+    return "".join(line.removeprefix(indent) for line in block.splitlines(keepends=True))
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +156,13 @@ def test_pyright_strict_accepts_user_code(
 ) -> None:
     """The page's (or example's) code passes pyright in strict mode."""
     assert pyright_problems.get(name, []) == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_python_block_of_a_page_is_checked(page: Path) -> None:
+    """No ```python block escapes the checks, an indented one (inside a list item) included."""
+    text = page.read_text()
+    assert len(BLOCK.findall(text)) == len(FENCE.findall(text))
 
 
 def test_readme_retry_example_checks_the_retry_data_fields() -> None:
