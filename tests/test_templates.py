@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prana import Completed, Node, Registry, Workflow, execute_workflow
+from prana._template_compile import compile_string
 from prana._templates import (
     CompiledParams,
     TemplateError,
-    _compile_string,
     compile_params,
     evaluate,
 )
@@ -513,10 +513,10 @@ def test_render_never_mutates_params() -> None:
 def test_compiled_templates_are_cached_by_text() -> None:
     """The same template text compiles once, however many params hold it."""
     text = "{{ $input.main.count + 12345 }}"
-    _compile_string.cache_clear()
+    compile_string.cache_clear()
     compile_params({"a": text, "b": [text]})
     compile_params({"c": text})
-    info = _compile_string.cache_info()
+    info = compile_string.cache_info()
     assert (info.misses, info.hits) == (1, 2)
 
 

@@ -486,12 +486,12 @@ class _CountingText(str):
 
 @pytest.mark.xfail(strict=True, reason="attacker review: quadratic compile, templates' owner")
 def test_compiling_many_expressions_scans_the_text_a_bounded_number_of_times() -> None:
-    """``_rewrite_template`` searched the rest of the text for each opener at every block,
+    """``rewrite_template`` searched the rest of the text for each opener at every block,
     so a text of n blocks cost n times its length: '{{ 1 }}' * 140,000 (980 KB, within the
     CLI's 10 MiB file limit) took 178 s to validate. Linear: a few passes over the text."""
-    from prana._templates import _rewrite_template
+    from prana._template_compile import rewrite_template
 
     text = _CountingText("{{ 1 }}" * 2000)
     _CountingText.scanned = 0
-    _rewrite_template(text)
+    rewrite_template(text)
     assert _CountingText.scanned <= 10 * len(text)
