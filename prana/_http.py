@@ -12,7 +12,10 @@ status-code handling of its own:
   ``RetryAfter`` hint, which the policy still caps (``max_delay``, the hard ceiling);
 - any other 4xx is ``NonRetryable``, recording the status and a short body excerpt;
 - every attempt sends ``Idempotency-Key: <ctx.idempotency_key>`` (stable across retries of
-  a node run) unless ``idempotency_key`` is ``false`` or a header of that name is given.
+  a node run) unless ``idempotency_key`` is ``false`` or a header of that name is given;
+- the body is read streamed and counted as decoded (so a gzip bomb counts what it inflates
+  to): past ``max_response_bytes`` (1 MiB unless the params say, at most 64 MiB) the node
+  fails at once, non-retryably, and an error status reads only what its excerpt needs.
 
 Output: ``{"status": int, "headers": {...}, "json": ...}`` when the response is JSON,
 ``{"status", "headers", "text"}`` otherwise.
@@ -22,9 +25,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +56,16 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 """The per-attempt timeout when the params give none (connect, read, write and pool)."""
 BODY_EXCERPT_CHARS = 200
 """How much of an error response's body an error records."""
+DEFAULT_MAX_RESPONSE_BYTES = 1 << 20
+"""The largest response body (decoded) a node keeps when its params give no cap: 1 MiB."""
+MAX_RESPONSE_BYTES_CEILING = 64 << 20
+"""The highest ``max_response_bytes`` a definition may ask for (definitions are untrusted)."""
+_ERROR_BODY_BYTES = 8192
+"""How much of an error response is read: enough for its excerpt."""
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-_PARAMS = frozenset({"url", "method", "headers", "json", "body", "timeout", "idempotency_key"})
+_PARAMS = frozenset(
+    {"url", "method", "headers", "json", "body", "timeout", "idempotency_key", "max_response_bytes"}
+)
 
 
 class HTTPStatusError(Exception):
@@ -120,8 +132,8 @@ def _fail(param: str, fix: str) -> NonRetryable:
     return NonRetryable(f"http.request: params.{param}: {fix}")
 
 
-def _build(params: Any, ctx: ActionContext) -> tuple[dict[str, Any], float]:
-    """The keyword arguments of ``httpx.Client.request`` and the timeout, from the params."""
+def _build(params: Any, ctx: ActionContext) -> tuple[dict[str, Any], float, int]:
+    """The keyword arguments of ``httpx.Client.request``, the timeout and the body cap."""
     if not isinstance(params, Mapping):
         raise _fail("", "params must be a mapping with at least 'url'")
     unknown = sorted(set(params) - _PARAMS)
@@ -152,6 +164,16 @@ def _build(params: Any, ctx: ActionContext) -> tuple[dict[str, Any], float]:
         or timeout <= 0
     ):
         raise _fail("timeout", f"{timeout!r}; use seconds as a number > 0")
+    cap = params.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)
+    if (
+        isinstance(cap, bool)
+        or not isinstance(cap, int)
+        or not 1 <= cap <= MAX_RESPONSE_BYTES_CEILING
+    ):
+        raise _fail(
+            "max_response_bytes",
+            f"{cap!r}; use a whole number of bytes from 1 to {MAX_RESPONSE_BYTES_CEILING}",
+        )
     request: dict[str, Any] = {"method": method.upper(), "url": url, "headers": headers}
     if "json" in params and "body" in params:
         raise _fail("body", "give either json or body, not both")
@@ -162,41 +184,77 @@ def _build(params: Any, ctx: ActionContext) -> tuple[dict[str, Any], float]:
         if not isinstance(body, str):
             raise _fail("body", "use a string (or json for structured data)")
         request["content"] = body.encode()
-    return request, float(timeout)
+    return request, float(timeout), cap
 
 
 # --- the response ---------------------------------------------------------------------------
 
 
-def _excerpt(response: httpx.Response) -> str:
-    text = response.text
+def _limit(status: int, cap: int) -> int:
+    """How many decoded body bytes to read: the cap for a success, an excerpt's for an error."""
+    return min(cap, _ERROR_BODY_BYTES) if status >= 400 else cap
+
+
+def _take(chunks: Iterator[bytes], limit: int) -> tuple[bytes, bool]:
+    """Up to ``limit`` bytes from ``chunks``, and whether there was more."""
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+        if len(body) > limit:
+            return bytes(body[:limit]), True
+    return bytes(body), False
+
+
+async def _atake(chunks: AsyncIterator[bytes], limit: int) -> tuple[bytes, bool]:
+    """``_take`` for an async body."""
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > limit:
+            return bytes(body[:limit]), True
+    return bytes(body), False
+
+
+def _excerpt(text: str) -> str:
     text = " ".join(text.split())
     if len(text) > BODY_EXCERPT_CHARS:
         text = text[: BODY_EXCERPT_CHARS - 1] + "…"
     return text
 
 
-def _outcome(response: httpx.Response, ctx: ActionContext) -> dict[str, Any]:
-    """The node's output for a success; raises the right retry signal for an error status."""
+def _outcome(
+    response: httpx.Response, body: bytes, over: bool, cap: int, ctx: ActionContext
+) -> dict[str, Any]:
+    """The node's output for a success; raises the right retry signal for an error status.
+
+    ``body`` is what was read of the decoded body (``_limit``), ``over`` whether there was more.
+    """
     status = response.status_code
     method, url = response.request.method, str(response.request.url)
+    text = body.decode(response.encoding or "utf-8", errors="replace")
     if status >= 400:
-        error = HTTPStatusError(status, method, url, _excerpt(response))
+        error = HTTPStatusError(status, method, url, _excerpt(text))
         if status in RETRYABLE_STATUSES or status >= 500:
             header = response.headers.get("retry-after")
             if header is not None:
                 raise HTTPRetryAfter(header, error, now=ctx.now)
             raise error
         raise NonRetryable(error)
+    if over:
+        raise NonRetryable(
+            f"http.request: the response body from {method} {url} is over "
+            f"max_response_bytes={cap} (counted decoded); raise params.max_response_bytes "
+            f"(at most {MAX_RESPONSE_BYTES_CEILING}) or ask the server for less"
+        )
     output: dict[str, Any] = {"status": status, "headers": dict(response.headers)}
     content_type = response.headers.get("content-type", "")
-    if response.content and ("json" in content_type.split(";")[0]):
+    if body and ("json" in content_type.split(";")[0]):
         try:
-            output["json"] = response.json()
+            output["json"] = json.loads(body)
         except ValueError:
-            output["text"] = response.text
+            output["text"] = text
     else:
-        output["text"] = response.text
+        output["text"] = text
     return output
 
 
@@ -210,7 +268,9 @@ class HTTPRequestAction:
     ``method`` (default ``GET``), ``headers`` (names to string values), ``json`` (a JSON
     body) or ``body`` (text), ``timeout`` (seconds per attempt, default 30) and
     ``idempotency_key`` (``true``, the default, sends ``Idempotency-Key:
-    <ctx.idempotency_key>``; ``false`` sends none; a string is sent as given). Output:
+    <ctx.idempotency_key>``; ``false`` sends none; a string is sent as given) and
+    ``max_response_bytes`` (default 1 MiB, at most 64 MiB: a longer body, counted as
+    decoded, fails the node without retry, naming the URL and the cap). Output:
     ``{"status", "headers", "json"}`` for a JSON response, ``{"status", "headers",
     "text"}`` otherwise. Connection errors, timeouts, 408, 425, 429 and 5xx retry under the
     node's policy (``Retry-After`` sets the next delay); any other 4xx fails at once, its
@@ -231,7 +291,7 @@ class HTTPRequestAction:
         return f"HTTPRequestAction(transport={self.transport!r})"
 
     def __call__(self, params: Any, ctx: ActionContext) -> Any:
-        request, timeout = _build(params, ctx)
+        request, timeout, cap = _build(params, ctx)
         import httpx
 
         options: dict[str, Any] = {"timeout": httpx.Timeout(timeout)}
@@ -239,14 +299,24 @@ class HTTPRequestAction:
             options["transport"] = self.transport
         aio = sys.modules.get("asyncio")  # no asyncio imported: no loop is running
         if aio is not None and aio._get_running_loop() is not None:
-            return _arequest(httpx, options, request, ctx)
-        with httpx.Client(**options) as client:
-            return _outcome(client.request(**request), ctx)
+            return _arequest(httpx, options, request, cap, ctx)
+        with httpx.Client(**options) as client, client.stream(**request) as response:
+            limit = _limit(response.status_code, cap)
+            body, over = _take(response.iter_bytes(), limit)
+        return _outcome(response, body, over, cap, ctx)
 
 
 async def _arequest(
-    httpx_module: Any, options: dict[str, Any], request: dict[str, Any], ctx: ActionContext
+    httpx_module: Any,
+    options: dict[str, Any],
+    request: dict[str, Any],
+    cap: int,
+    ctx: ActionContext,
 ) -> dict[str, Any]:
-    async with httpx_module.AsyncClient(**options) as client:
-        response = await client.request(**request)
-    return _outcome(response, ctx)
+    async with (
+        httpx_module.AsyncClient(**options) as client,
+        client.stream(**request) as response,
+    ):
+        limit = _limit(response.status_code, cap)
+        body, over = await _atake(response.aiter_bytes(), limit)
+    return _outcome(response, body, over, cap, ctx)

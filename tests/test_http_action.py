@@ -459,15 +459,10 @@ def test_http_status_error_message() -> None:
     assert str(error) == "HTTP 503 from GET https://a.test/: busy"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attacker review: the response body is unbounded; the action's owner"
-)
 def test_a_huge_response_body_fails_the_node_instead_of_filling_memory() -> None:
-    """The action reads the whole body into memory and into the node's output (so into the
-    record): a 200 MB body completed with a 200 MB output, and a gzip bomb (here 16 KiB on
-    the wire, 16 MiB decoded) multiplies what a hostile or broken server sends about a
-    thousand times. Read the body streamed and counted after decoding; over a documented
-    cap, fail the node non-retryably, naming the URL and the cap."""
+    """The body is read streamed and counted after decoding: a gzip bomb (16 KiB on the
+    wire, 16 MiB decoded) passes the 1 MiB cap and fails the node non-retryably, naming
+    the URL and the cap, instead of landing in the output (and the record)."""
     import gzip
 
     bomb = gzip.compress(b"\0" * (16 * 2**20))
@@ -482,6 +477,59 @@ def test_a_huge_response_body_fails_the_node_instead_of_filling_memory() -> None
     if not isinstance(outcome, Failed):  # (no assert: its message would print the body)
         pytest.fail(f"{type(outcome).__name__}: the whole body was kept in the output")
     assert "https://example.test/big" in outcome.error.message
+    assert "max_response_bytes=1048576" in outcome.error.message
+    assert outcome.error.code == "non_retryable"
+
+
+def test_the_body_cap_is_a_param_with_a_ceiling() -> None:
+    """``max_response_bytes`` sets the cap (a body of exactly the cap is kept, one byte more
+    fails, sync and async alike); a definition cannot ask for more than 64 MiB."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="x" * 100)
+
+    registry = _mock(handler)
+    kept = execute_workflow(
+        _workflow({"url": "https://a.test/", "max_response_bytes": 100}), registry=registry
+    )
+    assert isinstance(kept, Completed)
+    assert kept.output["text"] == "x" * 100
+    small = _workflow({"url": "https://a.test/", "max_response_bytes": 99}, retry=None)
+    for outcome in (
+        execute_workflow(small, registry=registry),
+        asyncio.run(aexecute_workflow(small, registry=registry)),
+    ):
+        assert isinstance(outcome, Failed)
+        assert "over max_response_bytes=99" in outcome.error.message
+    refused = execute_workflow(
+        _workflow({"url": "https://a.test/", "max_response_bytes": 2**26 + 1}, retry=None),
+        registry=registry,
+    )
+    assert isinstance(refused, Failed)
+    assert "params.max_response_bytes" in refused.error.message
+
+
+def test_an_error_status_reads_only_its_excerpt() -> None:
+    """A 503 with a 16 MiB body still retries; only the first few KiB are read, for the
+    200-character excerpt."""
+    pulled = []
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(16 * 1024):
+            pulled.append(1)
+            yield b"busy " * 200 + b"\n" * 24  # 1 KiB
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, content=chunks())
+
+    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    assert isinstance(outcome, Suspend)
+    assert isinstance(outcome.data, RetryData)
+    error = outcome.data.original_error
+    assert error.type == "HTTPStatusError"
+    assert error.details["body"].startswith("busy busy")
+    assert len(error.details["body"]) == 200
+    assert len(pulled) <= 16  # KiB read of the 16 MiB
 
 
 def test_the_actions_reference_names_every_param() -> None:
