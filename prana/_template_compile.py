@@ -46,7 +46,7 @@ class CompileError(Exception):
 
 # --- rewriting ``$name`` -----------------------------------------------------------------
 
-_OPENERS = ("{{", "{%", "{#")
+_OPENER = re.compile(r"\{[{%#]")
 _CLOSERS = {"{{": "}}", "{%": "%}", "{#": "#}"}
 _ENDRAW = re.compile(r"\{%[-+]?\s*endraw\s*[-+]?%\}")
 
@@ -85,6 +85,25 @@ def rewrite_code(text: str, start: int, closer: str | None) -> tuple[str, int]:
     return "".join(out), min(i, n)
 
 
+_MAX_BLOCK_DEPTH = 100
+"""Python's compiler refuses code indented past 100 levels, so a template with blocks
+nested deeper cannot compile; it is refused before Jinja spends seconds generating it."""
+
+_BLOCK_WORD = re.compile(r"[\s+-]*([a-z]+)")
+_OPENS = frozenset({"for", "if", "macro", "call", "filter", "block", "with", "autoescape"})
+
+
+def _nesting(code: str) -> int:
+    """How a ``{% code %}`` tag changes the block depth: +1 opens, -1 ends, else 0."""
+    word = _BLOCK_WORD.match(code)
+    if word is None:
+        return 0
+    name = word.group(1)
+    if name.startswith("end"):
+        return -1
+    return 1 if name in _OPENS or (name == "set" and "=" not in code) else 0
+
+
 def rewrite_template(text: str) -> tuple[str, str | None]:
     """Rewrite ``$name`` in every block of a template.
 
@@ -95,15 +114,16 @@ def rewrite_template(text: str) -> tuple[str, str | None]:
     expressions: list[str] = []
     other_blocks = False
     loose_text = False
+    depth = 0
     i = 0
     n = len(text)
     while i < n:
-        starts = [j for j in (text.find(o, i) for o in _OPENERS) if j >= 0]
-        if not starts:
+        found = _OPENER.search(text, i)  # one scan to the next opener: linear overall
+        if found is None:
             out.append(text[i:])
             loose_text = loose_text or bool(text[i:].strip())
             break
-        j = min(starts)
+        j = found.start()
         out.append(text[i:j])
         loose_text = loose_text or bool(text[i:j].strip())
         opener = text[j : j + 2]
@@ -122,6 +142,12 @@ def rewrite_template(text: str) -> tuple[str, str | None]:
             expressions.append(code)
         else:
             other_blocks = True
+            depth += _nesting(code)
+            if depth > _MAX_BLOCK_DEPTH:
+                raise CompileError(
+                    f"blocks nested more than {_MAX_BLOCK_DEPTH} deep; Python cannot compile "
+                    "them: use fewer nested blocks, or do the work in an action"
+                )
         if opener == "{%" and code.strip(" \t\r\n-+") == "raw":
             end = _ENDRAW.search(text, i)
             stop = n if end is None else end.end()
@@ -295,10 +321,13 @@ Compiled = _Expression | _Text
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def compile_string(text: str, names: Names = PARAM_NAMES) -> Compiled:
     """Compile one template string (cached by its text and the names it may use)."""
-    rewritten, single = rewrite_template(text)
-    if single is not None:
-        return _Expression(single, names)
-    return _Text(rewritten, names)
+    try:
+        rewritten, single = rewrite_template(text)
+        if single is not None:
+            return _Expression(single, names)
+        return _Text(rewritten, names)
+    except (RecursionError, SyntaxError) as exc:
+        raise _too_deep(exc) from None
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
@@ -307,7 +336,21 @@ def compile_condition(text: str, names: Names = PARAM_NAMES) -> Compiled:
     if "{{" in text or "{%" in text:
         return compile_string(text, names)
     code, _ = rewrite_code(text, 0, None)
-    return _Expression(code, names)
+    try:
+        return _Expression(code, names)
+    except (RecursionError, SyntaxError) as exc:
+        raise _too_deep(exc) from None
+
+
+def _too_deep(exc: RecursionError | SyntaxError) -> CompileError:
+    """Jinja's parser and code generator recurse, and Python's compiler caps nesting: a
+    template nested past either (500 parentheses, a sum of 3,000 terms, 200 nested loops)
+    is refused in one line, not a traceback."""
+    why = exc.msg if isinstance(exc, SyntaxError) else "Python's recursion limit"
+    return CompileError(
+        f"the template nests too deeply to compile ({why}); use fewer nested parentheses, "
+        "operators, filters or blocks, or do the work in an action"
+    )
 
 
 def context_of(scope: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from prana._template_limits import (
     OPERAND,
     PPRINT_DEPTH,
     PREFIX,
+    SLICED,
     Formatter,
     LimitError,
     bounded_dumps,
@@ -226,7 +227,7 @@ def _guard_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if type(result) is str:
             if len(result) > MAX_SIZE:
                 raise over(label, len(result))
-        elif result is not None and type(result) is not int:
+        elif result is not None:
             check_result(result, label)
         return result
 
@@ -425,7 +426,8 @@ def _helper(name: str, first: nodes.Node, *rest: nodes.Node, lineno: int) -> nod
 class _Bounder(NodeTransformer):
     """Route what Jinja runs natively through the counting helpers of ``_Environment``.
 
-    Loops step per iteration; ``~`` is sized before it joins; comparison operands and dict
+    Loops step per iteration; ``~`` is sized before it joins; a slice (which Jinja
+    compiles natively, past ``getitem``) is charged what it copies; comparison operands and dict
     keys are sized (comparing and hashing walk them); output written into a buffer
     (macros, call/filter/set blocks, blocks) is counted as it is written. Output at the
     top level is counted where the render is consumed.
@@ -466,6 +468,16 @@ class _Bounder(NodeTransformer):
         for op in node.ops:
             op.expr = _sized(op.expr)
         return node
+
+    def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:  # noqa: N802
+        self.generic_visit(node)
+        if not isinstance(node.arg, nodes.Slice):
+            return node
+        bound = [
+            nodes.Const(None, lineno=node.lineno) if part is None else part
+            for part in (node.arg.start, node.arg.stop, node.arg.step)
+        ]
+        return _helper(SLICED, node.node, *bound, lineno=node.lineno)
 
     def visit_Pair(self, node: nodes.Pair) -> nodes.Node:  # noqa: N802
         self.generic_visit(node)

@@ -21,6 +21,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from jinja2 import Undefined
+from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedFormatter
 from jinja2.utils import Namespace, generate_lorem_ipsum
 
@@ -55,6 +56,21 @@ MAX_INT_BITS = 4_096
 
 MAX_LIPSUM_WORDS = 10_000
 """Most words ``lipsum(n, html, min, max)`` may write (``n * max``)."""
+
+MAX_DATE_FORMAT = 1_000
+"""Most characters in a date format given to ``strptime`` or ``strftime`` (CPython's
+``_strptime`` reads its format in quadratic time), and in the text ``strptime`` reads."""
+
+TEXT_CODECS = frozenset(
+    {
+        "utf-8", "utf8", "utf-16", "utf16", "utf-16-le", "utf-16le", "utf-16-be", "utf-16be",
+        "utf-32", "utf32", "utf-32-le", "utf-32le", "utf-32-be", "utf-32be", "ascii",
+        "us-ascii", "latin-1", "latin1", "iso-8859-1", "iso8859-1", "cp1252", "windows-1252",
+    }
+)  # fmt: skip
+"""The codecs ``str.encode`` and ``bytes.decode`` may use in a template, all linear. Others
+are refused by the sandbox: ``punycode`` (and ``idna``, built on it) is quadratic, and
+naming a codec may import its module."""
 
 PPRINT_DEPTH = 16
 
@@ -247,12 +263,16 @@ def checked(value: Any, what: str = "a value") -> int:
 
 
 def check_result(value: Any, what: str) -> None:
-    """A freshly built value: strings by length, containers by their own item count."""
+    """A freshly built value: strings by length, containers by their own item count, an
+    integer by its bits (``|int(base=16)``, ``int.from_bytes``: ``//`` and ``%`` on two
+    integers of millions of bits take seconds each)."""
     if isinstance(value, str | bytes | list | tuple | dict):
         count = len(value)
         if count > MAX_SIZE:
             raise over(what, count)
         charge(count)
+    elif type(value) is int and value.bit_length() > MAX_INT_BITS:
+        raise int_limit(value.bit_length())
 
 
 def shallow(value: Any) -> None:
@@ -425,10 +445,46 @@ def joined(separator: Any, items: list[Any]) -> None:
     charge(total)
 
 
+_SCANS_ARGUMENTS_ONLY = frozenset(
+    {"endswith", "get", "items", "keys", "removeprefix", "removesuffix", "startswith", "values"}
+)
+"""Methods of strings, lists and dicts whose work is their arguments', not their receiver's."""
+
+_SCANNED = (str, bytes, bytearray, list, tuple, dict)
+
+
+def _codec(encoding: Any, name: str) -> None:
+    if not isinstance(encoding, str):
+        return  # the method itself refuses it
+    if encoding.strip().lower().replace("_", "-").replace(" ", "-") not in TEXT_CODECS:
+        raise SecurityError(
+            f"the codec {encoding[:40]!r} is not allowed in {name}() in templates; use one of "
+            "utf-8, utf-16, utf-32, ascii, latin-1, cp1252"
+        )
+
+
+def _date_format(text: Any, what: str) -> None:
+    if isinstance(text, str) and len(text) > MAX_DATE_FORMAT:
+        raise LimitError(
+            f"{what} of {len(text):,} characters is over the template limit of {MAX_DATE_FORMAT:,}"
+        )
+
+
 def method_check(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """Check a call of a builtin method that can build a big value; may return new args."""
+    """Check a call of a builtin method before it runs; may return new args.
+
+    Its receiver is charged when the method reads it (``s.isidentifier()``, ``s.count(x)``:
+    the arguments alone say nothing of that work); methods that build big values or run
+    slowly from small arguments are checked first.
+    """
     owner = getattr(method, "__self__", None)
     name = getattr(method, "__name__", "")
+    if isinstance(owner, _SCANNED) and name not in _SCANS_ARGUMENTS_ONLY:
+        charge(len(owner))
+    if isinstance(owner, str) and name == "encode":
+        _codec(args[0] if args else kwargs.get("encoding", "utf-8"), "encode")
+    elif isinstance(owner, bytes | bytearray) and name == "decode":
+        _codec(args[0] if args else kwargs.get("encoding", "utf-8"), "decode")
     if isinstance(owner, str | bytes):
         if name in ("center", "ljust", "rjust", "zfill") and args:
             check_width_result(len(owner), args[0], f"{name}({args[0]!r})")
@@ -455,6 +511,18 @@ def method_check(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         length = args[0] if args else kwargs.get("length", 1)
         if isinstance(length, int) and length > MAX_SIZE:
             raise over("int.to_bytes", length)
+    elif name == "from_bytes" and isinstance(owner, type) and issubclass(owner, int):
+        data = args[0] if args else kwargs.get("bytes")
+        if isinstance(data, bytes | bytearray) and len(data) * 8 > MAX_INT_BITS:
+            raise int_limit(len(data) * 8)
+    elif name in ("strptime", "strftime") and (
+        isinstance(owner, date | time) or owner in (datetime, date, time)
+    ):
+        if name == "strptime":
+            _date_format(args[0] if args else None, "the text given to strptime")
+            _date_format(args[1] if len(args) > 1 else None, "the strptime format")
+        else:
+            _date_format(args[0] if args else kwargs.get("format"), "the strftime format")
     return args
 
 
@@ -519,6 +587,14 @@ def operand(value: Any) -> Any:
     return value
 
 
+def sliced(value: Any, start: Any, stop: Any, stride: Any) -> Any:
+    """``value[start:stop:stride]``: a step, and the copy it makes charged."""
+    step()
+    result = value[start:stop:stride]
+    check_result(result, "a slice")
+    return result
+
+
 def buffered(value: Any) -> Any:
     """Output written into a buffer (a macro, a call block, a filter block, a set block)."""
     text = finalize(value)
@@ -530,11 +606,13 @@ LOOP = PREFIX + "loop"
 CONCAT = PREFIX + "concat"
 OPERAND = PREFIX + "operand"
 BUFFERED = PREFIX + "buffered"
+SLICED = PREFIX + "sliced"
 INTERNAL_FILTERS: dict[str, Callable[..., Any]] = {
     LOOP: counted,
     CONCAT: concat,
     OPERAND: operand,
     BUFFERED: buffered,
+    SLICED: sliced,
 }
 """The counting helpers ``_Bounder`` inserts; filters, so compiled code calls them directly."""
 

@@ -68,6 +68,7 @@ from prana._template_limits import (
     BUDGET,
     CALL_STEPS,
     FILTER_STEPS,
+    MAX_DATE_FORMAT,
     MAX_FORMAT_WIDTH,
     MAX_INT_BITS,
     MAX_LIPSUM_WORDS,
@@ -81,6 +82,7 @@ from prana._template_limits import (
 __all__ = [
     "CALL_STEPS",
     "FILTER_STEPS",
+    "MAX_DATE_FORMAT",
     "MAX_FORMAT_WIDTH",
     "MAX_INT_BITS",
     "MAX_LIPSUM_WORDS",
