@@ -14,8 +14,9 @@ status-code handling of its own:
 - every attempt sends ``Idempotency-Key: <ctx.idempotency_key>`` (stable across retries of
   a node run) unless ``idempotency_key`` is ``false`` or a header of that name is given;
 - the body is read streamed and counted as decoded (so a gzip bomb counts what it inflates
-  to): past ``max_response_bytes`` (1 MiB unless the params say, at most 64 MiB) the node
-  fails at once, non-retryably, and an error status reads only what its excerpt needs.
+  to, a bounded step at a time): past ``max_response_bytes`` (1 MiB unless the params say,
+  at most 64 MiB) the node fails at once, non-retryably, and an error status reads only
+  what its excerpt needs.
 
 Output: ``{"status": int, "headers": {...}, "json": ...}`` when the response is JSON,
 ``{"status", "headers", "text"}`` otherwise.
@@ -23,11 +24,13 @@ Output: ``{"status": int, "headers": {...}, "json": ...}`` when the response is 
 
 from __future__ import annotations
 
+import codecs
 import functools
 import importlib.util
 import json
 import math
 import sys
+import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -195,6 +198,92 @@ def _limit(status: int, cap: int) -> int:
     return min(cap, _ERROR_BODY_BYTES) if status >= 400 else cap
 
 
+_INFLATE_STEP = 64 * 1024
+"""The most bytes one step of inflating a body may produce."""
+_INFLATED = {"gzip": zlib.MAX_WBITS | 16, "x-gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+"""The encodings inflated here (``_Inflater``), with their zlib ``wbits``."""
+_SLOW_CHARSETS = frozenset({"punycode", "idna"})
+"""Charsets whose decoders are quadratic: a body declaring one is read as UTF-8."""
+
+
+class _Inflater:
+    """A ``gzip`` or ``deflate`` body inflated at most ``_INFLATE_STEP`` bytes at a time.
+
+    httpx inflates each network chunk whole, so 64 KiB of gzip may become 64 MiB before
+    ``max_response_bytes`` is counted; with zlib's ``max_length`` the count sees every
+    step, and reading stops at the cap.
+    """
+
+    def __init__(self, response: httpx.Response, coding: str) -> None:
+        self.request = response.request
+        self.deflate = coding == "deflate"  # zlib-wrapped, or raw if that fails at once
+        self.zlib = zlib.decompressobj(_INFLATED[coding])
+        self.started = False
+
+    def feed(self, raw: bytes) -> Iterator[bytes]:
+        data = raw
+        while data:
+            try:
+                out = self.zlib.decompress(data, _INFLATE_STEP)
+            except zlib.error as exc:
+                if self.deflate and not self.started:
+                    self.deflate = False
+                    self.zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+                    continue
+                import httpx
+
+                raise httpx.DecodingError(str(exc), request=self.request) from None
+            self.started = True
+            if out:
+                yield out
+            data = self.zlib.unconsumed_tail
+
+
+def _inflater(response: httpx.Response) -> _Inflater | None:
+    """An ``_Inflater`` for the body, or ``None``: httpx's decoders read it (identity, other
+    encodings, or a body a transport already read, as a test's may)."""
+    codings = [
+        c.strip().lower()
+        for c in response.headers.get("content-encoding", "").split(",")
+        if c.strip() and c.strip().lower() != "identity"
+    ]
+    if response.is_stream_consumed or len(codings) != 1 or codings[0] not in _INFLATED:
+        return None
+    return _Inflater(response, codings[0])
+
+
+def _decoded(response: httpx.Response) -> Iterator[bytes]:
+    """The decoded body in bounded pieces (``_Inflater``), for ``_take``."""
+    inflater = _inflater(response)
+    if inflater is None:
+        yield from response.iter_bytes()
+        return
+    for raw in response.iter_raw():
+        yield from inflater.feed(raw)
+
+
+async def _adecoded(response: httpx.Response) -> AsyncIterator[bytes]:
+    """``_decoded`` for an ``httpx.AsyncClient`` response."""
+    inflater = _inflater(response)
+    if inflater is None:
+        async for chunk in response.aiter_bytes():
+            yield chunk
+        return
+    async for raw in response.aiter_raw():
+        for out in inflater.feed(raw):
+            yield out
+
+
+def _text(response: httpx.Response, body: bytes) -> str:
+    """``body`` as text in the response's charset (UTF-8 for a quadratic or unknown one)."""
+    encoding = response.encoding or "utf-8"
+    try:
+        slow = codecs.lookup(encoding).name in _SLOW_CHARSETS
+    except LookupError:
+        slow = True
+    return body.decode("utf-8" if slow else encoding, errors="replace")
+
+
 def _take(chunks: Iterator[bytes], limit: int) -> tuple[bytes, bool]:
     """Up to ``limit`` bytes from ``chunks``, and whether there was more."""
     body = bytearray()
@@ -231,7 +320,7 @@ def _outcome(
     """
     status = response.status_code
     method, url = response.request.method, str(response.request.url)
-    text = body.decode(response.encoding or "utf-8", errors="replace")
+    text = _text(response, body)
     if status >= 400:
         error = HTTPStatusError(status, method, url, _excerpt(text))
         if status in RETRYABLE_STATUSES or status >= 500:
@@ -251,7 +340,7 @@ def _outcome(
     if body and ("json" in content_type.split(";")[0]):
         try:
             output["json"] = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser
             output["text"] = text
     else:
         output["text"] = text
@@ -302,7 +391,7 @@ class HTTPRequestAction:
             return _arequest(httpx, options, request, cap, ctx)
         with httpx.Client(**options) as client, client.stream(**request) as response:
             limit = _limit(response.status_code, cap)
-            body, over = _take(response.iter_bytes(), limit)
+            body, over = _take(_decoded(response), limit)
         return _outcome(response, body, over, cap, ctx)
 
 
@@ -318,5 +407,5 @@ async def _arequest(
         client.stream(**request) as response,
     ):
         limit = _limit(response.status_code, cap)
-        body, over = await _atake(response.aiter_bytes(), limit)
+        body, over = await _atake(_adecoded(response), limit)
     return _outcome(response, body, over, cap, ctx)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import subprocess
 import sys
+import tracemalloc
+import zlib
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import TYPE_CHECKING, Any
@@ -463,8 +466,6 @@ def test_a_huge_response_body_fails_the_node_instead_of_filling_memory() -> None
     """The body is read streamed and counted after decoding: a gzip bomb (16 KiB on the
     wire, 16 MiB decoded) passes the 1 MiB cap and fails the node non-retryably, naming
     the URL and the cap, instead of landing in the output (and the record)."""
-    import gzip
-
     bomb = gzip.compress(b"\0" * (16 * 2**20))
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -530,6 +531,99 @@ def test_an_error_status_reads_only_its_excerpt() -> None:
     assert error.details["body"].startswith("busy busy")
     assert len(error.details["body"]) == 200
     assert len(pulled) <= 16  # KiB read of the 16 MiB
+
+
+def _streamed(body: bytes, **headers: str) -> Callable[[httpx.Request], httpx.Response]:
+    """A handler answering with ``body`` as a stream, as a network transport does (a
+    ``content=`` response is read, and decoded, by httpx before the action sees it)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=headers, stream=httpx.ByteStream(body))
+
+    return handler
+
+
+BOMB = gzip.compress(b"\0" * (64 * 2**20))
+"""64 MiB of zeros in about 64 KiB of gzip: one network chunk."""
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_gzip_bomb_is_inflated_no_further_than_the_cap(mode: str) -> None:
+    """The body is inflated a bounded step at a time: refusing a 64 MiB bomb under a
+    1,000,000-byte cap allocates a few MiB (httpx inflated the whole chunk: 64 MiB)."""
+    registry = _mock(_streamed(BOMB, **{"content-encoding": "gzip"}))
+    params = {"url": "https://a.test/bomb", "max_response_bytes": 1_000_000}
+    workflow = _workflow(params, retry=None)
+    tracemalloc.start()
+    try:
+        if mode == "sync":
+            outcome = execute_workflow(workflow, registry=registry)
+        else:
+            outcome = asyncio.run(aexecute_workflow(workflow, registry=registry))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(outcome, Failed)
+    assert "over max_response_bytes=1000000" in outcome.error.message
+    assert peak < 8 * 2**20, f"{peak / 2**20:.0f} MiB allocated"
+
+
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate", lambda data: zlib.compress(data)[2:-4]),  # raw deflate, no zlib header
+        ("identity", lambda data: data),
+    ],
+    ids=["gzip", "zlib deflate", "raw deflate", "identity"],
+)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_streamed_body_within_the_cap_is_decoded_as_before(
+    encoding: str, encode: Callable[[bytes], bytes], mode: str
+) -> None:
+    """A body under the cap, compressed or not, becomes the output as it did."""
+    body = json.dumps({"items": list(range(30_000))}).encode()  # several inflate steps
+    handler = _streamed(
+        encode(body), **{"content-encoding": encoding, "content-type": "application/json"}
+    )
+    workflow = _workflow({"url": "https://a.test/", "max_response_bytes": len(body)})
+    if mode == "sync":
+        outcome = execute_workflow(workflow, registry=_mock(handler))
+    else:
+        outcome = asyncio.run(aexecute_workflow(workflow, registry=_mock(handler)))
+    assert isinstance(outcome, Completed)
+    assert outcome.output["json"] == {"items": list(range(30_000))}
+
+
+def test_a_corrupt_gzip_body_is_a_decoding_error() -> None:
+    """A body that is not the gzip it claims fails the attempt as httpx would (retryable)."""
+    handler = _streamed(b"not gzip at all", **{"content-encoding": "gzip"})
+    outcome = execute_workflow(
+        _workflow({"url": "https://a.test/"}, retry=None), registry=_mock(handler)
+    )
+    assert isinstance(outcome, Failed)
+    assert outcome.error.type == "DecodingError"
+
+
+def test_a_body_in_a_quadratic_charset_is_read_as_utf8() -> None:
+    """``charset=punycode`` (whose decoder is quadratic) is not used to decode the body."""
+    handler = _streamed("é".encode() * 10, **{"content-type": "text/plain; charset=punycode"})
+    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    assert isinstance(outcome, Completed)
+    assert outcome.output["text"] == "é" * 10
+
+
+def test_a_json_body_too_deep_for_the_parser_is_text() -> None:
+    """A JSON body nested past Python's parser is kept as text, not a retried RecursionError."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    handler = _streamed(deep, **{"content-type": "application/json"})
+    outcome = execute_workflow(
+        _workflow({"url": "https://a.test/", "max_response_bytes": len(deep)}, retry=None),
+        registry=_mock(handler),
+    )
+    assert isinstance(outcome, Completed)
+    assert outcome.output["text"].startswith("[[[")
 
 
 def test_the_actions_reference_names_every_param() -> None:
