@@ -33,12 +33,14 @@ from prana._executor import (
     resume_workflow,
 )
 from prana._graph import validate
+from prana._limits import Limits
 from prana._model import (
     Activation,
     AttemptOutcome,
     AttemptRecord,
     Completed,
     Connection,
+    ErrorCode,
     ErrorInfo,
     ExecutionStatus,
     Failed,
@@ -127,6 +129,7 @@ __all__ = [
     "Completed",
     "Connection",
     "DurationError",
+    "ErrorCode",
     "ErrorInfo",
     "Event",
     "EventType",
@@ -134,6 +137,7 @@ __all__ = [
     "Failed",
     "InvalidSettingsError",
     "InvalidWorkflowError",
+    "Limits",
     "LintWarning",
     "Node",
     "NodeExecution",

@@ -48,7 +48,14 @@ from prana._hooks import (
     redact_tokens,
     token_digest,
 )
-from prana._jsoncheck import json_problem
+from prana._jsoncheck import json_problem, json_size
+from prana._limits import (
+    DEFAULT_LIMITS,
+    Limits,
+    node_runs_exceeded,
+    recorded_size,
+    size_problem,
+)
 from prana._model import (
     NEVER_RETRY_CODES,
     AttemptOutcome,
@@ -72,13 +79,12 @@ from prana._model import (
     new_activation,
     new_attempt_record,
     new_completed,
-    new_error_info,
     new_node_execution,
     new_retry_data,
     new_suspend,
     new_workflow_execution,
 )
-from prana._noderun import NodeRun, error_info, prana_error, with_detail
+from prana._noderun import NodeRun, error_info, prana_error, redacted_error, with_detail
 from prana._registry import ActionContext
 from prana._scope import prepare_params
 from prana._state import FINAL, check_node_transition, check_transition
@@ -124,7 +130,9 @@ class Run(Frontier):
         "id",
         "input",
         "issued",
+        "kept",
         "last_output",
+        "limits",
         "next_index",
         "now_hint",
         "observers",
@@ -150,6 +158,7 @@ class Run(Frontier):
         observers: Sequence[Observer],
         parent: ParentRef | None,
         trace_context: Mapping[str, str] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.graph = graph
         self.workflow: Workflow = graph.workflow
@@ -176,6 +185,10 @@ class Run(Frontier):
         """The execution's trace (opaque W3C headers): carried, never read."""
         self.checkpoint: Checkpoint | None = None
         """Given a ``running`` snapshot before each action call (see the module)."""
+        self.limits = limits
+        """What the application lets one execution run and keep (``prana._limits``)."""
+        self.kept = 0
+        """What the execution keeps so far, as ``Limits`` counts it (``kept_size``)."""
 
     # -- loading and freezing ------------------------------------------------------------
 
@@ -188,6 +201,7 @@ class Run(Frontier):
         clock: Clock,
         env: Mapping[str, Any],
         observers: Sequence[Observer],
+        limits: Limits = DEFAULT_LIMITS,
     ) -> Run:
         run = cls(
             graph,
@@ -198,7 +212,10 @@ class Run(Frontier):
             observers=observers,
             parent=execution.parent,
             trace_context=execution.trace_context,
+            limits=limits,
         )
+        kept = execution.kept_size
+        run.kept = kept if type(kept) is int and kept >= 0 else recorded_size(execution)
         run.runs = dict(execution.node_executions)
         run.state = dict(execution.state)
         for a in execution.pending:
@@ -227,6 +244,26 @@ class Run(Frontier):
     ) -> WorkflowExecution:
         check_transition(self.status, status)
         self.status = status
+        return self.frozen(status, self.state, suspended_node, suspension, output, error)
+
+    def snapshot(self, node_run: NodeRun) -> WorkflowExecution:
+        """The execution ``running``, ``node_run``'s record ``running`` with its attempt open.
+
+        What a checkpoint receives. The record stays in ``runs`` (``recorded``), so the
+        run's settling replaces it; the status does not change (no transition).
+        """
+        self.record(node_run, node_run.running_record())
+        return self.frozen(ExecutionStatus.RUNNING, dict(self.state), None, None, None, None)
+
+    def frozen(
+        self,
+        status: ExecutionStatus,
+        state: Mapping[str, Any],
+        suspended_node: str | None,
+        suspension: Suspend | None,
+        output: Any,
+        error: ErrorInfo | None,
+    ) -> WorkflowExecution:
         now = self.clock()
         backlog = self.backlog
         return new_workflow_execution(
@@ -236,7 +273,7 @@ class Run(Frontier):
             status,
             self.input,
             {k: v if type(v) is tuple else tuple(v) for k, v in self.runs.items()},
-            self.state,
+            state,
             tuple(
                 new_activation(k, p.seq, p.sources)
                 for k, head in self.pending.items()
@@ -255,41 +292,7 @@ class Run(Frontier):
             now if status.value in _FINAL_VALUES else None,
             self.trace_context,
             None,
-        )
-
-    def snapshot(self, node_run: NodeRun) -> WorkflowExecution:
-        """The execution ``running``, ``node_run``'s record ``running`` with its attempt open.
-
-        What a checkpoint receives. The record stays in ``runs`` (``recorded``), so the
-        run's settling replaces it; the status does not change (no transition).
-        """
-        self.record(node_run, node_run.running_record())
-        now = self.clock()
-        backlog = self.backlog
-        return new_workflow_execution(
-            self.id,
-            self.workflow_id,
-            self.workflow.version,
-            ExecutionStatus.RUNNING,
-            self.input,
-            {k: v if type(v) is tuple else tuple(v) for k, v in self.runs.items()},
-            dict(self.state),
-            tuple(
-                new_activation(k, p.seq, p.sources)
-                for k, head in self.pending.items()
-                for p in ((head, *backlog[k]) if k in backlog else (head,))
-            ),
-            self.next_index,
-            None,
-            None,
-            None,
-            None,
-            self.parent,
-            self.started_at,
-            now,
-            None,
-            self.trace_context,
-            None,
+            self.kept,
         )
 
     def writable_runs(self, key: str) -> list[NodeExecution]:
@@ -369,6 +372,8 @@ class Run(Frontier):
         cn = self.graph.nodes[key]
         runs = self.writable_runs(key)
         run_index = len(runs)
+        if self.next_index >= self.limits.max_node_runs:
+            return self.fail_execution(node_runs_exceeded(key, self.limits))
         if run_index >= self.workflow.max_iterations:
             message = (
                 f"node {key!r} would run a {run_index + 1}th time, past the workflow's "
@@ -436,8 +441,12 @@ class Run(Frontier):
         )
         if cn.plain_params:
             params = node_run.params = cn.node.params
+            if cn.params_size and not node_run.recorded:  # kept once per node run
+                problem = self.keep(key, "its params", cn.params_size)
+                if problem is not None:
+                    return self.settle_failure(cn, node_run, problem)
         else:
-            params, problem = prepare_params(self, cn, node_run, ctx)
+            params, problem = prepare_params(self, cn, node_run, ctx, count=not node_run.recorded)
             if problem is not None:
                 return self.settle_failure(cn, node_run, problem)
         return (cn.spec.fn, (params, ctx), cn.timeout, (cn, node_run, ctx, False))
@@ -483,23 +492,28 @@ class Run(Frontier):
                 )
         else:
             port, output = "main", value
-        tp = type(output)
-        problem = None if tp is bool or output is None else json_problem(output)
-        if problem is not None:
-            message = f"node {key!r} output is not JSON-native at {problem}"
+        size = json_size(output)
+        if size < 0:
+            message = f"node {key!r} output is not JSON-native at {json_problem(output)}"
             return self.settle_failure(
                 cn, node_run, prana_error(ErrorCode.OUTPUT_NOT_JSON, message, key, "OutputNotJSON")
             )
         updates = ctx._state_updates
         if updates:
-            problem = json_problem(updates)
-            if problem is not None:
-                message = f"node {key!r} state update is not JSON-native at {problem}"
+            updated = json_size(updates)
+            if updated < 0:
+                message = f"node {key!r} state update is not JSON-native at {json_problem(updates)}"
                 return self.settle_failure(
                     cn,
                     node_run,
                     prana_error(ErrorCode.OUTPUT_NOT_JSON, message, key, "StateNotJSON"),
                 )
+            size += updated
+        if self.kept + size > self.limits.max_record_size or size > self.limits.max_value_size:
+            what = "its output" + (" and state update" if updates else "")
+            problem = size_problem(key, what, size, self.kept, self.limits)
+            if problem is not None:
+                return self.settle_failure(cn, node_run, problem)
         if retryable and cn.checks_results:
             view = AttemptView(
                 attempt=node_run.attempt_number,
@@ -523,8 +537,16 @@ class Run(Frontier):
                 updates = redact_tokens(updates, self.issued.values())
         if updates:
             self.state.update(updates)
+        self.kept += size
         self.complete_node(cn, node_run, output, port)
         return None
+
+    def keep(self, key: str, what: str, size: int) -> ErrorInfo | None:
+        """Count ``size`` more kept by node ``key``, or why it may not be kept (``Limits``)."""
+        problem = size_problem(key, what, size, self.kept, self.limits)
+        if problem is None:
+            self.kept += size
+        return problem
 
     def record(self, node_run: NodeRun, execution: NodeExecution) -> None:
         """Put ``execution`` as the node run's record: replace it if it has one, else add it."""
@@ -683,7 +705,7 @@ class Run(Frontier):
         number = node_run.attempt_number
         exhausted = False
         if self.issued:
-            error = self.redacted_error(error)
+            error = redacted_error(error, self.issued.values())
         if cn.policies and error.code not in NEVER_RETRY_CODES:
             now = self.clock()  # one reading: the budget check and resume_at must agree
             view = AttemptView(
@@ -758,20 +780,10 @@ class Run(Frontier):
             # The activation stays pending: a redrive runs the node again with it.
             return self.fail_execution(error)
         port = "main" if mode == "continue" else "error"
-        self.complete_node(cn, node_run, error.as_output(), port, error=error)
+        output = error.as_output()
+        self.kept += max(json_size(output), 0)
+        self.complete_node(cn, node_run, output, port, error=error)
         return None
-
-    def redacted_error(self, error: ErrorInfo) -> ErrorInfo:
-        """``error`` without the resume tokens minted in this call (an action's error often
-        quotes its params, e.g. ``HTTP 400 from POST <url>``); the record keeps no token."""
-        tokens = self.issued.values()
-        message = redact_tokens(error.message, tokens)
-        details = redact_tokens(error.details, tokens)
-        if message == error.message and details == error.details:
-            return error
-        return new_error_info(
-            error.code, error.type, error.module, message, details, error.node_key
-        )
 
     def fail_execution(self, error: ErrorInfo) -> Failed:
         execution = self.freeze(ExecutionStatus.FAILED, error=error)
@@ -808,20 +820,7 @@ class Run(Frontier):
         """The suspended node's run, running again (its record is replaced when it settles)."""
         last = self.runs[key][-1]
         check_node_transition(key, last.status, NodeStatus.RUNNING)
-        node_run = NodeRun(
-            key,
-            last.execution_index,
-            last.run_index,
-            last.started_at,
-            list(last.attempts),
-            last.params,
-            recorded=True,
-        )
-        for attempt in reversed(last.attempts):
-            if attempt.redrive and attempt.number == 1:  # a redrive reset the budget here
-                node_run.budget_start = attempt.started_at
-                break
-        return node_run
+        return NodeRun.resumed(last)
 
     def expire(self, execution: WorkflowExecution) -> Generator[Call, Result, Outcome]:
         """Fail the paused webhook node with ``WebhookTimeout``; ``on_error`` decides the rest."""
@@ -882,7 +881,7 @@ class Run(Frontier):
         if resume_fn is None:
             value: Any = input_data.get("main") if suspension.kind == "timer" else resume_data
         else:
-            params, problem = prepare_params(self, cn, node_run, ctx)
+            params, problem = prepare_params(self, cn, node_run, ctx, count=False)
             if problem is not None:
                 return self.settle_failure(cn, node_run, problem)
             return (resume_fn, (params, ctx, resume_data), cn.timeout, (cn, node_run, ctx, True))

@@ -18,7 +18,7 @@ from prana._engine import Call, Clock, Result, Run
 from prana._errors import InvalidSettingsError, InvalidWorkflowError, ResumeError
 from prana._events import Observer
 from prana._graph import CompiledGraph, compile_workflow
-from prana._jsoncheck import json_problem
+from prana._jsoncheck import json_problem, json_size
 from prana._model import (
     AttemptOutcome,
     ExecutionStatus,
@@ -292,11 +292,20 @@ def new_run(
             f"parent={parent!r}: use prana.ParentRef(execution_id=..., node_key=...) or None"
         )
     graph = compile_workflow(workflow, checked_registry)
-    problem = json_problem(input_data)
-    if problem is not None:
+    size = json_size(input_data)
+    if size < 0:
+        problem = json_problem(input_data)
         raise InvalidWorkflowError([f"workflow input must be JSON-native: {problem}"])
+    limits = checked_registry.limits
+    if size > limits.max_value_size:
+        message = (
+            f"workflow input holds {size:,} characters or items, over "
+            f"Limits.max_value_size={limits.max_value_size:,}; the application raises it "
+            "with Registry(limits=Limits(max_value_size=...))"
+        )
+        raise InvalidWorkflowError([message])
     checked_clock = check_clock(checked_clock)
-    return Run(
+    run = Run(
         graph,
         # 32 random hex digits, like uuid4().hex at a fraction of the cost
         execution_id=execution_id if execution_id is not None else os.urandom(16).hex(),
@@ -306,7 +315,10 @@ def new_run(
         observers=checked_observers,
         parent=parent,
         trace_context=checked_trace,
+        limits=limits,
     )
+    run.kept = size
+    return run
 
 
 MAX_TRACE_FIELDS = 8
@@ -356,7 +368,12 @@ def loaded_run(
     graph = _prepare_resume(execution, workflow, checked_registry, resume_data)
     checked_clock = check_clock(checked_clock)
     return Run.from_execution(
-        graph, execution, clock=checked_clock, env=checked_env, observers=checked_observers
+        graph,
+        execution,
+        clock=checked_clock,
+        env=checked_env,
+        observers=checked_observers,
+        limits=checked_registry.limits,
     )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from prana._decision import check_conditions
 from prana._errors import InvalidWorkflowError
+from prana._jsoncheck import json_size, jsonable
 from prana._model import Connection, Node, Workflow
 from prana._policy import RetryPolicy
 from prana._registry import ActionSpec, Registry
@@ -32,6 +33,7 @@ class CompiledNode:
         "key",
         "node",
         "outgoing",
+        "params_size",
         "params_template",
         "plain_params",
         "policies",
@@ -46,6 +48,8 @@ class CompiledNode:
         self.params_template: CompiledParams | None = _compile_params(node.params)
         self.plain_params = self.params_template is None and spec.params is None
         """Params go to the action as written: no template to render, no schema."""
+        self.params_size = 0 if self.params_template is not None else _kept_size(node.params)
+        """The size of params recorded as written (``Limits``), counted once here."""
         self.outgoing: dict[str, list[tuple[str, str]]] = {}
         self.in_ports: dict[str, list[tuple[str, str]]] = {}
         self.policies: tuple[RetryPolicy, ...] = resolve_policies(node, workflow, spec.retry)
@@ -63,6 +67,13 @@ def _has_template(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return any(_has_template(v) for v in value)
     return False
+
+
+def _kept_size(params: Any) -> int:
+    if not params:
+        return 0
+    size = json_size(params)
+    return size if size >= 0 else max(json_size(jsonable(params)), 0)
 
 
 def _compile_params(params: Any) -> CompiledParams | None:

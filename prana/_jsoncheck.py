@@ -84,17 +84,103 @@ def json_problem(value: Any, path: str = "$", depth: int = 0) -> str | None:
     )
 
 
-def iso_datetimes(value: Any) -> Any:
-    """Rendered params with datetimes (``{{ $now }}``) as ISO text, so they stay JSON data."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if type(value) is dict:
-        if any(isinstance(v, datetime | dict | list) for v in value.values()):
-            return {k: iso_datetimes(v) for k, v in value.items()}
-        return value
-    if type(value) is list:
-        return [iso_datetimes(v) for v in value]
-    return value
+def json_size(value: Any, depth: int = 0) -> int:
+    """The size of JSON-native, storable ``value``; ``-1`` if it is not (``json_problem``
+    then says where and why).
+
+    Size as prana counts what an execution keeps (``Limits``): the characters of every
+    string (keys included), plus one for each number, bool, null, list item and dict
+    entry. One walk with no path text built, so checking an output costs less than
+    ``json_problem`` did.
+    """
+    tp = type(value)
+    if tp is str:
+        return len(value) if value.isascii() or _SURROGATE.search(value) is None else -1
+    if tp is int:
+        return 1 if MIN_INT <= value <= MAX_INT else -1
+    if tp is float:
+        return 1 if math.isfinite(value) else -1
+    if value is None or tp is bool:
+        return 1
+    if depth >= MAX_DEPTH:
+        return -1
+    total = 0
+    if tp is dict:
+        for k, v in value.items():
+            if type(k) is not str or (not k.isascii() and _SURROGATE.search(k) is not None):
+                return -1
+            size = json_size(v, depth + 1)
+            if size < 0:
+                return -1
+            total += len(k) + size + 1
+        return total
+    if tp is list:
+        for v in value:
+            size = json_size(v, depth + 1)
+            if size < 0:
+                return -1
+            total += size + 1
+        return total
+    return -1
+
+
+_Memo = dict[int, tuple[Any, Any, int, int]]
+"""``id(container) -> (container, its rendered form, size, height)``, for one walk."""
+
+
+def shared_json(value: Any) -> tuple[Any, int]:
+    """Rendered params made JSON data: datetimes (``{{ $now }}``) as ISO text, everything
+    else shared, and the size (``json_size``'s; ``-1``: something is not JSON-native).
+
+    Nothing is copied unless a datetime sits below it, and a value met again (a dozen
+    params naming ``$input.main.big``) is walked once: the params cost what their
+    templates built, not the data they name times the number of names. Each reference
+    counts in the size, as it will in the record.
+    """
+    result, size, _ = _shared(value, {}, 0)
+    return result, size
+
+
+def _shared(value: Any, memo: _Memo, depth: int) -> tuple[Any, int, int]:
+    """``(rendered form, size, height)`` of ``value`` at ``depth`` (see ``shared_json``)."""
+    tp = type(value)
+    if tp is not dict and tp is not list:
+        if isinstance(value, datetime):
+            text = value.isoformat()
+            return text, len(text), 0
+        return value, json_size(value), 0
+    hit = memo.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1], (hit[2] if depth + hit[3] <= MAX_DEPTH else -1), hit[3]
+    if depth >= MAX_DEPTH:
+        return value, -1, 1
+    total = 0
+    height = 0
+    result: Any = value
+    if tp is dict:
+        for k, v in value.items():
+            new, size, below = _shared(v, memo, depth + 1)
+            if type(k) is not str or size < 0 or json_size(k) < 0:
+                total = -1
+            elif total >= 0:
+                total += len(k) + size + 1
+            height = max(height, below)
+            if new is not v:
+                if result is value:
+                    result = dict(value)  # the first change: copy once, then set
+                result[k] = new
+    else:
+        for i, v in enumerate(value):
+            new, size, below = _shared(v, memo, depth + 1)
+            total = -1 if size < 0 or total < 0 else total + size + 1
+            height = max(height, below)
+            if new is not v:
+                if result is value:
+                    result = list(value)
+                result[i] = new
+    height += 1
+    memo[id(value)] = (value, result, total, height)
+    return result, total, height
 
 
 def jsonable(value: Any) -> Any:

@@ -321,6 +321,9 @@ class ErrorCode(str, enum.Enum):
     INTERRUPTED = "interrupted"
     """The attempt was interrupted too many times in a row (its process stopped each time:
     a poison execution), so it is not run again (``recover_execution``)."""
+    LIMIT_EXCEEDED = "limit_exceeded"
+    """The node would pass one of the application's ``Limits``: node runs in the execution,
+    the size of its params or output, or of everything the execution keeps."""
 
 
 NEVER_RETRY_CODES: frozenset[str] = frozenset(
@@ -338,6 +341,7 @@ NEVER_RETRY_CODES: frozenset[str] = frozenset(
         ErrorCode.ITERATION_LIMIT,
         ErrorCode.CANCELLED,
         ErrorCode.INTERRUPTED,
+        ErrorCode.LIMIT_EXCEEDED,
     )
 )
 """``ErrorInfo.code`` values that never retry, whatever the policy says (docs: Error codes).
@@ -563,6 +567,11 @@ class WorkflowExecution:
     The shell sets it on the record it saves before each action call (a checkpoint); past
     it, the process is presumed dead and another runner takes the execution up again
     (``recover_execution``). The core never sets it."""
+    kept_size: int | None = None
+    """How much data the execution keeps (its input, every node run's params and output,
+    state updates), as ``prana.Limits`` counts it; the executor adds to it as it goes and
+    holds it to ``Limits.max_record_size``. ``None`` in a record older than it (counted
+    again when such a record is resumed)."""
 
     @property
     def due_at(self) -> datetime | None:
@@ -749,7 +758,7 @@ redrive)``."""
 new_workflow_execution: Callable[..., WorkflowExecution] = _fast_constructor(WorkflowExecution)
 """``new_workflow_execution(id, workflow_id, workflow_version, status, input, node_executions,
 state, pending, next_index, suspended_node, suspension, output, error, parent, started_at,
-updated_at, completed_at, trace_context, lease_expires_at)``."""
+updated_at, completed_at, trace_context, lease_expires_at, kept_size)``."""
 new_activation: Callable[..., Activation] = _fast_constructor(Activation)
 """``new_activation(node_key, seq, sources)``."""
 new_error_info: Callable[..., ErrorInfo] = _fast_constructor(ErrorInfo)

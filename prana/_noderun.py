@@ -7,10 +7,12 @@ what went wrong into the ``ErrorInfo`` those records keep.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from prana._errors import AttemptTimeout, NonRetryable
+from prana._hooks import redact_tokens
 from prana._jsoncheck import json_problem
 from prana._model import (
     AttemptOutcome,
@@ -76,6 +78,25 @@ class NodeRun:
         self.budget_start = started_at
         self.runs: list[NodeExecution] | None = None
         """The node's record list in the run, once known (saves a lookup per record)."""
+
+    @classmethod
+    def resumed(cls, last: NodeExecution) -> NodeRun:
+        """The run of ``last``, a suspended node's record, running again (``recorded``: its
+        record is replaced when it settles)."""
+        node_run = cls(
+            last.node_key,
+            last.execution_index,
+            last.run_index,
+            last.started_at,
+            list(last.attempts),
+            last.params,
+            recorded=True,
+        )
+        for attempt in reversed(last.attempts):
+            if attempt.redrive and attempt.number == 1:  # a redrive reset the budget here
+                node_run.budget_start = attempt.started_at
+                break
+        return node_run
 
     def open_attempt(self, number: int, started: datetime, due: datetime | None) -> None:
         self.attempt_number = number
@@ -202,3 +223,13 @@ def with_detail(error: ErrorInfo, key: str, value: Any) -> ErrorInfo:
     return new_error_info(
         error.code, error.type, error.module, error.message, merged, error.node_key
     )
+
+
+def redacted_error(error: ErrorInfo, tokens: Iterable[str]) -> ErrorInfo:
+    """``error`` without the resume ``tokens`` minted in this call (an action's error often
+    quotes its params, e.g. ``HTTP 400 from POST <url>``); the record keeps no token."""
+    message = redact_tokens(error.message, tokens)
+    details = redact_tokens(error.details, tokens)
+    if message == error.message and details == error.details:
+        return error
+    return new_error_info(error.code, error.type, error.module, message, details, error.node_key)

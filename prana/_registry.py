@@ -11,6 +11,7 @@ from typing import Any, TypeVar, overload
 import attrs
 
 from prana._errors import InvalidSettingsError
+from prana._limits import DEFAULT_LIMITS, Limits
 from prana._policy import CONDITION_NAME, RetryPolicy
 from prana._resolve import coerce_policies
 
@@ -63,10 +64,18 @@ class Registry:
 
     It also holds the named conditions (``condition``) a workflow's data may refer to, and
     the exception classes ``lint`` should know (``exception``). Nothing read from data can
-    run code that is not registered here (definitions are data).
+    run code that is not registered here (definitions are data). ``limits`` bounds what
+    each execution run with it may run and keep (``prana.Limits``; defaults without it).
     """
 
-    def __init__(self, *, builtins: bool = True) -> None:
+    def __init__(self, *, builtins: bool = True, limits: Limits | None = None) -> None:
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidSettingsError(
+                f"Registry(limits={limits!r}): use prana.Limits(...), or leave it out for "
+                "the defaults"
+            )
+        self.limits: Limits = DEFAULT_LIMITS if limits is None else limits
+        """What one execution run with this registry may run and keep (``prana.Limits``)."""
         self._specs: dict[str, ActionSpec] = {}
         self._exceptions: dict[str, type[BaseException]] = {}
         self._conditions: dict[str, Callable[..., Any]] = {}

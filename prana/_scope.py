@@ -19,7 +19,7 @@ from prana._hooks import (
     redact_tokens,
     token_digest,
 )
-from prana._jsoncheck import iso_datetimes, json_problem, jsonable
+from prana._jsoncheck import json_problem, json_size, jsonable, shared_json
 from prana._model import ErrorCode, ErrorInfo, NodeExecution
 from prana._noderun import NodeRun, prana_error
 from prana._registry import ActionContext
@@ -91,30 +91,43 @@ class _WebhooksView(Mapping[str, str]):
 
 
 def prepare_params(
-    run: Run, cn: CompiledNode, node_run: NodeRun, ctx: ActionContext
+    run: Run, cn: CompiledNode, node_run: NodeRun, ctx: ActionContext, *, count: bool = True
 ) -> tuple[Any, ErrorInfo | None]:
-    """Render the params' templates and structure them into the action's schema."""
+    """Render the params' templates and structure them into the action's schema.
+
+    The record keeps the rendered params sharing what they name (``shared_json``: nothing
+    is copied), and, when ``count`` (the node run is not in the record yet), their size is counted
+    against the application's ``Limits`` before the action runs.
+    """
     params: Any = cn.node.params
     if cn.params_template is not None:
         from prana._templates import TemplateError
 
         try:
-            params = iso_datetimes(cn.params_template.render(template_scope(run, ctx)))
+            params, size = shared_json(cn.params_template.render(template_scope(run, ctx)))
         except TemplateError as exc:
             message = f"params.{exc.path}: {exc.message}"
             return None, prana_error(ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError")
-        recorded = jsonable(params)
-        # A value the record cannot hold (a 65-bit int, a lone surrogate) fails here,
-        # before the action runs, rather than at the save after it.
-        problem = json_problem(recorded)
-        if problem is not None:
-            message = f"params{problem[1:]}"
-            return None, prana_error(ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError")
+        recorded = params
+        if size < 0:  # a tuple, a mapping that is not a dict, an object from $env...
+            recorded = jsonable(params)
+            # A value the record cannot hold (a 65-bit int, a lone surrogate) fails here,
+            # before the action runs, rather than at the save after it.
+            problem = json_problem(recorded)
+            if problem is not None:
+                message = f"params{problem[1:]}"
+                return None, prana_error(ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError")
+            size = json_size(recorded)
         node_run.params = recorded
         if run.issued:
             node_run.params = redact_tokens(node_run.params, run.issued.values())
     else:
         node_run.params = params
+        size = cn.params_size
+    if count and size:
+        limit_problem = run.keep(cn.key, "its params", size)
+        if limit_problem is not None:
+            return None, limit_problem
     schema = cn.spec.params
     if schema is not None:
         try:

@@ -16,9 +16,10 @@ import scheduling
 
 PRANA_PUBLIC = {
     "ActionContext", "ActionSpec", "Activation", "AttemptOutcome", "AttemptRecord",
-    "AttemptTimeout", "AttemptView", "Completed", "Connection", "DurationError", "ErrorInfo",
-    "Event", "EventType", "ExecutionStatus", "Failed", "InvalidSettingsError",
-    "InvalidWorkflowError", "LintWarning", "Node", "NodeExecution", "NodeSettings", "NodeStatus",
+    "AttemptTimeout", "AttemptView", "Completed", "Connection", "DurationError", "ErrorCode",
+    "ErrorInfo", "Event", "EventType", "ExecutionStatus", "Failed", "InvalidSettingsError",
+    "InvalidWorkflowError", "Limits", "LintWarning", "Node", "NodeExecution", "NodeSettings",
+    "NodeStatus",
     "NonRetryable", "Observer", "Outcome", "Output", "ParentRef", "PranaError", "RecordError",
     "Registry", "ResumeError", "RetryAfter", "RetryData", "RetryPolicy", "SCHEMA_VERSION",
     "Schedule", "ScheduleRow", "SubWorkflowData", "Suspend", "TimerData", "WebhookData",

@@ -29,10 +29,12 @@ from prana import (
     AttemptOutcome,
     Completed,
     Connection,
+    ErrorCode,
     Event,
     ExecutionStatus,
     Failed,
     InvalidWorkflowError,
+    Limits,
     Node,
     NodeSettings,
     NodeStatus,
@@ -516,9 +518,6 @@ RUNAWAY_RUNS = 10_000
 """Ten times the default ``max_iterations``: past it, nothing bounded the loop."""
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attacker review: a definition sets its own loop bound; core's owner"
-)
 def test_a_definition_cannot_lift_the_bound_on_its_own_loops() -> None:
     """``max_iterations`` comes from the definition, which is untrusted data (DESIGN §7), and
     has no ceiling: with 10**9 a two-node loop ran 200,000 node runs in 9 s, memory growing
@@ -546,6 +545,10 @@ def test_a_definition_cannot_lift_the_bound_on_its_own_loops() -> None:
     except _Runaway:
         pytest.fail(f"{RUNAWAY_RUNS:,} runs of one node and the loop goes on")
     assert isinstance(outcome, Failed)
+    assert outcome.error.code == ErrorCode.LIMIT_EXCEEDED
+    assert "Limits.max_node_runs=10,000" in outcome.error.message
+    assert "max_iterations cannot lift" in outcome.error.message
+    assert outcome.execution.next_index == Limits().max_node_runs
 
 
 def test_for_each_runs_body_per_item(registry: Registry) -> None:

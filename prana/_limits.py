@@ -1,0 +1,109 @@
+"""What one execution may run and keep: limits the application sets, never a definition.
+
+A workflow definition is untrusted data (docs: Security model), so it cannot bound the work
+and memory of its own executions: ``Workflow.max_iterations`` (per node) stays the
+definition's to set, below a ceiling it cannot lift. ``Limits`` is given to the
+``Registry`` (``Registry(limits=Limits(...))``), which the executor and the ``Runner``
+already take, so every execution that registry runs is held to it.
+
+Sizes are counted where values are made, never by walking what an execution already
+holds: an output when its JSON check walks it anyway, rendered params when they are made
+JSON data, a definition's literal params once when it is compiled. The running total is
+kept in the execution (``WorkflowExecution.kept_size``), so it holds across suspensions,
+processes and reloads at no cost per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from prana._errors import InvalidSettingsError
+from prana._jsoncheck import json_size, jsonable
+from prana._model import ErrorCode, ErrorInfo, NodeStatus
+from prana._noderun import prana_error
+
+
+def _positive(field: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidSettingsError(f"Limits.{field}={value!r}: use a whole number >= 1")
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """How much one execution may run and keep; over a limit is a non-retryable
+    ``limit_exceeded`` failure naming the node and the limit.
+
+    ``max_node_runs``: node runs in one execution (every pass of a loop, every item of a
+    ``core.for_each``), whatever the definition's ``max_iterations`` says; past it the
+    execution fails, as a runaway loop does.
+    ``max_value_size``: the size of one node's rendered params, of its output, of one state
+    update, and of the workflow input.
+    ``max_record_size``: the size of everything the execution keeps (the input, every node
+    run's params and output, state updates), which is what its record holds.
+
+    Sizes count the characters of every string (keys included) plus one for each number,
+    bool, null, list item and dict entry; a value named twice counts twice, as the record
+    writes it twice. Give your own to the registry: ``Registry(limits=Limits(...))``.
+    """
+
+    max_node_runs: int = attrs.field(default=10_000, validator=_positive("max_node_runs"))
+    max_value_size: int = attrs.field(default=10_000_000, validator=_positive("max_value_size"))
+    max_record_size: int = attrs.field(default=50_000_000, validator=_positive("max_record_size"))
+
+
+DEFAULT_LIMITS = Limits()
+"""The limits of a ``Registry()`` given none."""
+
+
+def _raise_it(name: str) -> str:
+    return f"the application raises it with Registry(limits=Limits({name}=...))"
+
+
+def node_runs_exceeded(key: str, limits: Limits) -> ErrorInfo:
+    """Node ``key`` would be one node run too many for this execution."""
+    message = (
+        f"node {key!r} would be node run {limits.max_node_runs + 1:,} of this execution, past "
+        f"Limits.max_node_runs={limits.max_node_runs:,}, a ceiling the workflow's "
+        f"max_iterations cannot lift; {_raise_it('max_node_runs')}"
+    )
+    return prana_error(ErrorCode.LIMIT_EXCEEDED, message, key, "LimitExceeded")
+
+
+def size_problem(key: str, what: str, size: int, kept: int, limits: Limits) -> ErrorInfo | None:
+    """Why node ``key`` may not keep ``what`` of ``size`` on top of ``kept``, or ``None``."""
+    if size > limits.max_value_size:
+        message = (
+            f"node {key!r}: {what} holds {size:,} characters or items, over "
+            f"Limits.max_value_size={limits.max_value_size:,}; {_raise_it('max_value_size')}"
+        )
+    elif kept + size > limits.max_record_size:
+        message = (
+            f"node {key!r}: {what} ({size:,} characters or items) would take what this "
+            f"execution keeps to {kept + size:,}, over Limits.max_record_size="
+            f"{limits.max_record_size:,}; {_raise_it('max_record_size')}"
+        )
+    else:
+        return None
+    return prana_error(ErrorCode.LIMIT_EXCEEDED, message, key, "LimitExceeded")
+
+
+def recorded_size(execution: Any) -> int:
+    """What ``execution`` keeps, counted from its records: for a record saved before
+    ``kept_size`` existed (or built by hand), once, when it is resumed."""
+    total = _size(execution.input) + _size(execution.state)
+    for runs in execution.node_executions.values():
+        for run in runs:
+            total += _size(run.params)
+            if run.status is NodeStatus.COMPLETED:
+                total += _size(run.output)
+    return total
+
+
+def _size(value: Any) -> int:
+    size = json_size(value)
+    return size if size >= 0 else max(json_size(jsonable(value)), 0)
