@@ -260,6 +260,8 @@ class _Expression:
         if isinstance(result, Undefined):
             result._fail_with_undefined_error()
         emit(checked(result, "the value of the template"))
+        if isinstance(result, str) and type(result) is not str:
+            return str(result)  # Markup from |tojson, |escape...: the record holds plain text
         return result
 
     def _walk(self, context: dict[str, Any]) -> Any:

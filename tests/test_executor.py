@@ -29,7 +29,6 @@ from prana import (
     AttemptOutcome,
     Completed,
     Connection,
-    ErrorCode,
     Event,
     ExecutionStatus,
     Failed,

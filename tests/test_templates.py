@@ -588,3 +588,14 @@ def test_string_literals_come_back_verbatim(text: str) -> None:
     """Any text written as a quoted literal in an expression renders as itself."""
     literal = repr(text)
     assert render_one("{{ " + literal + " }}") == text
+
+
+def test_an_expression_of_escaped_text_is_a_plain_string() -> None:
+    """``|tojson``, ``|escape`` and ``|safe`` give Jinja's ``Markup``: a whole-param
+    expression is a plain ``str`` (the record showed ``"Markup('[1, 2]')"`` and an action
+    echoing it failed as not JSON-native)."""
+    compiled = compile_params({"p": "{{ [1, 2] | tojson }}", "q": "{{ '<a>' | escape }}"})
+    assert compiled is not None
+    rendered = compiled.render({})
+    assert rendered == {"p": "[1, 2]", "q": "&lt;a&gt;"}
+    assert {type(v) for v in rendered.values()} == {str}
