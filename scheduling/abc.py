@@ -1,10 +1,11 @@
 """The shell's interfaces: the alarm clock (``Scheduler``), the truth (``ExecutionStore``).
 
 Optional ones name what some backends can do more: a scheduler that keeps the time itself
-(``ClockedScheduler``), and a store and a scheduler on one database that arm each alarm
-inside the save that implies it (``TransactionalStore``, ``TransactionalScheduler``); an
-observer that keeps each execution in one trace (``TracePropagator``). The ``Runner``
-finds every capability through these protocols and looks for nothing else.
+(``ClockedScheduler``), a store whose schema is versioned (``MigratingStore``), and a store
+and a scheduler on one database that arm each alarm inside the save that implies it
+(``TransactionalStore``, ``TransactionalScheduler``); an observer that keeps each execution
+in one trace (``TracePropagator``). The ``Runner`` finds every capability through these
+protocols and looks for nothing else.
 
 Invariants every backend keeps (see the docs' Stores and schedulers page):
 
@@ -129,8 +130,32 @@ class ExecutionStore(Protocol):
     def latest_workflow_version(self, workflow_id: str) -> int | None:
         """The highest stored version of ``workflow_id`` (versions may have gaps), or None."""
 
+    def list_workflows(self) -> Sequence[tuple[str, int]]:
+        """Every stored definition's ``(workflow_id, version)``, sorted as Python sorts them.
+
+        By id in code point order (whatever the database's collation), then by version.
+        """
+
     def close(self) -> None:
         """Release connections and files."""
+
+
+@runtime_checkable
+class MigratingStore(Protocol):
+    """A store whose tables carry a schema version, upgraded in steps (the SQL stores).
+
+    Opening one applies the migrations its database lacks (or, opened with
+    ``upgrade=False``, refuses a schema that is behind); a schema newer than the code is
+    always refused. ``prana db`` reports what opening it did.
+    """
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version the database is at, once the store is open."""
+
+    @property
+    def upgraded_from(self) -> int | None:
+        """The version the database was at before this store upgraded it; ``None`` if none."""
 
 
 OnSave = Callable[[Any, WorkflowExecution], None]

@@ -56,6 +56,17 @@ def test_a_new_sqlite_database_records_its_schema_version(tmp_path: Path) -> Non
     assert versions(tmp_path / "new.db") == [m.version for m in sqlite_module.SQLITE_MIGRATIONS]
 
 
+def test_the_sql_stores_are_migrating_stores(tmp_path: Path) -> None:
+    """``prana db`` finds the schema version through ``MigratingStore``, not by attribute."""
+    from scheduling.abc import MigratingStore
+    from scheduling.stores.memory import MemoryStore
+
+    store: MigratingStore = SQLiteStore(tmp_path / "new.db")  # mypy checks the structure too
+    assert isinstance(store, MigratingStore)
+    assert (store.schema_version, store.upgraded_from) == (sqlite_module.SCHEMA_VERSION, None)
+    assert not isinstance(MemoryStore(), MigratingStore)
+
+
 def test_a_database_made_before_migrations_is_adopted_as_version_1(tmp_path: Path) -> None:
     """Tables without a version table are migration 1's layout: recorded, data kept."""
     path = tmp_path / "old.db"
@@ -169,9 +180,11 @@ def test_postgres_records_refuses_newer_and_adopts_old(
     import psycopg
     from psycopg import sql
 
+    from scheduling.abc import MigratingStore
     from scheduling.stores.postgres import PostgresStore
 
     postgres_store.setup()
+    assert isinstance(postgres_store, MigratingStore)
     assert postgres_store.schema_version == postgres_module.SCHEMA_VERSION
     table = sql.Identifier(postgres_store.schema or "public", "prana_schema_version")
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:

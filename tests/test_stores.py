@@ -376,6 +376,29 @@ def test_latest_workflow_version_skips_gaps(store: ExecutionStore) -> None:
     assert store.latest_workflow_version("other") is None
 
 
+def test_list_workflows_is_part_of_the_store_protocol(store: ExecutionStore) -> None:
+    """``list_workflows`` is an ``ExecutionStore`` method: the CLI calls it on any store."""
+    assert "list_workflows" in vars(ExecutionStore)
+    assert isinstance(store, ExecutionStore)
+
+
+def test_list_workflows_names_every_stored_definition_sorted(store: ExecutionStore) -> None:
+    """Every stored ``(id, version)``, by id in code point order, then version; empty at first."""
+    assert list(store.list_workflows()) == []
+    store.save_workflow(definition(version=3))
+    store.save_workflow(definition())
+    for other in ("another", "Zed", "\u00e9t\u00e9"):
+        store.save_workflow(attrs.evolve(definition(), id=other))
+    store.save_workflow(definition())
+    assert list(store.list_workflows()) == [
+        ("Zed", 1),
+        ("another", 1),
+        ("wf", 1),
+        ("wf", 3),
+        ("\u00e9t\u00e9", 1),
+    ]
+
+
 def test_a_conflicting_definition_is_refused(store: ExecutionStore) -> None:
     """A different definition under a stored id and version raises and keeps the stored one."""
     store.save_workflow(definition())

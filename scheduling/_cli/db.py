@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from scheduling._cli._common import EXIT_OK, open_store
+from scheduling._cli._common import EXIT_OK, CLIError, open_store
+from scheduling.abc import MigratingStore
 
 if TYPE_CHECKING:
     from scheduling._cli._common import AddCommand
@@ -26,8 +27,9 @@ def _cmd_db(args: argparse.Namespace) -> int:
     upgrade = args.action == "upgrade"
     store = open_store(args, must_exist=not upgrade, upgrade=upgrade)
     try:
-        version: int = store.schema_version  # type: ignore[attr-defined]
-        before: int | None = store.upgraded_from  # type: ignore[attr-defined]
+        if not isinstance(store, MigratingStore):  # pragma: no cover - the CLI opens SQL stores
+            raise CLIError(f"prana db: a {type(store).__name__} has no versioned schema")
+        version, before = store.schema_version, store.upgraded_from
     finally:
         store.close()
     if before is not None:

@@ -40,7 +40,7 @@ def _cmd_workflows(args: argparse.Namespace) -> int:
         raise CLIError("workflows list takes no files")
     store = open_store(args, must_exist=True)
     try:
-        rows = store.list_workflows()  # type: ignore[attr-defined]
+        rows = store.list_workflows()
     finally:
         store.close()
     if args.json:

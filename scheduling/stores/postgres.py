@@ -634,7 +634,7 @@ def _queries(schema: str | None) -> dict[str, str]:
         "workflow": "SELECT data FROM {workflows} WHERE workflow_id = %s AND version = %s",
         "latest_workflow": "SELECT MAX(version) FROM {workflows} WHERE workflow_id = %s",
         "list_workflows": "SELECT workflow_id, version FROM {workflows}"
-        " ORDER BY workflow_id, version",
+        ' ORDER BY workflow_id COLLATE "C", version',
         "insert_workflow": "INSERT INTO {workflows} (workflow_id, version, data)"
         " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
     }
