@@ -201,6 +201,8 @@ class Steps:
         self._arms_on_save = False
         self._hook_paths: dict[str, str] = {}
         self._hook_lock = threading.Lock()
+        self._unrunnable: set[tuple[str, int]] = set()
+        """Workflow versions whose alarms this runner could not run (said once each)."""
         self._listeners: tuple[Callable[[str], object], ...] = ()
         """Called with the execution id after each save (``Runner.subscribe``); copy on write."""
         self._tracer = _first_tracer(observers)
@@ -448,6 +450,45 @@ class Steps:
             logger.warning("alarm of unknown execution %r dropped", execution_id)
         except StaleVersionError:
             logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
+        except InvalidWorkflowError as error:
+            self._cannot_run(execution_id, error)
+
+    def _cannot_run(self, execution_id: str, error: InvalidWorkflowError) -> None:
+        """An alarm whose definition this runner cannot run: say so once, leave it suspended.
+
+        The definition is stored, so it was valid where it started; what fails here is
+        this runner's registry (actions or conditions it lacks). The execution is not
+        failed: a runner that has them (a worker with the right ``--actions``) resumes it.
+        One ERROR line per workflow version, so a worker re-arming it says nothing more.
+        """
+        try:
+            execution, _ = self.store.load(execution_id)
+        except ExecutionNotFound:
+            return
+        key = (execution.workflow_id, execution.workflow_version)
+        with self._hook_lock:
+            if key in self._unrunnable:
+                return
+            self._unrunnable.add(key)
+        workflow = self._definitions.cached.get(key)
+        missing = sorted(
+            {n.type for n in workflow.nodes if n.type not in self.registry}
+            if workflow is not None
+            else ()
+        )
+        what = (
+            f"node type(s) {', '.join(repr(t) for t in missing)} are not registered here"
+            if missing
+            else "; ".join(error.problems)
+        )
+        logger.error(
+            "execution %s of workflow %r v%d cannot run in this process: %s; it stays "
+            "suspended for a runner that has its actions (prana worker: pass --actions "
+            "MODULE); said once per workflow version",
+            execution_id,
+            *key,
+            what,
+        )
 
     def _alarm_check(self, execution: WorkflowExecution) -> Move | None:
         """An alarm's check: still suspended and due (an early one is armed again).

@@ -199,6 +199,47 @@ def test_worker_once_resumes_due_executions(
     store.close()
 
 
+def test_worker_without_actions_says_to_pass_them_and_leaves_the_work(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker lacking the actions of a due execution says "pass --actions" in one line.
+
+    The execution is left suspended, not failed; a worker given ``--actions`` finishes it.
+    """
+    registry = load_actions(env["actions"])
+    clock = ManualClock(datetime.now(timezone.utc) - timedelta(hours=1))
+    store = SQLiteStore(env["db"])
+    wf = Workflow(
+        id="needs-actions",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="r",
+                type="cli.flaky",
+                params={"fails": 1},
+                settings=NodeSettings(retry=RetryPolicy(initial_delay=1)),
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="r")],
+    )
+    eid = Runner(registry, store, ManualScheduler(clock)).start(wf)
+    store.close()
+    code, _, err = run(["worker", "--once", "--db", env["db"]], capsys)
+    said = [line for line in err.splitlines() if "pass --actions" in line]
+    assert code == 0
+    assert len(said) == 1, err
+    assert "'needs-actions' v1" in said[0]
+    assert "'cli.flaky'" in said[0]
+    assert "Traceback" not in err
+    store = SQLiteStore(env["db"])
+    assert store.load(eid)[0].status is ExecutionStatus.SUSPENDED
+    store.close()
+    code, _, _ = run(["worker", "--once", "--db", env["db"], "--actions", env["actions"]], capsys)
+    store = SQLiteStore(env["db"])
+    assert (code, store.load(eid)[0].status) == (0, ExecutionStatus.COMPLETED)
+    store.close()
+
+
 def test_actions_module_by_name_with_a_registry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1591,3 +1591,43 @@ def test_resume_data_the_record_cannot_hold_is_refused_before_any_action_runs(va
         assert runner.get(execution_id).status is ExecutionStatus.SUSPENDED
         runner.deliver(execution_id, {"amount": 1})
         assert calls == ["charge"]
+
+
+def test_an_alarm_this_runner_cannot_run_is_said_once_and_stays_suspended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A due execution whose actions this runner lacks is left suspended, said in one line.
+
+    One ERROR per workflow version names the node types missing and the fix (``--actions``
+    for ``prana worker``); the other alarms still fire, and a runner that has the actions
+    finishes the execution later.
+    """
+    store = MemoryStore()
+    harness = Harness(store, fails=2)  # each execution's first attempt fails
+    needs = workflow(flaky_node(delay=1))
+    first, second = harness.runner.start(needs), harness.runner.start(needs)
+    timer = workflow(
+        Node(key="t", type="wait.wait", params={"mode": "interval", "duration": 1}), wid="t"
+    )
+    builtin = harness.runner.start(timer)
+    scheduler = ManualScheduler(harness.clock)
+    with caplog.at_level("ERROR", logger="scheduling"), Runner(Registry(), store, scheduler):
+        scheduler.advance(2)
+        scheduler.advance(2)  # the first two fire again (re-armed): nothing more is said
+        for eid in (first, second):
+            scheduler.schedule(eid, harness.clock())
+        scheduler.advance(1)
+    said = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    message = said[0].getMessage()
+    assert "\n" not in message
+    assert "'wf' v1" in message
+    assert "'test.flaky'" in message
+    assert "pass --actions" in message
+    assert store.load(first)[0].status is ExecutionStatus.SUSPENDED
+    assert store.load(second)[0].status is ExecutionStatus.SUSPENDED
+    assert store.load(builtin)[0].status is ExecutionStatus.COMPLETED
+    with harness.runner:
+        harness.scheduler.advance(0)
+    assert store.load(first)[0].status is ExecutionStatus.COMPLETED
+    assert store.load(second)[0].status is ExecutionStatus.COMPLETED

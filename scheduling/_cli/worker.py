@@ -3,6 +3,12 @@
 SIGTERM stops a worker gracefully (alarms firing finish first), prints one line and exits
 with 0; Ctrl-C (SIGINT) does the same and exits with 130. Losing the database is logged in
 one line and the worker carries on. Logs go to stderr, one line per record.
+
+A worker cannot know at start which workflows it will meet (other processes start new
+ones while it runs), so ``--actions`` is checked when an execution comes due: one it
+cannot run (its actions or conditions are not registered here) stays suspended for a
+worker that can, and the worker says so on stderr, once per workflow version, naming the
+node types it lacks and ``--actions``.
 """
 
 from __future__ import annotations
@@ -44,7 +50,11 @@ if TYPE_CHECKING:
 def register(add: AddCommand) -> None:
     """Add ``worker`` to the parser."""
     worker = add("worker", "resume due executions until Ctrl-C")
-    worker.add_argument("--actions", help="module (or .py file) registering your actions")
+    worker.add_argument(
+        "--actions",
+        help="module (or .py file) registering your actions; an execution needing actions "
+        "the worker lacks stays suspended, said once per workflow version on stderr",
+    )
     worker.add_argument("--once", action="store_true", help="resume what is due now, then exit")
     worker.add_argument(
         "--poll",
@@ -122,11 +132,11 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             lease_seconds=args.lease,
             max_interruptions=args.max_interruptions,
         )
-        if args.once:
-            handled = runner.run_due()
-            print(f"resumed {len(handled)} due execution(s)")
-            return EXIT_OK
         with one_line_logging():
+            if args.once:
+                handled = runner.run_due()
+                print(f"resumed {len(handled)} due execution(s)")
+                return EXIT_OK
             if args.scheduler == "procrastinate":
                 return _procrastinate_worker(args, registry, store, view)
             stop = threading.Event()
