@@ -6,6 +6,7 @@ imported only to render, and is optional: without it lines are printed as plain 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import re
 import threading
@@ -19,6 +20,7 @@ from prana import (
     Event,
     EventType,
     ExecutionStatus,
+    InvalidSettingsError,
     NodeExecution,
     WorkflowExecution,
 )
@@ -165,15 +167,45 @@ def format_stats(stats: RetryStats) -> str:
     )
 
 
+MAX_LINES = 1000
+"""How many printed lines a ``ConsoleView`` keeps (in ``lines``) by default."""
+MAX_EXECUTIONS = 1000
+"""How many executions' live state a ``ConsoleView`` keeps by default."""
+
+
+def _bound(name: str, value: object) -> int:
+    """``value`` if it is a whole number >= 1, else ``InvalidSettingsError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidSettingsError(f"ConsoleView({name}={value!r}): use a whole number >= 1")
+    return value
+
+
 class ConsoleView:
     """An observer (pass it in ``observers=``) that prints runs and keeps retry statistics.
 
     ``write`` receives each finished line or block; by default it prints with ``rich`` when
-    installed, plainly otherwise. ``lines`` keeps everything written, and ``running`` the
-    live state of each execution not yet ended (``status_lines`` formats it).
+    installed, plainly otherwise. ``lines`` keeps the last ``max_lines`` written, and
+    ``running`` the live state of each execution not yet ended (``status_lines`` formats it).
+
+    A worker's view lives as long as the worker, so what it keeps is bounded: besides the
+    last ``max_lines`` lines, per-execution state (``running``, a node's failed attempts
+    awaiting its outcome, which executions retried) is kept for the ``max_executions``
+    executions most recently heard of. An execution whose end this process never hears of
+    (its retry ran in another worker, its webhook was delivered elsewhere) is forgotten once
+    that many others have been heard of since. The statistics are counters: exact, except
+    that an execution forgotten that way and heard of again counts once more (among
+    ``executions``, and among ``executions_with_retries`` if it retries again).
     """
 
-    def __init__(self, write: Callable[[str], object] | None = None) -> None:
+    def __init__(
+        self,
+        write: Callable[[str], object] | None = None,
+        *,
+        max_lines: int = MAX_LINES,
+        max_executions: int = MAX_EXECUTIONS,
+    ) -> None:
+        self._max_lines = _bound("max_lines", max_lines)
+        self._max_executions = _bound("max_executions", max_executions)
         self._console: Any = None
         if write is None:
             self._console = _rich_console()
@@ -181,13 +213,43 @@ class ConsoleView:
         self._write = write
         self._lock = threading.Lock()
         self.lines: list[str] = []
-        self.running: dict[str, str] = {}
-        self._seen: set[str] = set()
-        self._with_retries: set[str] = set()
-        self._failures: dict[tuple[str, str, int], list[_Try]] = {}
+        self.running: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._retried: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._failures: collections.OrderedDict[str, dict[tuple[str, int], list[_Try]]] = (
+            collections.OrderedDict()
+        )
+        """Per execution, per ``(node, run)``: failed attempts whose node has no outcome yet."""
+        self._executions = 0
+        self._with_retries = 0
         self._succeeded = 0
         self._failed = 0
         self._retries = 0
+
+    def _keep(self, kept: collections.OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        """Set ``kept[key]`` as the most recent entry, dropping the oldest beyond the bound."""
+        kept[key] = value
+        kept.move_to_end(key)
+        while len(kept) > self._max_executions:
+            kept.popitem(last=False)
+
+    def _set_running(self, execution_id: str, state: str) -> None:
+        self._keep(self.running, execution_id, state)
+
+    def _ended(self, execution_id: str) -> None:
+        """Forget an ended execution's live state and any failures still awaiting an outcome."""
+        self.running.pop(execution_id, None)
+        self._failures.pop(execution_id, None)
+
+    def _pop_failures(self, execution_id: str, run: tuple[str, int]) -> list[_Try] | None:
+        """The failed attempts of one node run, forgotten (it has its outcome)."""
+        runs = self._failures.get(execution_id)
+        if runs is None:
+            return None
+        failures = runs.pop(run, None)
+        if not runs:
+            del self._failures[execution_id]
+        return failures
 
     def __call__(self, event: Event) -> None:
         """Take one event; print what it says, if anything."""
@@ -195,7 +257,10 @@ class ConsoleView:
             text = self._handle(event)
             if text is not None:
                 text = printable(text)
-                self.lines.append(text)
+                lines = self.lines
+                lines.append(text)
+                if len(lines) > self._max_lines:
+                    del lines[: len(lines) - self._max_lines]
         if text is not None:
             self._write(text)
 
@@ -203,66 +268,72 @@ class ConsoleView:
         eid = event.execution_id
         kind = event.type
         short = short_id(eid)
-        self._seen.add(eid)  # started here or resumed here (deliver, redrive, a worker)
+        if eid not in self._seen:  # started here or resumed here (deliver, redrive, a worker)
+            self._executions += 1
+        self._keep(self._seen, eid, None)
         if kind is EventType.EXECUTION_STARTED:
-            self.running[eid] = "running"
+            self._set_running(eid, "running")
             return f"▶ {event.workflow_id} started ({short})"
-        run_key = (eid, event.node_key or "", event.run_index or 0)
+        run = (event.node_key or "", event.run_index or 0)
         if kind is EventType.NODE_STARTED:
-            self.running[eid] = f"running {event.node_key} (attempt {event.attempt})"
+            self._set_running(eid, f"running {event.node_key} (attempt {event.attempt})")
             return None
         if kind is EventType.NODE_RETRY_SCHEDULED:
             self._retries += 1
-            self._with_retries.add(eid)
-            self._failures.setdefault(run_key, []).append(
+            if eid not in self._retried:
+                self._with_retries += 1
+            self._keep(self._retried, eid, None)
+            runs = self._failures.get(eid, {})
+            runs.setdefault(run, []).append(
                 _Try(
                     attempt=(event.attempt or 2) - 1,
                     error=format_error(event.error),
                     delay_ms=event.delay_ms,
                 )
             )
-            self.running[eid] = f"waiting to retry {event.node_key}"
+            self._keep(self._failures, eid, runs)
+            self._set_running(eid, f"waiting to retry {event.node_key}")
             return format_retry(event)
         if kind is EventType.NODE_COMPLETED:
-            failures = self._failures.pop(run_key, None)
+            failures = self._pop_failures(eid, run)
             if failures:
                 self._succeeded += 1
                 return format_retry_succeeded(event.node_key or "?", event.attempt or 0, failures)
             return None
         if kind is EventType.NODE_RETRY_EXHAUSTED:
-            failures = self._failures.pop(run_key, [])
+            failures = self._pop_failures(eid, run) or []
             self._failed += 1
             return format_retry_failed(
                 event.node_key or "?", event.attempt or 0, failures, format_error(event.error)
             )
         if kind is EventType.NODE_FAILED:
-            self._failures.pop(run_key, None)
+            self._pop_failures(eid, run)
             return None
         if kind is EventType.EXECUTION_SUSPENDED:
             if event.kind != "retry":
-                self.running[eid] = f"waiting on {event.kind} at {event.node_key}"
+                self._set_running(eid, f"waiting on {event.kind} at {event.node_key}")
                 return f"{PAUSE} {short} waiting on {event.kind} at {event.node_key}"
             return None
         if kind is EventType.EXECUTION_COMPLETED:
-            self.running.pop(eid, None)
+            self._ended(eid)
             return f"{OK} {event.workflow_id} completed ({short})"
         if kind is EventType.EXECUTION_FAILED:
-            self.running.pop(eid, None)
+            self._ended(eid)
             where = f" at {event.node_key}" if event.node_key else ""
             return (
                 f"{FAIL} {event.workflow_id} failed{where}: {format_error(event.error)} ({short})"
             )
         if kind is EventType.EXECUTION_CANCELLED:
-            self.running.pop(eid, None)
+            self._ended(eid)
             return f"{FAIL} {short} cancelled"
         if kind is EventType.EXECUTION_RECOVERED:
-            self.running[eid] = f"recovered at {event.node_key}"
+            self._set_running(eid, f"recovered at {event.node_key}")
             return (
                 f"{RETRY} {event.workflow_id}: attempt {event.attempt} of {event.node_key} was "
                 f"interrupted (its process stopped); running it again ({short})"
             )
         if kind is EventType.EXECUTION_REDRIVEN:
-            self.running[eid] = f"redriven at {event.node_key}"
+            self._set_running(eid, f"redriven at {event.node_key}")
             return (
                 f"{RETRY} {event.workflow_id} redriven from {event.node_key} "
                 f"(attempt {event.attempt}) after {format_error(event.error)} ({short})"
@@ -273,8 +344,8 @@ class ConsoleView:
         """The retry statistics so far."""
         with self._lock:
             return RetryStats(
-                executions=len(self._seen),
-                executions_with_retries=len(self._with_retries),
+                executions=self._executions,
+                executions_with_retries=self._with_retries,
                 succeeded_after_retry=self._succeeded,
                 failed_after_retries=self._failed,
                 retry_attempts=self._retries,

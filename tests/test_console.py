@@ -168,6 +168,91 @@ def test_live_state_tracks_running_and_waiting_executions() -> None:
     assert view.lines[-2:] == ["✓ wf completed (a)", "✗ b cancelled"]
 
 
+def kept_items(view: ConsoleView) -> dict[str, int]:
+    """How many items each container the view holds keeps: every list, dict, set or deque."""
+    import collections
+
+    containers = (list, dict, set, collections.deque)
+    return {name: len(v) for name, v in vars(view).items() if isinstance(v, containers)}
+
+
+def feed_one_of_each_kind(view: ConsoleView, n: int) -> None:
+    """Execution ``n`` in one of five lives, most of which a long-running worker meets.
+
+    0: completes after a retry; 1: fails after its retries ran out; 2: retries here, then
+    another worker runs the retry (nothing more is heard); 3: waits on a webhook delivered
+    elsewhere (nothing more is heard); 4: cancelled while waiting to retry.
+    """
+    eid = f"e{n}"
+    view(event(EventType.EXECUTION_STARTED, execution_id=eid))
+    view(event(EventType.NODE_STARTED, execution_id=eid, node_key="r", attempt=1))
+    kind = n % 5
+    if kind == 3:
+        view(event(EventType.EXECUTION_SUSPENDED, execution_id=eid, node_key="w", kind="webhook"))
+        return
+    view(retry(2, eid=eid))
+    if kind == 0:
+        view(
+            event(EventType.NODE_COMPLETED, execution_id=eid, node_key="r", run_index=0, attempt=2)
+        )
+        view(event(EventType.EXECUTION_COMPLETED, execution_id=eid))
+    elif kind == 1:
+        view(
+            event(
+                EventType.NODE_RETRY_EXHAUSTED,
+                execution_id=eid,
+                node_key="r",
+                run_index=0,
+                attempt=2,
+                error=ERR,
+            )
+        )
+        view(event(EventType.EXECUTION_FAILED, execution_id=eid, node_key="r", error=ERR))
+    elif kind == 4:
+        view(event(EventType.EXECUTION_CANCELLED, execution_id=eid))
+
+
+def test_a_long_running_view_keeps_a_bounded_number_of_items() -> None:
+    """Fed thousands of executions, the view keeps at most its bounds, and counts them all.
+
+    A ``prana worker`` runs for weeks: every line and every execution id kept would grow
+    without bound. The lines kept are the last ``max_lines``; per-execution state is kept
+    for at most ``max_executions`` executions; the statistics stay exact.
+    """
+    view = ConsoleView(write=lambda _t: None, max_lines=50, max_executions=20)
+    for n in range(5000):
+        feed_one_of_each_kind(view, n)
+        assert all(size <= 50 for size in kept_items(view).values()), (n, kept_items(view))
+    assert kept_items(view)["lines"] == 50
+    assert len(view.running) <= 20
+    assert view.lines[-1] == "✗ e4999 cancelled"
+    assert view.stats() == RetryStats(
+        executions=5000,
+        executions_with_retries=4000,
+        succeeded_after_retry=1000,
+        failed_after_retries=1000,
+        retry_attempts=4000,
+    )
+
+
+def test_the_default_bounds_hold_too() -> None:
+    """``ConsoleView()`` keeps at most 1,000 lines and 1,000 executions' state by default."""
+    view = ConsoleView(write=lambda _t: None)
+    for n in range(5000):
+        feed_one_of_each_kind(view, n)
+    assert max(kept_items(view).values()) <= 1000
+    assert view.stats().executions == 5000
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
+def test_bad_bounds_are_refused(bad: Any) -> None:
+    """A bound that is not a whole number >= 1 is refused, naming the argument."""
+    with pytest.raises(ValueError, match="max_lines"):
+        ConsoleView(write=print, max_lines=bad)
+    with pytest.raises(ValueError, match="max_executions"):
+        ConsoleView(write=print, max_executions=bad)
+
+
 def attempt(n: int, start: float, end: float, **kw: Any) -> AttemptRecord:
     return AttemptRecord(
         number=n,
