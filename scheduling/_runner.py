@@ -450,22 +450,24 @@ class Runner(Steps, Generic[SchedulerT]):
         execution_id, secret = parsed
 
         def check(execution: WorkflowExecution) -> None:
+            # The secret is verified before anything else is said: a caller without it
+            # learns nothing about the execution its token names, not even that it exists.
             suspension = execution.suspension
             data = suspension.data if suspension is not None else None
             if (
-                execution.status is not ExecutionStatus.SUSPENDED
-                or suspension is None
+                suspension is None
                 or suspension.kind != "webhook"
                 or not isinstance(data, WebhookData)
+                or not verify_token(
+                    data.token_digest, execution_id, execution.suspended_node or "", secret
+                )
             ):
+                raise HookNotFound("no webhook wait answers to this token")
+            if execution.status is not ExecutionStatus.SUSPENDED:
                 raise HookGone(
                     f"this wait is over: the execution is {execution.status.value} and waits "
                     "for no webhook delivery"
                 )
-            if not verify_token(
-                data.token_digest, execution_id, execution.suspended_node or "", secret
-            ):
-                raise HookNotFound("no webhook wait answers to this token")
 
         try:
             return self._deliver(execution_id, resume_data, check)

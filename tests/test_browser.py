@@ -160,6 +160,6 @@ def test_list_and_live_execution_page(browser: Any, tmp_path: Path) -> None:
             page.wait_for_selector("dl.meta[data-status=completed]")
             page.wait_for_selector("#live:text('final')")
             again = httpx.post(url + path, json={"approved": True})
-            assert again.status_code == 410
+            assert again.status_code == 404
             page.close()
     store.close()

@@ -166,7 +166,7 @@ def test_malformed_tokens_parse_to_none(token: str) -> None:
 
 
 def test_deliver_hook_resumes_once(runner: Runner) -> None:
-    """The token resumes its wait once; the second use is gone, and nothing changes."""
+    """The token resumes its wait once; the second use verifies against nothing (404)."""
     execution_id, path = waiting(runner)
     token = path.removeprefix("/hooks/")
     outcome = runner.deliver_hook(token, {"approved": True})
@@ -174,7 +174,7 @@ def test_deliver_hook_resumes_once(runner: Runner) -> None:
     assert outcome.execution.status is ExecutionStatus.COMPLETED
     assert outcome.execution.output == {"approved": True}
     before = runner.store.load(execution_id)
-    with pytest.raises(HookGone):
+    with pytest.raises(HookNotFound):
         runner.deliver_hook(token, {"approved": False})
     assert runner.store.load(execution_id) == before
     assert runner.hook_path(execution_id) is None
@@ -323,7 +323,7 @@ def server(runner: Runner) -> Iterator[str]:
 
 
 def test_http_hook_status_codes(runner: Runner, server: str) -> None:
-    """200 once, then 410; 404 unknown; 413 too big; 415 not JSON; 422 bad JSON; one-line errors."""
+    """200 once, then 404 (used); 404 unknown; 413 big; 415 not JSON; 422 bad JSON; one line."""
     execution_id, path = waiting(runner)
     with httpx.Client(base_url=server) as client:
         big = client.post(path, content=b"[" + b"1," * 600 + b"1]", headers=_json_type())
@@ -343,8 +343,8 @@ def test_http_hook_status_codes(runner: Runner, server: str) -> None:
         assert ok.status_code == 200
         assert ok.json() == {"ok": True, "execution_id": execution_id, "status": "completed"}
         again = client.post(path, json={"approved": True})
-        assert again.status_code == 410
-        assert "over" in again.json()["error"]
+        assert again.status_code == 404
+        assert again.json() == unknown.json()
     assert runner.get(execution_id).output == {"approved": True}
 
 
