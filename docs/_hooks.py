@@ -61,12 +61,23 @@ def builtin_actions() -> str:
     return "\n".join(lines)
 
 
+def _member_docs(enum_class: type) -> dict[str, str]:
+    """The docstrings written under an enum's members, by member name, as one line each."""
+    source = inspect.getsource(enum_class)
+    found = re.findall(r'^\s+(\w+) = "\w+"\n\s+"""(.*?)"""', source, re.M | re.S)
+    return {name: " ".join(text.split()).replace("``", "`") for name, text in found}
+
+
 def events() -> str:
-    """Every event type and the fields an event carries."""
+    """Every event type, what it means, and the fields an event carries."""
     from prana import Event, EventType
 
-    rows = ["| event | value |", "|---|---|"]
-    rows += [f"| `EventType.{e.name}` | `{e.value}` |" for e in EventType]
+    meaning = _member_docs(EventType)
+    rows = ["| event | value | when |", "|---|---|---|"]
+    rows += [
+        f"| `EventType.{e.name}` | `{e.value}` | {_cell(meaning.get(e.name, ''))} |"
+        for e in EventType
+    ]
     fields = ["| field | type |", "|---|---|"]
     fields += [f"| `{a.name}` | `{_cell(str(a.type))}` |" for a in attrs.fields(Event)]
     return "\n".join([*rows, "", "Every event is a `prana.Event` with these fields:", "", *fields])
@@ -76,12 +87,9 @@ def error_codes() -> str:
     """Every ``ErrorCode`` value with its meaning."""
     from prana._model import ErrorCode
 
-    source = inspect.getsource(ErrorCode)
-    docs = dict(re.findall(r'^\s+(\w+) = "\w+"\n\s+"""(.*?)"""', source, re.M | re.S))
+    docs = _member_docs(ErrorCode)
     rows = ["| code | meaning |", "|---|---|"]
-    for code in ErrorCode:
-        meaning = " ".join(docs.get(code.name, "").split()).replace("``", "`")
-        rows.append(f"| `{code.value}` | {_cell(meaning)} |")
+    rows += [f"| `{code.value}` | {_cell(docs.get(code.name, ''))} |" for code in ErrorCode]
     return "\n".join(rows)
 
 
@@ -128,6 +136,54 @@ def exit_codes() -> str:
     return "\n".join(rows)
 
 
+def condition_scope() -> str:
+    """Every name a retry condition template may use (``CONDITION_SCOPE``)."""
+    from prana._decision import CONDITION_SCOPE
+
+    rows = ["| name | what it holds |", "|---|---|"]
+    rows += [f"| `{name}` | {_cell(what)} |" for name, what in CONDITION_SCOPE.items()]
+    return "\n".join(rows)
+
+
+def limits() -> str:
+    """Every ``prana.Limits`` field: its default and what it bounds, from the class."""
+    from prana import Limits
+
+    text = " ".join((inspect.getdoc(Limits) or "").split())
+    rows = ["| limit | default | what it bounds |", "|---|---|---|"]
+    for field in attrs.fields(Limits):
+        found = re.search(rf"``{field.name}``: (.*?)(?= ``\w+``:| Sizes count|$)", text)
+        what = found.group(1).replace("``", "`") if found else ""
+        rows.append(f"| `{field.name}` | {field.default:,} | {_cell(what)} |")
+    return "\n".join(rows)
+
+
+def state_machines() -> str:
+    """The three state tables (execution, node run, attempt): every edge and who takes it."""
+    from prana import _state
+
+    def table(title: str, rows: Any, operator: Any, recover: Any) -> list[str]:
+        lines = [f"**{title}**", "", "| from | to | taken by |", "|---|---|---|"]
+        for src, targets in rows.items():
+            for dst in sorted(targets, key=lambda s: s.value):
+                who = "a cancel" if dst.value == "cancelled" else "a run"
+                if (src, dst) in operator:
+                    who = "an operator: a redrive"
+                elif (src, dst) in recover:
+                    who = "a recovery: a dead process's checkpoint taken up"
+                lines.append(f"| `{src.value}` | `{dst.value}` | {who} |")
+        return [*lines, ""]
+
+    interrupted = {(_state.A.RUNNING, _state.A.INTERRUPTED)}
+    return "\n".join(
+        [
+            *table("Executions", _state.TRANSITIONS, _state.REDRIVE, _state.RECOVER),
+            *table("Node runs", _state.NODE_TRANSITIONS, _state.NODE_REDRIVE, set()),
+            *table("Attempts", _state.ATTEMPT_TRANSITIONS, set(), interrupted),
+        ]
+    )
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "builtin-actions": builtin_actions,
     "events": events,
@@ -135,6 +191,9 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "retry-policy-fields": retry_policy_fields,
     "cli": cli,
     "exit-codes": exit_codes,
+    "condition-scope": condition_scope,
+    "limits": limits,
+    "state-machines": state_machines,
 }
 
 

@@ -15,6 +15,7 @@ RUNNABLE = [
     "tutorial/first-retry.md",
     "tutorial/runner.md",
     "tutorial/restart.md",
+    "tutorial/redrive.md",
     "reference/events.md",
     "reference/types.md",
     "concepts/at-least-once.md",
