@@ -1328,8 +1328,12 @@ def test_cli_usage_error_exits_2(
 
 
 def test_cli_unreachable_postgres_is_quick_and_one_line() -> None:
-    """``prana list --postgres`` with an unreachable server fails fast with one stderr line."""
-    started = time.monotonic()
+    """``prana list --postgres`` with an unreachable server fails with one stderr line.
+
+    How fast the store gives up is timed in-process, by
+    ``test_postgres_unreachable_is_quick_and_clear``: timed here, it included the
+    interpreter's start-up (seconds on a loaded machine) and failed for that. The
+    ``timeout`` still catches a command that hangs."""
     done = subprocess.run(
         [sys.executable, "-m", "scheduling._cli", "list", "--postgres", UNREACHABLE_DSN],
         capture_output=True,
@@ -1337,8 +1341,6 @@ def test_cli_unreachable_postgres_is_quick_and_one_line() -> None:
         timeout=60,
         check=False,
     )
-    elapsed = time.monotonic() - started
     assert done.returncode == 5  # the store cannot be used
     assert done.stderr.splitlines()[-1].startswith("prana: error: ")
     assert len(done.stderr.splitlines()) == 1, done.stderr
-    assert elapsed < 5
