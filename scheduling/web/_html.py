@@ -20,7 +20,7 @@ STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled
 _CSS = """
 :root{--bg:#f7f7f9;--fg:#1d1f24;--muted:#6b7180;--line:#e2e4ea;--card:#fff;
 --completed:#1f8f4e;--failed:#c53030;--suspended:#b7791f;--running:#2b6cb0;
---pending:#718096;--cancelled:#4a5568}
+--pending:#718096;--cancelled:#4a5568;--interrupted:#805ad5}
 *{box-sizing:border-box}
 body{margin:0;font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;
 background:var(--bg);color:var(--fg)}
@@ -38,12 +38,15 @@ font-weight:600}
 .s-completed{background:var(--completed)}.s-failed{background:var(--failed)}
 .s-suspended{background:var(--suspended)}.s-running{background:var(--running)}
 .s-pending{background:var(--pending)}.s-cancelled{background:var(--cancelled)}
+.s-interrupted{background:var(--interrupted)}
 .card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:12px 16px;
 margin:12px 0}
 .meta{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px}
 .meta dt{color:var(--muted)}.meta dd{margin:0}
 .muted{color:var(--muted)}.err{color:var(--failed)}
 .retry{color:var(--suspended);font-weight:700}
+.mark{font-size:11px;font-weight:600;padding:0 5px;border-radius:3px;border:1px solid}
+.redrive{color:var(--running)}.recovered{color:var(--interrupted)}
 .bar{position:relative;height:14px;background:#eef0f4;border-radius:3px;margin:6px 0 10px}
 .bar span{position:absolute;top:0;height:14px;border-radius:3px;min-width:3px}
 form.filters{display:flex;gap:8px;margin:0 0 12px;align-items:center}
@@ -200,6 +203,7 @@ def _timeline_bar(node: dict[str, Any], origin: datetime, span_s: float) -> str:
             "failed": "failed",
             "suspended": "suspended",
             "cancelled": "cancelled",
+            "interrupted": "interrupted",
         }.get(outcome, "running")
         parts.append(
             f'<span class="s-{colour}" style="left:{min(left, 99.5):.2f}%;'
@@ -207,6 +211,15 @@ def _timeline_bar(node: dict[str, Any], origin: datetime, span_s: float) -> str:
             f'title="attempt {attempt["number"]}: {escape(outcome)}"></span>'
         )
     return f'<div class="bar">{"".join(parts)}</div>'
+
+
+_REDRIVE_MARK = (
+    '<span class="mark redrive" title="an operator redrove the failed execution">redrive</span> '
+)
+_RECOVERED_MARK = (
+    '<span class="mark recovered" title="run again: the process running this attempt '
+    'stopped">re-run</span> '
+)
 
 
 def _node_card(node: dict[str, Any], origin: datetime | None, span_s: float) -> str:
@@ -221,6 +234,10 @@ def _node_card(node: dict[str, Any], origin: datetime | None, span_s: float) -> 
     rows = []
     for attempt in node["attempts"]:
         mark = '<span class="retry" title="retry">↻</span> ' if attempt["retry"] else ""
+        if attempt.get("redrive"):
+            mark += _REDRIVE_MARK
+        if attempt.get("recovered"):
+            mark += _RECOVERED_MARK
         due = _time(attempt["due_at"]) if attempt["due_at"] else "-"
         rows.append(
             f'<tr class="attempt" data-outcome="{escape(attempt["outcome"])}">'
@@ -282,6 +299,12 @@ def execution_fragment(view: dict[str, Any]) -> str:
         due = f", due {_time(waiting['due_at'])}" if waiting["due_at"] else ""
         where = f"<code>{escape(waiting['node_key'] or '')}</code>"
         facts.append(("waiting", f"{escape(waiting['kind'])} at {where}{due}"))
+    if view.get("redrives"):
+        facts.append(("redriven", f"{view['redrives']} time(s) by an operator"))
+    if view.get("interruptions"):
+        facts.append(
+            ("interrupted", f"{view['interruptions']} attempt(s) whose process stopped; run again")
+        )
     if view["error"]:
         facts.append(("error", _error_text(view["error"])))
     if view["output"] is not None:

@@ -92,9 +92,21 @@ def _schedule(run: NodeExecution, workflow: Workflow | None, registry: Registry)
 
 
 def _attempts(run: NodeExecution) -> list[dict[str, Any]]:
-    """Every attempt with its chosen delay, due time and lateness (start minus due)."""
+    """Every attempt with its chosen delay, due time and lateness (start minus due).
+
+    What started each one: ``retry`` (the policy), ``redrive`` (an operator), or
+    ``recovered`` (the same attempt run again after its process died: the one before it
+    has its number and ended ``interrupted``).
+    """
     out = []
+    previous = None
     for attempt in run.attempts:
+        recovered = (
+            previous is not None
+            and previous.outcome is AttemptOutcome.INTERRUPTED
+            and previous.number == attempt.number
+        )
+        previous = attempt
         late = None
         if attempt.due_at is not None and attempt.outcome is not AttemptOutcome.RUNNING:
             late = _ms((attempt.started_at - attempt.due_at).total_seconds())
@@ -104,7 +116,9 @@ def _attempts(run: NodeExecution) -> list[dict[str, Any]]:
         out.append(
             {
                 "number": attempt.number,
-                "retry": attempt.number > 1,
+                "retry": attempt.number > 1 and not attempt.redrive and not recovered,
+                "redrive": attempt.redrive,
+                "recovered": recovered,
                 "outcome": attempt.outcome.value,
                 "started_at": _iso(attempt.started_at),
                 "ended_at": _iso(attempt.ended_at),
@@ -167,5 +181,9 @@ def execution_view(
         if execution.parent is None
         else {"execution_id": execution.parent.execution_id, "node_key": execution.parent.node_key},
         "nodes": nodes,
+        "redrives": sum(a["redrive"] for n in nodes for a in n["attempts"]),
+        "interruptions": sum(
+            a["outcome"] == AttemptOutcome.INTERRUPTED.value for n in nodes for a in n["attempts"]
+        ),
         "trace_context": dict(execution.trace_context) if execution.trace_context else None,
     }

@@ -1,0 +1,109 @@
+"""The web view's timeline shows what an operator and a crash did: redrives and recoveries.
+
+An execution whose first attempt was interrupted (its process died), whose re-run failed,
+and which an operator then redrove: the JSON API marks each attempt for what started it,
+counts the redrives and interruptions, and the page draws them apart from plain retries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from doubles import T0, workflow
+from servers import serve
+
+from prana import (
+    Completed,
+    Failed,
+    Node,
+    NodeSettings,
+    NodeStatus,
+    Registry,
+    RetryPolicy,
+    WorkflowExecution,
+    execute_workflow,
+    recover_execution,
+    redrive_execution,
+    resume_workflow,
+)
+from prana.testing import ManualClock
+from scheduling import Runner
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.memory import MemoryStore
+from scheduling.web import create_app
+
+OPERATOR = "an-operator-token-long-enough"
+
+
+class Died(Exception):  # noqa: N818 - reads as what happened
+    """Stands for the process dying inside the action's attempt."""
+
+
+def interrupted_then_redriven() -> tuple[WorkflowExecution, Any, Registry]:
+    """Node ``a``: attempt 1 interrupted, run again and failed, then redriven to success."""
+    fixed = [False]
+
+    def call(params: Any, ctx: Any) -> Any:
+        if not fixed[0]:
+            raise ConnectionError("down")
+        return {"ok": True}
+
+    registry = Registry()
+    registry.register("test.call", call)
+    wf = workflow(
+        Node(key="a", type="test.call", settings=NodeSettings(retry=RetryPolicy(max_attempts=1)))
+    )
+    clock = ManualClock(T0)
+    saved: list[WorkflowExecution] = []
+
+    def dies_once(execution: WorkflowExecution) -> None:
+        saved.append(execution)
+        run = execution.node("a")
+        if run is not None and run.status is NodeStatus.RUNNING and len(saved) == 2:
+            raise Died
+
+    with pytest.raises(Died):
+        execute_workflow(wf, None, registry=registry, clock=clock, checkpoint=dies_once)
+    failed = recover_execution(saved[-1], workflow=wf, registry=registry, clock=clock)
+    assert isinstance(failed, Failed)
+    fixed[0] = True
+    redriven = redrive_execution(failed.execution, workflow=wf, registry=registry, clock=clock)
+    done = resume_workflow(redriven, workflow=wf, registry=registry, clock=clock)
+    assert isinstance(done, Completed)
+    return done.execution, wf, registry
+
+
+def test_the_api_and_the_page_show_a_redrive_and_an_interrupted_attempt() -> None:
+    execution, wf, registry = interrupted_then_redriven()
+    store = MemoryStore(serialize=True)
+    store.save_workflow(wf)
+    store.save(execution, None)
+    clock = ManualClock(T0)
+    runner = Runner(registry, store, ManualScheduler(clock=clock), clock)
+    with runner, serve(create_app(runner, token=OPERATOR)) as url:
+        auth = {"authorization": f"Bearer {OPERATOR}"}
+        view = httpx.get(f"{url}/api/executions/{execution.id}", headers=auth).json()
+        page = httpx.get(f"{url}/executions/{execution.id}", headers=auth).text
+    node = next(n for n in view["nodes"] if n["node_key"] == "a")
+    marks = [
+        (a["number"], a["outcome"], a["retry"], a["recovered"], a["redrive"])
+        for a in node["attempts"]
+    ]
+    assert marks == [
+        (1, "interrupted", False, False, False),
+        (1, "failed", False, True, False),  # the same attempt, run again after the crash
+        (2, "completed", False, False, True),  # the operator's, not the policy's
+    ]
+    assert node["attempts"][0]["error"]["code"] == "interrupted"
+    assert (view["redrives"], view["interruptions"]) == (1, 1)
+
+    assert page.count('data-outcome="interrupted"') == 1
+    assert page.count('class="mark redrive"') == 1
+    assert page.count('class="mark recovered"') == 1
+    assert "↻" not in page  # neither is a retry of the policy's
+    assert 'class="s-interrupted"' in page  # its own colour on the bar
+    assert ".s-interrupted{" in page
+    assert "<dt>redriven</dt>" in page
+    assert "<dt>interrupted</dt>" in page
