@@ -109,19 +109,54 @@ def fault_workflow(log: Path, script: tuple[str, ...]) -> Workflow:
     )
 
 
-def create(store: ExecutionStore, log: Path, size: Size) -> dict[str, tuple[str, ...]]:
-    """The executions, waiting on timers spread over the size's span; each one's script."""
-    rng = random.Random(7)
+def create(
+    store: ExecutionStore, log: Path, count: int, spread_seconds: float, rng: random.Random
+) -> dict[str, tuple[str, ...]]:
+    """``count`` executions, waiting on timers spread over ``spread_seconds``; their scripts."""
     runner = Runner(load_actions(ACTIONS), store, ManualScheduler(ManualClock(_now())))
     scripts: dict[str, tuple[str, ...]] = {}
-    step_ms = 1000 * size.spread_seconds / size.executions
-    for index in range(size.executions):
+    step_ms = 1000 * spread_seconds / count
+    for index in range(count):
         script = rng.choice(SCRIPTS)
         execution_id = runner.start(
             fault_workflow(log, script), {"delay_ms": 1 + round(index * step_ms)}
         )
         scripts[execution_id] = script
     return scripts
+
+
+EXTRA_WAVES = 4
+"""How many more waves (each half the size's executions) a run may add while faults are due."""
+
+
+class Supply:
+    """The executions of a fault run: the size's, then more waves while the faults are due.
+
+    Work that only arrives on timers ran out before the faults landed on a loaded machine
+    (each worker restart there takes seconds, and the timers do not wait): a run ended with
+    1 kill of 8. So when nearly every execution created has begun its action, and the
+    killer still needs busy workers, another wave is created, up to ``EXTRA_WAVES``.
+    """
+
+    def __init__(self, store: ExecutionStore, log: Path, size: Size) -> None:
+        self.store, self.log, self.size = store, log, size
+        self.rng = random.Random(7)
+        self.scripts = create(store, log, size.executions, size.spread_seconds, self.rng)
+        self.waves = 0
+        self.wanted = True
+
+    def top_up(self) -> None:
+        """Add a wave if fewer than a few executions per worker have not begun."""
+        if not self.wanted or self.waves >= EXTRA_WAVES:
+            return
+        begun = {execution_id for execution_id, _, _ in calls(self.log)}
+        if len(self.scripts.keys() - begun) >= 3 * self.size.workers:
+            return
+        half = max(1, self.size.executions // 2)
+        self.scripts.update(
+            create(self.store, self.log, half, self.size.spread_seconds / 2, self.rng)
+        )
+        self.waves += 1
 
 
 @attrs.define
@@ -216,9 +251,10 @@ def assert_clean(report: Report, size: Size, processes: list[Prana]) -> None:
 class Killer:
     """Kills a worker each time an action has just started in one (seen in the call log)."""
 
-    def __init__(self, log: Path, report: Report) -> None:
+    def __init__(self, log: Path, report: Report, supply: Supply) -> None:
         self.log = log
         self.report = report
+        self.supply = supply
         self.seen = 0
         self.killed: set[int] = set()
 
@@ -227,6 +263,7 @@ class Killer:
         found: list[Prana] = []
 
         def started() -> bool:
+            self.supply.top_up()
             logged = calls(self.log)
             fresh, self.seen = logged[self.seen :], len(logged)
             alive = workers()
@@ -270,9 +307,9 @@ def test_sqlite_worker_killed_mid_action_loses_and_doubles_nothing(
     db = str(tmp_path / "fault.db")
     log = tmp_path / "calls.log"
     store = SQLiteStore(db)
-    scripts = create(store, log, SQLITE)
+    supply = Supply(store, log, SQLITE)
     report = Report(store="sqlite", executions=SQLITE.executions, workers=1)
-    killer = Killer(log, report)
+    killer = Killer(log, report, supply)
     argv = ["worker", "--db", db, "--actions", ACTIONS, "--poll", "0.05", "--lease", "2"]
     argv += ["--max-interruptions", str(NEVER_POISON)]
     alive: dict[int, Prana] = {}
@@ -291,6 +328,9 @@ def test_sqlite_worker_killed_mid_action_loses_and_doubles_nothing(
         killer.kill(victim)
         del alive[victim.pid]
         start()
+    supply.wanted = False
+    scripts = supply.scripts
+    report.executions = len(scripts)
     try:
         assert wait_until(lambda: settled(store, scripts), timeout=SQLITE.deadline_seconds)
     finally:
@@ -366,9 +406,9 @@ def test_procrastinate_workers_killed_and_cut_off_lose_and_double_nothing(
 
     log = tmp_path / "calls.log"
     store = PostgresStore(fault_database)
-    scripts = create(store, log, POSTGRES)
+    supply = Supply(store, log, POSTGRES)
     report = Report(store="postgres", executions=POSTGRES.executions, workers=POSTGRES.workers)
-    killer = Killer(log, report)
+    killer = Killer(log, report, supply)
     argv = [
         "worker",
         "--postgres",
@@ -404,6 +444,9 @@ def test_procrastinate_workers_killed_and_cut_off_lose_and_double_nothing(
             killer.kill(victim)
             del alive[victim.pid]
             start()
+    supply.wanted = False
+    scripts = supply.scripts
+    report.executions = len(scripts)
     try:
         assert wait_until(lambda: settled(store, scripts), timeout=POSTGRES.deadline_seconds)
     finally:
