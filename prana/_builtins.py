@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from prana._durations import HOUR, SECONDS_PER_UNIT, is_aware
 from prana._errors import NonRetryable
-from prana._model import Output, SubWorkflowData, Suspend, TimerData, WebhookData
+from prana._model import (
+    MAX_WORKFLOW_VERSION,
+    Output,
+    SubWorkflowData,
+    Suspend,
+    TimerData,
+    WebhookData,
+)
 
 if TYPE_CHECKING:
     from prana._registry import ActionContext, Registry
@@ -99,18 +106,42 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _number(value: Any, field: str, fix: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise NonRetryable(f"{field}={value!r}: {fix}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past any float: no wait is that long
+        number = math.inf
+    if not math.isfinite(number):
+        raise NonRetryable(f"{field}={value!r}: {fix}")
+    return number
 
 
-def _positive_int(params: Mapping[str, Any], field: str, node_type: str) -> int | None:
+def _positive_int(
+    params: Mapping[str, Any], field: str, node_type: str, most: int | None = None
+) -> int | None:
     value = params.get(field)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise NonRetryable(f"{node_type}: {field}={value!r}: use a whole number >= 1")
+    if most is not None and value > most:
+        raise NonRetryable(f"{node_type}: {field}={value!r}: use a whole number from 1 to {most}")
     return value
+
+
+def _later(now: datetime, amount: float, unit: float, field: str, given: Any) -> datetime:
+    """``amount`` times ``unit`` seconds after ``now``; past any date, an error naming ``field``.
+
+    A time past year 9999 in UTC could not be stored, so it is refused where the
+    definition asks for it.
+    """
+    try:
+        when = now + timedelta(seconds=amount * unit)
+        when.astimezone(timezone.utc)
+    except OverflowError:
+        raise NonRetryable(f"{field}={given!r} is too long to wait") from None
+    return when
 
 
 # --- triggers and logic ------------------------------------------------------------------
@@ -342,10 +373,11 @@ def _wait(params: Any, ctx: ActionContext) -> Any:
         if hours is None:
             return Suspend("webhook", WebhookData(expires_at=None))
         fix = "use a positive number of hours (or None for no timeout)"
-        seconds = _number(hours, "wait.wait: timeout_hours", fix) * HOUR
+        seconds = _number(hours, "wait.wait: timeout_hours", fix)
         if seconds <= 0:
             raise NonRetryable(f"wait.wait: timeout_hours={hours!r}: {fix}")
-        return Suspend("webhook", WebhookData(expires_at=ctx.now + _delta(seconds, hours)))
+        expires_at = _later(ctx.now, seconds, HOUR, "wait.wait: timeout_hours", hours)
+        return Suspend("webhook", WebhookData(expires_at=expires_at))
     if mode == "interval":
         unit = p.get("unit", "seconds")
         if unit not in WAIT_UNITS:
@@ -357,7 +389,7 @@ def _wait(params: Any, ctx: ActionContext) -> Any:
             raise NonRetryable(f"wait.wait: duration={duration!r}: {fix}")
         if amount == 0:
             return _main(ctx)
-        resume_at = ctx.now + _delta(amount * WAIT_UNITS[unit], duration)
+        resume_at = _later(ctx.now, amount, WAIT_UNITS[unit], "wait.wait: duration", duration)
         return Suspend("timer", TimerData(resume_at=resume_at))
     if mode == "schedule":
         when = _aware_time(p.get("schedule_at"))
@@ -365,13 +397,6 @@ def _wait(params: Any, ctx: ActionContext) -> Any:
             return _main(ctx)
         return Suspend("timer", TimerData(resume_at=when))
     raise NonRetryable(f"wait.wait: mode={mode!r}: use one of {', '.join(WAIT_MODES)}")
-
-
-def _delta(seconds: float, given: Any) -> timedelta:
-    try:
-        return timedelta(seconds=seconds)
-    except OverflowError:
-        raise NonRetryable(f"wait.wait: {given!r} is too long to wait") from None
 
 
 def _aware_time(value: Any) -> datetime:
@@ -399,6 +424,12 @@ def _aware_time(value: Any) -> datetime:
             f"wait.wait: schedule_at={value!r} has no time zone; add an offset such as "
             "'+00:00' or 'Z'"
         )
+    try:
+        when.astimezone(timezone.utc)
+    except OverflowError:
+        raise NonRetryable(
+            f"wait.wait: schedule_at={value!r} is past the last date (9999-12-31 in UTC)"
+        ) from None
     return when
 
 
@@ -437,10 +468,12 @@ def _execute_workflow(params: Any, ctx: ActionContext) -> Suspend:
         workflow_id=workflow_id,
         input=p["input"] if "input" in p else _main(ctx),
         mode=mode,
-        version=_positive_int(p, "version", node_type),
+        version=_positive_int(p, "version", node_type, MAX_WORKFLOW_VERSION),
         timeout_ms=timeout_ms,
         expires_at=(
-            ctx.now + timedelta(milliseconds=timeout_ms) if timeout_ms is not None else None
+            _later(ctx.now, timeout_ms, 0.001, f"{node_type}: timeout_ms", timeout_ms)
+            if timeout_ms is not None
+            else None
         ),
     )
     return Suspend("sub_workflow", data)

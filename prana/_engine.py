@@ -40,7 +40,7 @@ from prana._decision import (
 )
 from prana._errors import WebhookTimeout
 from prana._events import Event, EventType, Observer, emit
-from prana._frontier import Frontier, Pending
+from prana._frontier import Frontier, Pending, check_pending
 from prana._graph import CompiledGraph, CompiledNode
 from prana._hooks import (
     PENDING_TOKEN_PREFIX,
@@ -218,6 +218,7 @@ class Run(Frontier):
         run.kept = kept if type(kept) is int and kept >= 0 else recorded_size(execution)
         run.runs = dict(execution.node_executions)
         run.state = dict(execution.state)
+        check_pending(graph, execution)
         for a in execution.pending:
             activation = Pending(a.seq, dict(a.sources))
             if a.node_key in run.pending:

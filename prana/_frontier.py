@@ -20,11 +20,12 @@ the graph walk (``CompiledGraph.reachable_from``) at every pick of random workfl
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from prana._errors import ResumeError
 from prana._graph import CompiledGraph
-from prana._model import NodeExecution, NodeStatus
+from prana._model import NodeExecution, NodeStatus, WorkflowExecution
 
 
 class Pending:
@@ -35,6 +36,42 @@ class Pending:
     def __init__(self, seq: int, sources: dict[str, tuple[Any, ...]]) -> None:
         self.seq = seq
         self.sources = sources
+
+
+def check_pending(graph: CompiledGraph, execution: WorkflowExecution) -> None:
+    """Refuse a record whose pending nodes, or the runs that fed them, are not there.
+
+    Only a record edited by hand has them; running it would fail deep in the engine
+    after a shell took its claim, so it is refused before anything runs.
+    """
+    nodes = graph.nodes
+    ran = execution.node_executions
+    for activation in execution.pending:
+        key = activation.node_key
+        problem = None
+        if type(key) is not str or key not in nodes:
+            problem = f"pending node {key!r} is not in the workflow"
+        elif not isinstance(activation.sources, Mapping):
+            problem = f"pending node {key!r} has sources that are not a mapping"
+        else:
+            for port, source in activation.sources.items():
+                if (
+                    not isinstance(source, tuple | list)
+                    or not 2 <= len(source) <= 3
+                    or type(source[0]) is not str
+                    or source[0] not in nodes
+                    or not ran.get(source[0])
+                ):
+                    problem = (
+                        f"pending node {key!r} is fed at port {port!r} by {source!r}, not a "
+                        "node run of this execution"
+                    )
+                    break
+        if problem is not None:
+            raise ResumeError(
+                f"execution {execution.id!r}: {problem} (the record is inconsistent: was it "
+                "edited by hand?)"
+            )
 
 
 class Frontier:

@@ -11,7 +11,7 @@ import enum
 import types
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, overload
 
 import attrs
 
@@ -213,10 +213,19 @@ def _convert_retry_defaults(value: Any) -> Mapping[str, tuple[RetryPolicy, ...]]
     return out
 
 
-def _check_positive_int(owner: str, field: str) -> Any:
+MAX_WORKFLOW_VERSION: Final = 2**31 - 1
+"""The largest workflow version: what every store's version column holds (PostgreSQL's
+``integer``); a larger one could not be saved."""
+
+
+def _check_positive_int(owner: str, field: str, most: int | None = None) -> Any:
     def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidSettingsError(f"{owner}.{field}={value!r}: use a whole number >= 1")
+        if most is not None and value > most:
+            raise InvalidSettingsError(
+                f"{owner}.{field}={value!r}: use a whole number from 1 to {most}"
+            )
 
     return check
 
@@ -250,7 +259,9 @@ class Workflow:
     nodes: tuple[Node, ...] = attrs.field(converter=_node_tuple)
     connections: tuple[Connection, ...] = attrs.field(converter=_connection_tuple)
     name: str = attrs.field(default="", validator=_text("Workflow", "name"))
-    version: int = attrs.field(default=1, validator=_check_positive_int("Workflow", "version"))
+    version: int = attrs.field(
+        default=1, validator=_check_positive_int("Workflow", "version", MAX_WORKFLOW_VERSION)
+    )
     variables: Mapping[str, Any] = attrs.field(
         factory=dict, validator=_mapping("Workflow", "variables")
     )

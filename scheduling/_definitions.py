@@ -10,6 +10,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from prana import InvalidSettingsError, Workflow
+from prana._model import MAX_WORKFLOW_VERSION
 from scheduling._errors import WorkflowConflictError, WorkflowNotFound
 
 if TYPE_CHECKING:
@@ -60,6 +61,11 @@ class Definitions:
         cached = self.cached.get(key)
         if cached is not None:
             return cached
+        if version > MAX_WORKFLOW_VERSION:  # none is stored; a store's column cannot hold it
+            raise WorkflowNotFound(
+                f"no workflow {workflow_id!r} version {version} is stored: versions run from "
+                f"1 to {MAX_WORKFLOW_VERSION}"
+            )
         workflow = self._store.load_workflow(workflow_id, version)
         self._keep(key, workflow)
         return workflow

@@ -35,6 +35,7 @@ from prana import (
     InvalidWorkflowError,
     Outcome,
     ParentRef,
+    RecordError,
     Registry,
     ResumeError,
     SubWorkflowData,
@@ -73,6 +74,8 @@ SELF_RESUMING_KINDS = frozenset({"retry", "timer", "sub_workflow"})
 """Suspension kinds the runner resumes by itself; any other kind waits for ``deliver``."""
 
 _STRIPES = 64
+_UNRESUMABLE_KEPT = 10_000
+"""How many unresumable executions a runner remembers having reported."""
 _MAX_HOOK_PATHS = 10_000
 """How many plaintext resume paths of waits begun here ``hook_path`` remembers."""
 
@@ -203,6 +206,8 @@ class Steps:
         self._hook_lock = threading.Lock()
         self._unrunnable: set[tuple[str, int]] = set()
         """Workflow versions whose alarms this runner could not run (said once each)."""
+        self._unresumable: set[str] = set()
+        """Executions whose records this runner could not resume (said once each)."""
         self._listeners: tuple[Callable[[str], object], ...] = ()
         """Called with the execution id after each save (``Runner.subscribe``); copy on write."""
         self._tracer = _first_tracer(observers)
@@ -452,6 +457,28 @@ class Steps:
             logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
         except InvalidWorkflowError as error:
             self._cannot_run(execution_id, error)
+        except (RecordError, ResumeError, WorkflowNotFound) as error:
+            self._cannot_resume(execution_id, error)
+
+    def _cannot_resume(self, execution_id: str, error: Exception) -> None:
+        """An alarm of a record that cannot be read or resumed: say so once, leave it stored.
+
+        Only a record edited by hand (or a definition deleted) gets here. It stays as it is
+        for an operator (``prana show``, ``prana cancel``); the alarms of the executions
+        due after it go on, and a worker re-arming it says nothing more.
+        """
+        with self._hook_lock:
+            if execution_id in self._unresumable:
+                return
+            if len(self._unresumable) >= _UNRESUMABLE_KEPT:
+                self._unresumable.clear()  # said again, now and then, rather than kept forever
+            self._unresumable.add(execution_id)
+        logger.error(
+            "execution %s cannot be resumed: %s; it stays as stored (prana show, prana "
+            "cancel); said once",
+            execution_id,
+            " ".join(str(error).split()),
+        )
 
     def _cannot_run(self, execution_id: str, error: InvalidWorkflowError) -> None:
         """An alarm whose definition this runner cannot run: say so once, leave it suspended.

@@ -33,9 +33,21 @@ def to_micros(when: datetime) -> int:
     return (when - EPOCH) // _MICROSECOND
 
 
+_FIRST = datetime.min.replace(tzinfo=timezone.utc)
+_LAST = datetime.max.replace(tzinfo=timezone.utc)
+_FIRST_MICROS = to_micros(_FIRST)
+_LAST_MICROS = to_micros(_LAST)
+
+
 def from_micros(micros: int) -> datetime:
-    """The inverse of ``to_micros``, in UTC."""
-    return EPOCH + timedelta(microseconds=micros)
+    """The inverse of ``to_micros``, in UTC.
+
+    A column no datetime can hold (a row edited by hand) reads as the first or last
+    datetime, so listing or loading the store never fails on it.
+    """
+    if _FIRST_MICROS <= micros <= _LAST_MICROS:
+        return EPOCH + timedelta(microseconds=micros)
+    return _FIRST if micros < _FIRST_MICROS else _LAST
 
 
 def check_aware(when: Any, field: str) -> datetime:

@@ -1,0 +1,222 @@
+"""Records and definitions an attacker wrote: out-of-range numbers and times, edited rows.
+
+Each payload here broke something before: a traceback from deep in a store or the engine,
+a store that could no longer be listed, or one bad row that stopped a worker from
+resuming every execution due after it. Now each is one clear error, and the rest of the
+store goes on.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import pytest
+from doubles import T0, workflow
+
+from prana import (
+    Activation,
+    ErrorCode,
+    ExecutionStatus,
+    Failed,
+    InvalidSettingsError,
+    Node,
+    RecordError,
+    Registry,
+    ResumeError,
+    Suspend,
+    Workflow,
+    execute_workflow,
+    loads_workflow,
+    resume_workflow,
+)
+from prana.testing import ManualClock
+from scheduling import Runner
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def failed_without_retry(outcome: Any, key: str) -> str:
+    """Assert ``outcome`` failed node ``key`` with a non-retryable error; return the message."""
+    assert isinstance(outcome, Failed), type(outcome).__name__
+    assert outcome.error.node_key == key
+    assert outcome.error.code == ErrorCode.NON_RETRYABLE, outcome.error
+    return outcome.error.message
+
+
+# -- numbers a store cannot hold ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [2**31, 2**63, 10**30])
+def test_a_workflow_version_no_store_can_hold_is_refused(version: int) -> None:
+    """Was: ``version: 9223372036854775808`` passed, then saving it raised OverflowError."""
+    with pytest.raises(InvalidSettingsError, match=r"Workflow.version=.*from 1 to 2147483647"):
+        workflow(version=version)
+    with pytest.raises(RecordError, match="version"):
+        loads_workflow(
+            {
+                "id": "wf",
+                "version": version,
+                "nodes": [{"key": "start", "type": "manual.trigger"}],
+                "connections": [],
+            }
+        )
+
+
+def test_the_largest_version_is_stored_and_read_back(sqlite_store: SQLiteStore) -> None:
+    wf = workflow(version=2**31 - 1)
+    sqlite_store.save_workflow(wf)
+    assert sqlite_store.load_workflow("wf", 2**31 - 1) == wf
+
+
+def test_a_sub_workflow_version_past_any_stored_one_fails_the_node(tmp_path: Path) -> None:
+    """Was: the runner looked the version up and SQLite raised OverflowError from the alarm."""
+    parent = workflow(
+        Node(
+            key="c",
+            type="workflow.execute_workflow",
+            params={"workflow_id": "wf", "version": 2**63},
+        ),
+        wid="parent",
+    )
+    message = failed_without_retry(execute_workflow(parent, clock=ManualClock(T0)), "c")
+    assert "version=9223372036854775808" in message
+    assert "from 1 to 2147483647" in message
+
+
+# -- times past the last date -------------------------------------------------------------
+
+
+def wait_node(**params: Any) -> Node:
+    return Node(key="w", type="wait.wait", params=params)
+
+
+@pytest.mark.parametrize(
+    ("node", "field"),
+    [
+        # 9999-12-31 at UTC-23:59 is in year 10000 in UTC: every store read of it overflowed
+        (wait_node(mode="schedule", schedule_at="9999-12-31T23:59:59-23:59"), "schedule_at"),
+        (wait_node(mode="webhook", timeout_hours=10**8), "timeout_hours"),
+        (wait_node(mode="interval", duration=10**9, unit="days"), "duration"),
+        (wait_node(mode="interval", duration=10**400, unit="ms"), "duration"),
+        (
+            Node(
+                key="w",
+                type="workflow.execute_workflow",
+                params={"workflow_id": "x", "timeout_ms": 10**15},
+            ),
+            "timeout_ms",
+        ),
+        (
+            Node(
+                key="w",
+                type="workflow.execute_workflow",
+                params={"workflow_id": "x", "timeout_ms": 10**400},
+            ),
+            "timeout_ms",
+        ),
+    ],
+)
+def test_a_wait_past_the_last_date_fails_without_retry(node: Node, field: str) -> None:
+    """Was: an OverflowError counted as a retryable action error, or a suspension stored
+    with a due time past year 9999 in UTC, after which listing the store raised."""
+    outcome = execute_workflow(workflow(node), clock=ManualClock(T0))
+    assert f"{field}=" in failed_without_retry(outcome, "w")
+
+
+def test_a_wait_until_the_last_utc_date_still_waits() -> None:
+    outcome = execute_workflow(
+        workflow(wait_node(mode="schedule", schedule_at="9999-12-31T23:59:59+00:00")),
+        clock=ManualClock(T0),
+    )
+    assert isinstance(outcome, Suspend)
+
+
+def test_a_due_time_column_no_datetime_holds_reads_as_the_last_one(tmp_path: Path) -> None:
+    """Was: one row with ``due_at = 2**62`` made ``list`` (and ``prana list``) raise."""
+    path = tmp_path / "prana.sqlite3"
+    clock = ManualClock(T0)
+    wf = workflow(wait_node(mode="interval", duration=60))
+    store = SQLiteStore(path)
+    with Runner(Registry(), store, ManualScheduler(clock), clock) as r:
+        eid = r.start(wf)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE prana_executions SET due_at = ?, updated_at = ?", (2**62, -(2**62)))
+    (row,) = store.list()
+    assert row.id == eid
+    assert row.due_at is not None
+    assert row.due_at.year == 9999
+    assert store.find_due(T0) == []
+    store.close()
+
+
+# -- records edited by hand ---------------------------------------------------------------
+
+
+def suspended_on_a_timer() -> tuple[Workflow, Any]:
+    wf = workflow(
+        wait_node(mode="interval", duration=1),
+        Node(key="after", type="data.set_data", params={"value": 1}),
+    )
+    outcome = execute_workflow(wf, clock=ManualClock(T0))
+    assert isinstance(outcome, Suspend)
+    return wf, outcome.execution
+
+
+@pytest.mark.parametrize(
+    "pending",
+    [
+        Activation(node_key="ghost", seq=5, sources={}),
+        Activation(node_key="after", seq=5, sources={"main": ("nope", "main", 9)}),
+        Activation(node_key="after", seq=5, sources={"main": ("after", "main", 9)}),
+        Activation(node_key="after", seq=5, sources={"main": (["w"], "main", 1)}),
+    ],
+)
+def test_a_pending_node_the_execution_does_not_have_is_refused_before_anything_runs(
+    pending: Activation,
+) -> None:
+    """Was: a KeyError from the engine after the resumed wait completed (and, in a
+    runner, after the claim was saved ``running``)."""
+    wf, execution = suspended_on_a_timer()
+    edited = attrs.evolve(execution, pending=(*execution.pending, pending))
+    with pytest.raises(ResumeError, match="edited by hand"):
+        resume_workflow(edited, workflow=wf, clock=ManualClock(T0.replace(year=2031)))
+
+
+def test_a_record_that_cannot_be_resumed_never_stops_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: ``run_due`` (``prana worker --once``) raised at the first bad row, so every
+    execution due after it waited for ever; ``prana worker`` logged it every second."""
+    path = tmp_path / "prana.sqlite3"
+    clock = ManualClock(T0)
+    scheduler = ManualScheduler(clock)
+    wf = workflow(wait_node(mode="interval", duration=1))
+    store = SQLiteStore(path, cache_size=0)
+    with Runner(Registry(), store, scheduler, clock) as r:
+        unreadable, inconsistent, good = r.start(wf), r.start(wf), r.start(wf)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE prana_executions SET data = '{' WHERE id = ?", (unreadable,))
+            data = conn.execute(
+                "SELECT data FROM prana_executions WHERE id = ?", (inconsistent,)
+            ).fetchone()[0]
+            conn.execute(
+                "UPDATE prana_executions SET data = ? WHERE id = ?",
+                (data.replace('"suspended_node":"w"', '"suspended_node":"nope"'), inconsistent),
+            )
+        clock.advance(2)
+        with caplog.at_level("ERROR", logger="scheduling"):
+            r.run_due()
+            r.run_due()  # the bad ones again: nothing more is said
+        assert r.get(good).status is ExecutionStatus.COMPLETED
+        assert r.get(inconsistent).status is ExecutionStatus.SUSPENDED
+    store.close()
+    said = sorted(r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    assert len(said) == 2, said
+    assert all("\n" not in m and "cannot be resumed" in m for m in said)
+    assert any(unreadable in m and "cannot be read" in m for m in said)
+    assert any(inconsistent in m and "'nope'" in m for m in said)
