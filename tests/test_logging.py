@@ -114,23 +114,3 @@ def test_runner_logs_retries_and_failures_with_fields(caplog: pytest.LogCaptureF
     assert by_event["execution_started"].levelno == logging.INFO
     assert "node_started" not in by_event  # DEBUG, below the captured level
     assert len([r for r in records if r.prana_event == "node_retry_scheduled"]) == 1  # type: ignore[attr-defined]
-
-
-def test_apscheduler_job_lines_are_quiet_by_default() -> None:
-    """APScheduler's per-job INFO loggers go to WARNING, unless the application set them."""
-    from scheduling.adapters.apscheduler import APSchedulerAdapter
-
-    executors = logging.getLogger("apscheduler.executors")
-    chatty = logging.getLogger("apscheduler.scheduler")
-    saved = executors.level, chatty.level
-    try:
-        executors.setLevel(logging.NOTSET)
-        chatty.setLevel(logging.DEBUG)  # set by the application: left alone
-        adapter = APSchedulerAdapter()
-        adapter.start(lambda execution_id: None)
-        adapter.shutdown()
-        assert executors.level == logging.WARNING
-        assert chatty.level == logging.DEBUG
-    finally:
-        executors.setLevel(saved[0])
-        chatty.setLevel(saved[1])

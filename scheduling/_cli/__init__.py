@@ -13,6 +13,7 @@ command is one module and one line in ``_COMMANDS``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sqlite3
 import sys
@@ -32,6 +33,7 @@ from scheduling._cli._common import (
     load_actions,
     load_workflow_file,
     one_line,
+    one_line_logging,
 )
 from scheduling._console import printable
 
@@ -144,8 +146,14 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"prana: error: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     args = _parser().parse_args(argv)
+    logs = (
+        one_line_logging(args.log_level, console=args.log_console)
+        if hasattr(args, "log_level")
+        else contextlib.nullcontext()
+    )
     try:
-        code: int = args.handler(args)
+        with logs:
+            code: int = args.handler(args)
     except KeyboardInterrupt:
         print("interrupted; suspended executions stay in the store for the next worker")
         return EXIT_INTERRUPTED

@@ -366,31 +366,78 @@ class OneLineFormatter(logging.Formatter):
         return printable(" ".join(text.split("\n")))
 
 
-@contextlib.contextmanager
-def one_line_logging(level: int = logging.WARNING) -> Iterator[None]:
-    """While inside, log records at ``level`` and above to stderr, one line each.
+LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+"""The levels ``--log-level`` takes."""
 
-    For the long-running commands: the libraries only attach ``NullHandler``s, so without
-    this a worker would say nothing about a lost database. The connection pool's own
-    per-connection warnings are raised to ERROR (the worker says what matters once).
+_OWN_LOGGERS = ("prana", "scheduling")
+"""prana's loggers: ``--log-level`` applies to them; other libraries log from WARNING."""
+
+
+def add_logging(parser: argparse.ArgumentParser, *, console: bool) -> None:
+    """Add ``--log-level`` and ``-v`` to a command that runs actions.
+
+    ``console``: the command prints each event of its runs (the console view), so the
+    event log (``scheduling.events``) keeps to what went wrong unless ``-v`` is given.
     """
+    parser.add_argument(
+        "--log-level",
+        choices=tuple(LOG_LEVELS),
+        default="info",
+        help="what prana's own loggers (prana, scheduling.*) write to stderr, one line each "
+        "(default info; other libraries: warning and above)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_level",
+        action="store_const",
+        const="debug",
+        help="the same as --log-level debug: every event and every step of the runner",
+    )
+    parser.set_defaults(log_console=console)
+
+
+@contextlib.contextmanager
+def one_line_logging(level: str = "info", *, console: bool = False) -> Iterator[None]:
+    """While inside, log to stderr one line per record: prana's own at ``level``, others
+    from WARNING (APScheduler's per-job INFO lines stay out).
+
+    The CLI's process is the application, so it configures logging, once per command;
+    the libraries only attach ``NullHandler``s. With a console printing each event,
+    ``scheduling.events`` keeps to WARNING and above unless ``level`` is debug. The
+    connection pool's own per-connection warnings are raised to ERROR (the worker says
+    what matters once). Everything is put back on the way out.
+    """
+    own = LOG_LEVELS[level]
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.setLevel(level)
     root = logging.getLogger()
-    pool = logging.getLogger("psycopg.pool")
-    previous = root.level, pool.level
+    tuned = {
+        name: logging.getLogger(name)
+        for name in (*_OWN_LOGGERS, "scheduling.events", "psycopg.pool")
+    }
+    previous = root.level, {name: logger.level for name, logger in tuned.items()}
     root.addHandler(handler)
-    if root.level == logging.NOTSET or root.level > level:
-        root.setLevel(level)
-    if pool.level == logging.NOTSET:
-        pool.setLevel(logging.ERROR)
+    if root.level == logging.NOTSET or root.level > logging.WARNING:
+        root.setLevel(logging.WARNING)
+    for name in _OWN_LOGGERS:
+        tuned[name].setLevel(own)
+    if console and own > logging.DEBUG:
+        tuned["scheduling.events"].setLevel(max(own, logging.WARNING))
+    if tuned["psycopg.pool"].level == logging.NOTSET:
+        tuned["psycopg.pool"].setLevel(logging.ERROR)
     try:
         yield
     finally:
         root.removeHandler(handler)
         root.setLevel(previous[0])
-        pool.setLevel(previous[1])
+        for name, logger in tuned.items():
+            logger.setLevel(previous[1][name])
 
 
 PREFIX_SCAN_LIMIT = 100_000

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus
 from scheduling._cli._common import (
+    add_logging,
     check_stored_actions,
     finish,
     load_actions,
@@ -42,6 +43,7 @@ def register(add: AddCommand) -> None:
         help="restart the node's attempt count and retry budget (default: they carry on)",
     )
     redrive.add_argument("--actions", help="module (or .py file) registering your actions")
+    add_logging(redrive, console=True)
     redrive.set_defaults(handler=_cmd_redrive)
 
 

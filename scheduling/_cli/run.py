@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from scheduling._cli._common import (
     add_lease,
+    add_logging,
     check_actions,
     check_children,
     check_seconds,
@@ -36,6 +37,7 @@ def register(add: AddCommand) -> None:
         metavar="FILE",
         help="a sub-workflow's definition to register first (repeat for several)",
     )
+    add_logging(run, console=True)
     add_lease(run)
     run.set_defaults(handler=_cmd_run)
 

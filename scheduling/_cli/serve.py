@@ -13,6 +13,7 @@ from scheduling._cli._common import (
     EXIT_OK,
     WORKER_POLL_SECONDS,
     CLIError,
+    add_logging,
     load_actions,
     make_runner,
     open_store,
@@ -44,6 +45,7 @@ def register(add: AddCommand) -> None:
         metavar="BYTES",
         help="largest webhook body accepted (default 1 MiB)",
     )
+    add_logging(serve, console=False)
     serve.set_defaults(handler=_cmd_serve)
 
 
@@ -99,7 +101,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         app = create_app(runner, token=token, max_body_bytes=args.max_body)
         access = "operator token required" if token else "no operator token: loopback only"
         print(f"prana serve on http://{args.host}:{args.port} over {where(args)} ({access})")
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
         logging.getLogger("uvicorn.access").addFilter(_RedactHookPaths())  # after its config
         # Like `prana worker`: work other processes left due without an alarm (a `prana run`
         # stopped in backoff, a dead process's lease) is re-armed every second.

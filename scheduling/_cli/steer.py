@@ -8,6 +8,7 @@ from prana import ExecutionStatus
 from scheduling._cli._common import (
     EXIT_OK,
     add_lease,
+    add_logging,
     check_seconds,
     check_stored_actions,
     finish,
@@ -30,6 +31,7 @@ def register(add: AddCommand) -> None:
     deliver.add_argument("id", help="the execution id, or a unique prefix of it")
     deliver.add_argument("--data", required=True, help="the resume data, as JSON")
     deliver.add_argument("--actions", help="module (or .py file) registering your actions")
+    add_logging(deliver, console=True)
     add_lease(deliver)
     deliver.set_defaults(handler=_cmd_deliver)
 

@@ -26,10 +26,10 @@ from scheduling._cli._common import (
     WORKER_POLL_SECONDS,
     CLIError,
     add_lease,
+    add_logging,
     check_seconds,
     load_actions,
     make_runner,
-    one_line_logging,
     open_store,
     postgres_dsn,
     postgres_schema,
@@ -94,6 +94,7 @@ def register(add: AddCommand) -> None:
         default="apscheduler",
         help="procrastinate: several workers share alarms in PostgreSQL (needs --postgres)",
     )
+    add_logging(worker, console=True)
     worker.set_defaults(handler=_cmd_worker)
 
 
@@ -132,19 +133,18 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             lease_seconds=args.lease,
             max_interruptions=args.max_interruptions,
         )
-        with one_line_logging():
-            if args.once:
-                handled = runner.run_due()
-                print(f"resumed {len(handled)} due execution(s)")
-                return EXIT_OK
-            if args.scheduler == "procrastinate":
-                return _procrastinate_worker(args, registry, store, view)
-            stop = threading.Event()
-            with _stop_on_sigterm(stop) as signalled, runner, view.live():
-                print(f"worker on {where(args)}: resuming due executions (Ctrl-C to stop)")
-                rearm_until(runner, stop, args.poll)
-            print(_STOPPED.format(signalled[0].name))
+        if args.once:
+            handled = runner.run_due()
+            print(f"resumed {len(handled)} due execution(s)")
             return EXIT_OK
+        if args.scheduler == "procrastinate":
+            return _procrastinate_worker(args, registry, store, view)
+        stop = threading.Event()
+        with _stop_on_sigterm(stop) as signalled, runner, view.live():
+            print(f"worker on {where(args)}: resuming due executions (Ctrl-C to stop)")
+            rearm_until(runner, stop, args.poll)
+        print(_STOPPED.format(signalled[0].name))
+        return EXIT_OK
     finally:
         store.close()
 

@@ -45,23 +45,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_CHATTY_LOGGERS = ("apscheduler.executors", "apscheduler.scheduler")
-"""APScheduler logs every job run and every job added at INFO: one line per retry or more."""
-
-
-def _quiet_apscheduler() -> None:
-    """Raise APScheduler's chatty loggers to WARNING, unless the application set their level.
-
-    A worker's output then shows prana's own lines (``scheduling.events``), not two more per
-    alarm; set ``logging.getLogger("apscheduler.executors").setLevel(logging.INFO)`` (or any
-    level) first to keep them.
-    """
-    for name in _CHATTY_LOGGERS:
-        chatty = logging.getLogger(name)
-        if chatty.level == logging.NOTSET:
-            chatty.setLevel(logging.WARNING)
-
-
 JOB_ID_PREFIX = "prana:"
 """Every job this adapter adds has the id ``JOB_ID_PREFIX + execution_id``."""
 
@@ -219,7 +202,6 @@ class APSchedulerAdapter:
                 )
             _FIRES[self.name] = fire
             self._started = True
-        _quiet_apscheduler()
         try:
             if self._stopped_scheduler and not self._owns_scheduler:
                 raise SchedulerStateError(

@@ -764,7 +764,7 @@ class ProcrastinateScheduler:
     def _on_signal(self, signum: signal.Signals) -> None:
         if self.stopped_by is None:
             self.stopped_by = signum
-        logger.info("the procrastinate worker %s stops (%s)", self.name, signum.name)
+        logger.debug("the procrastinate worker %s stops (%s)", self.name, signum.name)
         self._stop_in_loop()
 
     async def _serve(
