@@ -205,3 +205,86 @@ def test_postgres_records_refuses_newer_and_adopts_old(
             newer.setup()
     finally:
         newer.close()
+
+
+def test_db_status_is_read_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``prana db status`` creates no file, table or journal: "no database" exits 2."""
+    missing, empty = tmp_path / "missing.db", tmp_path / "empty.db"
+    empty.touch()
+    for path in (missing, empty):
+        assert main(["db", "status", "--db", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"prana: error: no database at {path}")
+        assert err.count("\n") == 1
+    assert not missing.exists()
+    assert empty.stat().st_size == 0
+    SQLiteStore(tmp_path / "kept.db").close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["db", "status", "--db", str(tmp_path / "kept.db")]) == 0
+    assert capsys.readouterr().out.strip() == "schema at version 1 (up to date)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_db_status_reports_a_behind_schema_without_upgrading_it(
+    tmp_path: Path, with_lease_migration: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A schema that is behind is reported (exit 5) and left as it was."""
+    del with_lease_migration
+    path = tmp_path / "v1.db"
+    database_at_version_1(path)
+    assert main(["db", "status", "--db", str(path)]) == 5
+    assert "at version 1, this prana needs 2; run `prana db upgrade`" in capsys.readouterr().err
+    assert versions(path) == [1]
+
+
+def test_db_status_reads_a_database_made_before_migrations_as_version_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Old tables without a version table are version 1, and status records nothing."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(OLD_SQLITE_LAYOUT)
+    assert main(["db", "status", "--db", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "schema at version 1 (up to date)"
+    with sqlite3.connect(path) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert "prana_schema_version" not in tables
+
+
+def test_db_status_on_a_file_that_is_not_a_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file that is not SQLite is refused in one line (exit 5), left unchanged."""
+    path = tmp_path / "notes.db"
+    path.write_text("not a database " * 100)
+    assert main(["db", "status", "--db", str(path)]) == 5
+    assert "not a prana database" in capsys.readouterr().err
+    assert path.read_text() == "not a database " * 100
+
+
+@pytest.mark.postgres
+def test_db_status_on_postgres_creates_nothing(
+    postgres_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PostgreSQL: status on a schema without prana tables says so and creates none."""
+    import uuid
+
+    import psycopg
+
+    schema = f"prana_test_{uuid.uuid4().hex[:12]}"
+    args = ["db", "status", "--postgres", postgres_dsn, "--schema", schema]
+    assert main(args) == 2
+    assert f"no database at PostgreSQL schema {schema}" in capsys.readouterr().err
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+        ).fetchone()
+    assert found is None
+    try:
+        assert main(["db", "upgrade", "--postgres", postgres_dsn, "--schema", schema]) == 0
+        capsys.readouterr()
+        assert main(args) == 0
+        assert capsys.readouterr().out.strip() == "schema at version 1 (up to date)"
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from scheduling._cli._common import EXIT_OK, CLIError, open_store
+from scheduling._cli._common import (
+    EXIT_OK,
+    CLIError,
+    StoreUnavailableError,
+    db_path,
+    open_store,
+    postgres_dsn,
+    postgres_schema,
+)
 from scheduling.abc import MigratingStore
 
 if TYPE_CHECKING:
@@ -24,8 +32,9 @@ def register(add: AddCommand) -> None:
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
-    upgrade = args.action == "upgrade"
-    store = open_store(args, must_exist=not upgrade, upgrade=upgrade)
+    if args.action == "status":
+        return _status(args)
+    store = open_store(args, must_exist=False, upgrade=True)
     try:
         if not isinstance(store, MigratingStore):  # pragma: no cover - the CLI opens SQL stores
             raise CLIError(f"prana db: a {type(store).__name__} has no versioned schema")
@@ -36,4 +45,47 @@ def _cmd_db(args: argparse.Namespace) -> int:
         print(f"schema upgraded from version {before} to {version}")
     else:
         print(f"schema at version {version} (up to date)")
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    """Report the schema version without creating or changing anything (read-only)."""
+    from scheduling.stores._migrations import SchemaBehindError, SchemaTooNewError
+
+    dsn = postgres_dsn(args)
+    if dsn is not None:
+        from scheduling.stores.postgres import SCHEMA_VERSION, PostgresStore
+
+        schema = postgres_schema(args)
+        store = PostgresStore(dsn, schema=schema)
+        try:
+            version = store.stored_schema_version()
+        except Exception as exc:  # noqa: BLE001 - any driver error becomes one clear line
+            raise StoreUnavailableError(f"--postgres: cannot use the database: {exc}") from None
+        finally:
+            store.close()
+        where = f"PostgreSQL schema {schema or 'public'}"
+        latest = SCHEMA_VERSION
+    else:
+        from scheduling.stores.sqlite import SCHEMA_VERSION, stored_schema_version
+
+        where = db_path(args)
+        version = stored_schema_version(where)
+        latest = SCHEMA_VERSION
+    if version is None:
+        raise CLIError(
+            f"no database at {where}: no prana tables there; run a workflow or "
+            "`prana db upgrade` to create them, or pass --db PATH / --postgres DSN"
+        )
+    if version > latest:
+        raise SchemaTooNewError(
+            f"{where}: the database schema is at version {version}, newer than this prana "
+            f"(which knows up to {latest}); upgrade prana-workflows to use it"
+        )
+    if version < latest:
+        raise SchemaBehindError(
+            f"{where}: the database schema is at version {version}, this prana needs "
+            f"{latest}; run `prana db upgrade`"
+        )
+    print(f"schema at version {version} (up to date)")
     return EXIT_OK

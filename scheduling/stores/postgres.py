@@ -360,6 +360,26 @@ class PostgresStore(BaseStore):
     def _record(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
         conn.execute(self._q["record_migration"], (migration.version, migration.description))
 
+    def stored_schema_version(self) -> int | None:
+        """The database's schema version, read without creating or changing anything.
+
+        ``None`` when the schema holds no prana tables; tables made before versioned
+        migrations are version 1. ``prana db status`` uses it: a status is read-only.
+        """
+        self._probe()
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=math.ceil(self.connect_timeout_seconds)
+            ) as conn:
+                version_table, executions = conn.execute(self._q["tables_exist"]).fetchone()  # type: ignore[misc]
+                if version_table is not None:
+                    row = conn.execute(self._q["schema_version"]).fetchone()
+                    if row is not None and row[0] is not None:
+                        return int(row[0])
+        except psycopg.Error as exc:
+            raise _driver_error(exc, "reading the schema version") from exc
+        return 1 if executions is not None else None
+
     def setup(self) -> None:
         """Create the schema and tables if they do not exist (done on first use anyway)."""
         self._connections()
@@ -591,6 +611,9 @@ def _queries(schema: str | None) -> dict[str, str]:
         "executions_text": sql.Literal(
             f"{schema}.prana_executions" if schema is not None else "prana_executions"
         ),
+        "schema_version_text": sql.Literal(
+            f"{schema}.prana_schema_version" if schema is not None else "prana_schema_version"
+        ),
         "seq_index": sql.Identifier("prana_executions_seq"),
         "due_index": sql.Identifier("prana_executions_due"),
         "status_index": sql.Identifier("prana_executions_status"),
@@ -604,6 +627,7 @@ def _queries(schema: str | None) -> dict[str, str]:
         " description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
         "schema_version": "SELECT MAX(version) FROM {schema_version}",
         "executions_exist": "SELECT to_regclass({executions_text})",
+        "tables_exist": "SELECT to_regclass({schema_version_text}), to_regclass({executions_text})",
         "record_migration": "INSERT INTO {schema_version} (version, description) VALUES (%s, %s)",
         **{f"migration_{m.version}": m.sql for m in POSTGRES_MIGRATIONS},
         "drop": "DROP TABLE IF EXISTS {executions}, {workflows}, {schema_version}",

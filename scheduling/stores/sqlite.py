@@ -451,6 +451,44 @@ class SQLiteStore(BaseStore):
             self._conn.close()
 
 
+def stored_schema_version(path: str | os.PathLike[str]) -> int | None:
+    """The schema version of the database at ``path``, read without changing anything.
+
+    ``None`` when the file does not exist or holds no prana tables; a database made before
+    versioned migrations is version 1. Unlike opening a ``SQLiteStore`` this creates no
+    file, table or journal (``prana db status`` is read-only); a file that is not a SQLite
+    database is a ``StoreError``.
+    """
+    text = _check_path(path)
+    file = Path(text)
+    if text == ":memory:" or not file.is_file():
+        return None
+    # A database closed cleanly has no -wal file: reading it as immutable leaves no -wal/-shm
+    # behind. With a -wal present (in use), a plain read-only open sees its commits too.
+    immutable = "" if Path(f"{text}-wal").exists() else "&immutable=1"
+    try:
+        conn = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro{immutable}", uri=True)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{text}: cannot open the database: {exc}") from exc
+    try:
+        tables = {
+            row[0]
+            for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if "prana_schema_version" in tables:
+            version = conn.execute("SELECT MAX(version) FROM prana_schema_version").fetchone()[0]
+            if version is not None:
+                return int(version)
+        return 1 if "prana_executions" in tables else None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"{text}: not a prana database (SQLite says: {exc}); pass the path of a prana "
+            "SQLite database"
+        ) from exc
+    finally:
+        conn.close()
+
+
 def _check_path(path: Any) -> str:
     """``path`` as a string, or a clear error naming the argument."""
     try:
