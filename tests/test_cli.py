@@ -277,6 +277,8 @@ def test_demo_as_a_subprocess(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Retry summary" in result.stdout
     assert "↻ call_api (attempt 2/4) retrying in 200ms" in result.stdout
+    assert list(tmp_path.iterdir()) == []  # no database left in the current directory
+    assert "kept in memory only: nothing was written" in result.stdout
 
 
 def test_cli_cancel_of_a_child_succeeds_and_a_runner_moves_the_parent_on(
@@ -538,8 +540,9 @@ def test_demo_keeps_its_executions_in_the_given_database(
 ) -> None:
     """``prana demo --db FILE`` stores its executions there, for ``list`` to show."""
     db = str(tmp_path / "demo.db")
-    code, _, _ = run(["demo", "--db", db], capsys)
+    code, out, _ = run(["demo", "--db", db], capsys)
     assert code == 0
+    assert f"executions kept in {db}: see them with prana list --db {db}" in out
     code, out, _ = run(["list", "--db", db], capsys)
     assert code == 0
     assert out.count("demo.flaky_api") == 3

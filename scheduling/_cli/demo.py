@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from prana import Registry
-from scheduling._cli._common import EXIT_OK, make_runner, open_store, postgres_dsn
+from scheduling._cli._common import EXIT_OK, db_path, make_runner, open_store, postgres_dsn
 
 if TYPE_CHECKING:
     import argparse
@@ -40,4 +40,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print(view.summary())
     for execution in finals:
         print(f"execution {execution.id}: {execution.status.value}")
+    if not keep:
+        print("(kept in memory only: nothing was written; pass --db FILE to keep the executions)")
+    elif postgres_dsn(args) is not None:
+        print("executions kept in PostgreSQL: see them with prana list --postgres DSN")
+    else:
+        path = db_path(args)
+        print(f"executions kept in {path}: see them with prana list --db {path}")
     return EXIT_OK
