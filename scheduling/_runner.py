@@ -28,7 +28,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
 from prana import (
     ExecutionStatus,
@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self, TypeVar
 
     from prana import Event
+    from scheduling.adapters.apscheduler import APSchedulerAdapter
 
     SchedulerT = TypeVar("SchedulerT", bound=Scheduler, covariant=True, default=Scheduler)
 else:
@@ -124,7 +125,8 @@ class Runner(Steps, Generic[SchedulerT]):
     """Runs workflows to the end: persists every outcome, arms alarms, resumes when due.
 
     For type checkers it is generic in its scheduler, so ``runner.scheduler`` keeps the
-    type it was given (``Runner(..., scheduler=ManualScheduler(...)).scheduler.advance``).
+    type it was given (``Runner(..., scheduler=ManualScheduler(...)).scheduler.advance``);
+    without one it is a ``Runner[APSchedulerAdapter]``, the scheduler it makes.
 
     ``store`` defaults to a ``MemoryStore`` and ``scheduler`` to an ``APSchedulerAdapter``
     in a background thread. ``clock`` is shared by the runner, the core and the
@@ -160,6 +162,39 @@ class Runner(Steps, Generic[SchedulerT]):
     """
 
     scheduler: SchedulerT  # the concrete type it was given (Steps declares the protocol)
+
+    # Without a scheduler the runner makes an APSchedulerAdapter, and is typed so.
+    @overload
+    def __init__(
+        self: Runner[APSchedulerAdapter],
+        registry: Registry | None = None,
+        store: ExecutionStore | None = None,
+        scheduler: None = None,
+        clock: Clock | None = None,
+        *,
+        env: Mapping[str, Any] | None = None,
+        observers: Iterable[Callable[[Event], object]] = (),
+        workflows: Iterable[Workflow] = (),
+        recover: bool = True,
+        lease_seconds: float = 30.0,
+        max_interruptions: int = 3,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        store: ExecutionStore | None = None,
+        scheduler: SchedulerT | None = None,
+        clock: Clock | None = None,
+        *,
+        env: Mapping[str, Any] | None = None,
+        observers: Iterable[Callable[[Event], object]] = (),
+        workflows: Iterable[Workflow] = (),
+        recover: bool = True,
+        lease_seconds: float = 30.0,
+        max_interruptions: int = 3,
+    ) -> None: ...
 
     def __init__(
         self,

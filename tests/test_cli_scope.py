@@ -178,4 +178,4 @@ def test_recover_must_be_a_bool() -> None:
     from prana import InvalidSettingsError
 
     with pytest.raises(InvalidSettingsError, match=r"Runner\(recover='no'\): use True"):
-        Runner(recover="no")  # type: ignore[arg-type]
+        Runner(recover="no")  # type: ignore[call-overload]

@@ -59,6 +59,19 @@ clock = ManualClock()
 runner = Runner(registry, None, ManualScheduler(clock=clock), clock)
 runner.scheduler.advanse(1)  # MISTAKE scheduler-typo
 """
+# What must type-check cleanly: each line leans on a precise type, so a loose one is an error.
+PRECISE = """\
+from prana.testing import ManualClock
+from scheduling import Runner
+from scheduling.adapters.apscheduler import APSchedulerAdapter
+from scheduling.adapters.manual import ManualScheduler
+
+default_runner = Runner()
+adapter: APSchedulerAdapter = default_runner.scheduler  # the default scheduler's own class
+manual_runner = Runner(scheduler=ManualScheduler(clock=ManualClock()))
+manual: ManualScheduler = manual_runner.scheduler
+manual_runner.scheduler.advance(1)
+"""
 
 
 def module_name(page: Path) -> str:
@@ -88,6 +101,7 @@ def user_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for example in sorted((ROOT / "examples").glob("*.py")):
         shutil.copy(example, root / f"example_{example.name}")
     (root / "mistakes.py").write_text(MISTAKES)
+    (root / "precise.py").write_text(PRECISE)
     return root
 
 
@@ -180,3 +194,9 @@ def test_the_types_catch_mistakes(checker: str, request: pytest.FixtureRequest) 
     expected = {n for n, line in enumerate(lines, 1) if "# MISTAKE" in line}
     reported = {int(re.search(r"mistakes\.py:(\d+)", p).group(1)) for p in problems}  # type: ignore[union-attr]
     assert reported == expected, problems
+
+
+@pytest.mark.parametrize("checker", ["mypy", "pyright"])
+def test_the_types_are_precise(checker: str, request: pytest.FixtureRequest) -> None:
+    """``Runner()`` without a scheduler is typed with its default's class (APSchedulerAdapter)."""
+    assert request.getfixturevalue(f"{checker}_problems").get("precise.py", []) == []
