@@ -43,6 +43,14 @@ else:
 JSON = Any
 """A JSON-native value: str-keyed dicts, lists, str, int, float, bool or None."""
 
+if TYPE_CHECKING:
+    JSONValue: TypeAlias = (
+        "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
+    )
+    """A JSON-native value, precisely: narrow it (``isinstance(v, dict)``) before indexing."""
+else:
+    JSONValue = Any  # the recursive alias is for type checkers; cattrs passes the value through
+
 OnError = Literal["stop_workflow", "continue", "continue_error_output"]
 ON_ERROR_MODES: tuple[str, ...] = ("stop_workflow", "continue", "continue_error_output")
 
@@ -370,14 +378,17 @@ class ErrorInfo:
 
     ``code`` says what kind of failure it is, one of ``ErrorCode``'s values
     (``action_error``, ``timeout``, ``template_error``, ...); ``type`` and ``module`` name
-    the exception class.
+    the exception class. ``details`` is a JSON object or ``None``: what the action's
+    exception carried in its ``details`` attribute (e.g. an HTTP error's ``status``; a
+    value that is not a JSON object is kept under ``"details"``, as its ``repr`` when not
+    JSON-native), plus what prana adds (``retry_after_ignored``, ...).
     """
 
     code: str
     type: str
     module: str
     message: str
-    details: Any = None
+    details: Mapping[str, JSONValue] | None = None
     node_key: str | None = None
 
     def as_output(self) -> dict[str, Any]:
@@ -522,9 +533,6 @@ class SubWorkflowData:
 
 
 if TYPE_CHECKING:
-    JSONValue: TypeAlias = (
-        "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
-    )
     SuspendData: TypeAlias = RetryData | TimerData | WebhookData | SubWorkflowData | JSONValue
     """What ``Suspend.data`` holds: a built-in kind's record, or an action's own JSON data.
 

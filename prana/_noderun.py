@@ -201,8 +201,11 @@ def error_info(
     if isinstance(exc, NonRetryable) and isinstance(exc.error, BaseException):
         cause = exc.error
     details = getattr(cause, "details", None)
-    if details is not None and json_problem(details) is not None:
-        details = repr(details)
+    if details is not None:
+        if json_problem(details) is not None:
+            details = repr(details)
+        if type(details) is not dict:
+            details = {"details": details}  # always a JSON object, as ErrorInfo promises
     cls = type(cause)
     return new_error_info(code.value, cls.__name__, cls.__module__, str(cause), details, node_key)
 

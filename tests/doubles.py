@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from prana import (
     ActionContext,
     Connection,
+    ErrorInfo,
     Event,
     Node,
     NodeSettings,
@@ -203,3 +204,10 @@ class Harness:
 
 def _pause(params: Any, ctx: ActionContext) -> Any:
     return Suspend("approval", {"node": ctx.node_key})
+
+
+def detail(error: ErrorInfo | None, key: str) -> Any:
+    """``error.details[key]``, for tests that know the error and the key are there."""
+    assert error is not None
+    assert error.details is not None, error
+    return error.details[key]

@@ -18,7 +18,7 @@ PRANA_PUBLIC = {
     "ActionContext", "ActionSpec", "Activation", "AttemptOutcome", "AttemptRecord",
     "AttemptTimeout", "AttemptView", "Completed", "Connection", "DurationError", "ErrorCode",
     "ErrorInfo", "Event", "EventType", "ExecutionStatus", "Failed", "InvalidSettingsError",
-    "InvalidWorkflowError", "Limits", "LintWarning", "Node", "NodeExecution", "NodeSettings",
+    "InvalidWorkflowError", "JSONValue", "Limits", "LintWarning", "Node", "NodeExecution", "NodeSettings",
     "NodeStatus",
     "NonRetryable", "Observer", "Outcome", "Output", "ParentRef", "PranaError", "RecordError",
     "Registry", "ResumeError", "RetryAfter", "RetryData", "RetryPolicy", "SCHEMA_VERSION",

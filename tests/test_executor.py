@@ -8,7 +8,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 import pytest
@@ -2058,3 +2058,32 @@ def test_an_output_the_record_cannot_hold_fails_the_node_and_the_record_saves(
     assert isinstance(outcome, Failed)
     assert outcome.error.code == ErrorCode.OUTPUT_NOT_JSON.value
     assert loads(dumps(outcome.execution)).status is ExecutionStatus.FAILED
+
+
+def test_error_details_are_always_a_json_object() -> None:
+    """An exception's ``details`` that is not a dict is kept under ``"details"``."""
+
+    class OddError(Exception):
+        details: ClassVar[object] = ["a", 1]
+
+    class OpaqueError(Exception):
+        details: ClassVar[object] = {1: object()}
+
+    registry = Registry()
+    for key, exc in (("odd", OddError("x")), ("opaque", OpaqueError("y"))):
+        registry.register(f"test.{key}", raising(exc))
+    found = {}
+    for key in ("odd", "opaque"):
+        wf = Workflow(
+            id="w",
+            nodes=[Node(key="t", type="manual.trigger"), Node(key="n", type=f"test.{key}")],
+            connections=[Connection(from_node="t", to_node="n")],
+        )
+        outcome = execute_workflow(wf, None, registry=registry)
+        assert isinstance(outcome, Failed)
+        found[key] = outcome.error.details
+    assert found["odd"] == {"details": ["a", 1]}
+    opaque = found["opaque"]
+    assert opaque is not None
+    assert isinstance(opaque["details"], str)
+    assert opaque["details"].startswith("{1: <object object")

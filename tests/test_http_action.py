@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from doubles import detail
 from servers import serve
 
 from prana import (
@@ -153,8 +154,8 @@ def test_retryable_statuses_retry(status: int) -> None:
     assert isinstance(outcome.data, RetryData)
     error = outcome.data.original_error
     assert error.type == "HTTPStatusError"
-    assert error.details["status"] == status
-    assert error.details["body"] == "busy"
+    assert detail(error, "status") == status
+    assert detail(error, "body") == "busy"
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 422])
@@ -169,9 +170,9 @@ def test_other_client_errors_do_not_retry(status: int) -> None:
     error = outcome.error
     assert error.code == "non_retryable"
     assert error.type == "HTTPStatusError"
-    assert error.details["status"] == status
-    assert error.details["body"].startswith("no such thing x")
-    assert len(error.details["body"]) == 200
+    assert detail(error, "status") == status
+    assert detail(error, "body").startswith("no such thing x")
+    assert len(detail(error, "body")) == 200
     assert f"HTTP {status}" in error.message
 
 
@@ -185,7 +186,7 @@ def test_retry_after_seconds_becomes_the_delay() -> None:
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
     assert outcome.data.retry_delay_ms == 7000
-    assert outcome.data.original_error.details["status"] == 429
+    assert detail(outcome.data.original_error, "status") == 429
 
 
 def test_retry_after_http_date_is_read_against_the_clock() -> None:
@@ -234,8 +235,8 @@ def test_an_unreadable_retry_after_is_ignored_and_says_why() -> None:
     assert isinstance(outcome.data, RetryData)
     assert outcome.data.retry_delay_ms == 1000  # the policy's initial_delay
     error = outcome.data.original_error
-    assert error.details["status"] == 429
-    assert "cannot read 'soon-ish'" in error.details["retry_after_ignored"]
+    assert detail(error, "status") == 429
+    assert "cannot read 'soon-ish'" in detail(error, "retry_after_ignored")
     assert error.message.startswith("HTTP 429 from GET https://a.test/")
     assert "retrying on the policy's own delay" in error.message
 
@@ -438,8 +439,8 @@ def test_real_server_retry_after_and_not_found(real_server: str) -> None:
     assert limited.data.retry_delay_ms == 5000
     missing = execute_workflow(_workflow({"url": real_server + "/missing"}))
     assert isinstance(missing, Failed)
-    assert missing.error.details["status"] == 404
-    assert missing.error.details["body"] == "not here"
+    assert detail(missing.error, "status") == 404
+    assert detail(missing.error, "body") == "not here"
 
 
 def test_real_connection_refused_retries() -> None:
@@ -528,8 +529,8 @@ def test_an_error_status_reads_only_its_excerpt() -> None:
     assert isinstance(outcome.data, RetryData)
     error = outcome.data.original_error
     assert error.type == "HTTPStatusError"
-    assert error.details["body"].startswith("busy busy")
-    assert len(error.details["body"]) == 200
+    assert detail(error, "body").startswith("busy busy")
+    assert len(detail(error, "body")) == 200
     assert len(pulled) <= 16  # KiB read of the 16 MiB
 
 

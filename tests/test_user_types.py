@@ -36,7 +36,7 @@ REQUIRED_IN_CI = bool(os.environ.get("CI"))
 MISTAKES = """\
 from typing import Any
 
-from prana import ActionContext, Registry, RetryData, Suspend, Workflow, execute_workflow
+from prana import ActionContext, Failed, Registry, RetryData, Suspend, Workflow, execute_workflow
 from prana.testing import ManualClock
 from scheduling import Runner
 from scheduling.adapters.manual import ManualScheduler
@@ -58,9 +58,12 @@ if isinstance(outcome, Suspend):
 clock = ManualClock()
 runner = Runner(registry, None, ManualScheduler(clock=clock), clock)
 runner.scheduler.advanse(1)  # MISTAKE scheduler-typo
+if isinstance(outcome, Failed):
+    print(outcome.error.details["status"])  # MISTAKE details-may-be-none
 """
 # What must type-check cleanly: each line leans on a precise type, so a loose one is an error.
 PRECISE = """\
+from prana import ErrorInfo, JSONValue
 from prana.testing import ManualClock
 from scheduling import Runner
 from scheduling.adapters.apscheduler import APSchedulerAdapter
@@ -71,6 +74,10 @@ adapter: APSchedulerAdapter = default_runner.scheduler  # the default scheduler'
 manual_runner = Runner(scheduler=ManualScheduler(clock=ManualClock()))
 manual: ManualScheduler = manual_runner.scheduler
 manual_runner.scheduler.advance(1)
+
+
+def status_of(error: ErrorInfo) -> JSONValue:
+    return error.details["status"] if error.details is not None else None
 """
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
+from doubles import detail
 
 from prana import (
     Connection,
@@ -216,7 +217,7 @@ def test_http_request_errors_keep_no_token_in_message_or_details() -> None:
         error = r.get(execution_id).node("notify").error  # type: ignore[union-attr]
     assert error is not None
     assert error.message.startswith("HTTP 400 from POST https://chat.test/send?link=/hooks/[")
-    assert error.details["url"].endswith(f"link=/hooks/{REDACTED}")
+    assert detail(error, "url").endswith(f"link=/hooks/{REDACTED}")
     assert _store_reader_resumes(store, registry, execution_id) == []
 
 

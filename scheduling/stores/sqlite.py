@@ -472,8 +472,7 @@ def stored_schema_version(path: str | os.PathLike[str]) -> int | None:
         raise StoreError(f"{text}: cannot open the database: {exc}") from exc
     try:
         tables = {
-            row[0]
-            for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
         if "prana_schema_version" in tables:
             version = conn.execute("SELECT MAX(version) FROM prana_schema_version").fetchone()[0]
