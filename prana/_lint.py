@@ -81,7 +81,7 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
             where = f"policy {index + 1} " if len(policies) > 1 else ""
             warnings.extend(
                 LintWarning(node_key=node.key, code="unknown_exception", message=where + message)
-                for message in _unknown_exceptions(policy, known)
+                for message in _unknown_exceptions(policy, known, registry)
             )
         warnings.extend(
             LintWarning(
@@ -130,21 +130,72 @@ _BUILTIN_EXCEPTIONS: frozenset[str] = frozenset(
 """Every built-in exception name, prana's own, and ``ResultRejected``."""
 
 
+_RECORDED_TYPES = frozenset(
+    {
+        "Cancelled",
+        "InvalidPort",
+        "InvalidSuspend",
+        "IterationLimitExceeded",
+        "LimitExceeded",
+        "OutputNotJSON",
+        "ParamsInvalid",
+        "StateNotJSON",
+        "TemplateError",
+        "Interrupted",
+    }
+)
+"""The ``ErrorInfo.type`` names prana records for failures it finds itself (not exceptions)."""
+
+_SUGGESTIONS: tuple[str, ...] = tuple(
+    sorted(
+        {cls.__name__ for cls in _exceptions_in(vars(builtins)) if not cls.__name__.startswith("_")}
+        | {"AttemptTimeout", "NonRetryable", "RetryAfter", "WebhookTimeout", RESULT_REJECTED}
+    )
+)
+"""What a "did you mean" may offer: Python's public exceptions and those an attempt of a
+node can fail with in prana, never a private name or one prana uses only internally."""
+
+
 def _known_exception_names(registry: Registry | None) -> frozenset[str]:
     if registry is None or not registry.exceptions():
-        return _BUILTIN_EXCEPTIONS
-    return _BUILTIN_EXCEPTIONS | _class_names(registry._exceptions.values())
+        return _BUILTIN_EXCEPTIONS | _RECORDED_TYPES
+    return _BUILTIN_EXCEPTIONS | _RECORDED_TYPES | _class_names(registry._exceptions.values())
 
 
-def _unknown_exceptions(policy: RetryPolicy, known: frozenset[str]) -> list[str]:
+def _stem(name: str) -> str:
+    """A name without its ``Error``/``Exception`` ending, so endings do not make names close."""
+    for ending in ("Error", "Exception"):
+        if name.endswith(ending) and name != ending:
+            return name[: -len(ending)].lower()
+    return name.lower()
+
+
+def _closest(name: str, registry: Registry | None) -> str | None:
+    """The public built-in or registered exception name closest to ``name``, if one is close."""
+    candidates = list(_SUGGESTIONS)
+    if registry is not None:
+        candidates += sorted(registry.exceptions())
+    by_stem: dict[str, str] = {}
+    for candidate in candidates:
+        by_stem.setdefault(_stem(candidate), candidate)
+    close = difflib.get_close_matches(_stem(name), list(by_stem), n=1, cutoff=0.7)
+    if close:
+        return by_stem[close[0]]
+    whole = difflib.get_close_matches(name, candidates, n=1, cutoff=0.8)
+    return whole[0] if whole else None
+
+
+def _unknown_exceptions(
+    policy: RetryPolicy, known: frozenset[str], registry: Registry | None
+) -> list[str]:
     """A message for each name in ``retry_on``/``exclude`` that no known exception has."""
     found: list[str] = []
     for field in ("retry_on", "exclude"):
         for item in getattr(policy, field) or ():
             if not isinstance(item, str) or item in known:
                 continue
-            close = difflib.get_close_matches(item, sorted(n for n in known if "." not in n), n=1)
-            guess = f"; did you mean {close[0]!r}?" if close else ""
+            close = _closest(item.rsplit(".", 1)[-1], registry)
+            guess = f"; did you mean {close!r}?" if close else ""
             short = item.rsplit(".", 1)[-1]
             found.append(
                 f"{field}: no built-in or registered exception is named {item!r}{guess} "
@@ -220,7 +271,10 @@ def _check_policy(policy: RetryPolicy, node: Node, *, simple: bool) -> list[tupl
                 "max_attempts=None with no retry_timeout retries forever; set one of them",
             )
         )
-    if not simple and policy.retry_on is not None:
+    # A catch-all filter says "every exception" on purpose (Rappel's and Waymark's bracket
+    # without a filter means exactly that): only a filter naming narrower classes that still
+    # reach programming errors through a base is the likely mistake.
+    if not simple and policy.retry_on is not None and not _only_catch_all(policy):
         caught = [
             cls.__name__
             for cls in _PROGRAMMING_CLASSES
@@ -294,6 +348,13 @@ def _shared_error(a: RetryPolicy, b: RetryPolicy) -> str | None:
 
 def _catches_all(policy: RetryPolicy) -> bool:
     return any(
+        (item in _CATCH_ALL_NAMES) if isinstance(item, str) else item in (Exception, BaseException)
+        for item in policy.retry_on or ()
+    )
+
+
+def _only_catch_all(policy: RetryPolicy) -> bool:
+    return all(
         (item in _CATCH_ALL_NAMES) if isinstance(item, str) else item in (Exception, BaseException)
         for item in policy.retry_on or ()
     )
