@@ -7,6 +7,7 @@ workflow again costs a dictionary lookup.
 
 from __future__ import annotations
 
+import difflib
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -187,10 +188,7 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
             continue
         spec = registry.get(node.type)
         if spec is None:
-            problems.append(
-                f"node {node.key!r}: unknown action type {node.type!r}; register it with "
-                f"registry.register({node.type!r}, fn) (known: {_short_list(registry.types())})"
-            )
+            problems.append(unknown_type_message(node, registry))
             continue
         try:
             compiled = nodes[node.key] = CompiledNode(node, spec, workflow)
@@ -253,6 +251,22 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
     if problems:
         raise InvalidWorkflowError(problems)
     return CompiledGraph(workflow, nodes, triggers[0])
+
+
+def closest_types(name: str, registry: Registry) -> list[str]:
+    """The registered (and built-in) action types closest to ``name``, best first."""
+    return difflib.get_close_matches(name, registry.types(), n=3, cutoff=0.6)
+
+
+def unknown_type_message(node: Node, registry: Registry) -> str:
+    """Why ``node``'s type is refused: the closest known types, and how to register one."""
+    close = closest_types(node.type, registry)
+    guess = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    return (
+        f"node {node.key!r}: unknown action type {node.type!r}{guess}; register it with "
+        f"registry.register({node.type!r}, fn), or with the prana command pass --actions "
+        f"MODULE that registers it (known: {_short_list(registry.types())})"
+    )
 
 
 def _short_list(items: list[str], limit: int = 8) -> str:

@@ -615,3 +615,26 @@ def test_escape_sequences_from_a_definition_never_reach_the_terminal(
     assert "\\x1b]52;c;" in text  # the failing node's error, escaped
     assert "say\\x1b]0;owned\\x07" in text
     assert "[link=https://evil.test]w[/link]\\x1b[2J v1" in text  # the list's table
+
+
+def test_an_unknown_node_type_in_a_file_suggests_the_closest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana run`` with a mistyped type names the closest built-in and ``--actions``."""
+    path = tmp_path / "typo.json"
+    path.write_text(
+        json.dumps(
+            {
+                "id": "typo",
+                "nodes": [
+                    {"key": "t", "type": "manual.trigger"},
+                    {"key": "n", "type": "http.reqest"},
+                ],
+                "connections": [{"from_node": "t", "to_node": "n"}],
+            }
+        )
+    )
+    code, _, err = run(["run", str(path), "--db", str(tmp_path / "x.db")], capsys)
+    assert code == 2
+    assert "'http.reqest' -> 'http.request'" in err
+    assert "--actions MODULE" in err

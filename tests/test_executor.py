@@ -2087,3 +2087,27 @@ def test_error_details_are_always_a_json_object() -> None:
     assert opaque is not None
     assert isinstance(opaque["details"], str)
     assert opaque["details"].startswith("{1: <object object")
+
+
+def test_an_unknown_action_type_suggests_the_closest_and_mentions_actions() -> None:
+    """A mistyped type names the closest registered/built-in types and ``--actions``."""
+    registry = Registry()
+    registry.register("billing.charge", lambda params, ctx: None)
+    for typo, expected in (
+        ("http.reqest", "'http.request'"),
+        ("billing.charg", "'billing.charge'"),
+    ):
+        wf = Workflow(
+            id="w",
+            nodes=[Node(key="t", type="manual.trigger"), Node(key="n", type=typo)],
+            connections=[Connection(from_node="t", to_node="n")],
+        )
+        with pytest.raises(InvalidWorkflowError) as info:
+            execute_workflow(wf, None, registry=registry)
+        message = str(info.value)
+        assert f"unknown action type {typo!r} (did you mean {expected}" in message
+        assert "--actions MODULE" in message
+    far = Workflow(id="w", nodes=[Node(key="n", type="zzz.qqq")], connections=[])
+    with pytest.raises(InvalidWorkflowError) as info:
+        execute_workflow(far, None, registry=registry)
+    assert "did you mean" not in str(info.value)

@@ -496,13 +496,21 @@ def check_actions(workflows: Sequence[Workflow], registry: Registry, actions: st
     missing = sorted({n.type for wf in workflows for n in wf.nodes if n.type not in registry})
     if not missing:
         return
+    from prana._graph import closest_types
+
     types = ", ".join(repr(t) for t in missing)
+    guesses = [
+        f"{t!r} -> {' or '.join(repr(c) for c in close)}"
+        for t in missing
+        if (close := closest_types(t, registry))
+    ]
+    guess = f" (did you mean: {'; '.join(guesses)}?)" if guesses else ""
     if actions is None:
         raise CLIError(
-            f"node type(s) {types} are not built in: pass --actions MODULE (a module or .py "
-            "file that registers them)"
+            f"node type(s) {types} are not built in{guess}: pass --actions MODULE (a module "
+            "or .py file that registers them)"
         )
-    raise CLIError(f"--actions {actions} does not register the node type(s) {types}")
+    raise CLIError(f"--actions {actions} does not register the node type(s) {types}{guess}")
 
 
 SUB_WORKFLOW_TYPE = "workflow.execute_workflow"
