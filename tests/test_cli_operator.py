@@ -98,8 +98,9 @@ def test_list_and_show_json_have_stable_documented_fields(
     (row,) = doc["executions"]
     assert set(row) == {
         "id", "workflow_id", "workflow_version", "status", "record_version", "due_at",
-        "updated_at",
+        "updated_at", "failure",
     }  # fmt: skip
+    assert row["failure"] is None  # set on failed executions only
     assert (row["workflow_id"], row["status"], row["due_at"]) == ("op", "completed", None)
     code, out, _ = cli(site, capsys, "show", row["id"], "--json")
     assert code == 0
@@ -359,3 +360,28 @@ def test_deliver_without_actions_to_a_waiting_custom_workflow_says_to_pass_actio
     code, out, _ = cli(site, capsys, "deliver", eid[:12], "--data", "{}", *actions(site))
     assert code == 0
     assert "completed" in out
+
+
+def test_the_dead_letter_view_shows_where_why_and_how_often(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``list --status failed`` shows the failed node, error code, attempts and when; the
+    JSON rows carry the same as ``failure``."""
+    (tmp_path / "dead.json").write_text(json.dumps(flaky_doc("dead", fails=9)))
+    code, _, _ = cli(site, capsys, "run", f"{site['dir']}/dead.json", *actions(site))
+    assert code == 1
+    cli(site, capsys, "run", f"{site['dir']}/flaky.json", *actions(site))
+    code, out, _ = cli(site, capsys, "list", "--status", "failed")
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split() == ["id", "workflow", "failed", "node", "error", "attempts", "failed",
+                              "at", "(UTC)"]  # fmt: skip
+    assert row.split()[1:5] == ["dead", "v1", "call", "action_error"]
+    assert row.split()[5] == "4"
+    code, out, _ = cli(site, capsys, "list", "--status", "failed", "--json")
+    (dead,) = json.loads(out)["executions"]
+    failure = dead["failure"]
+    assert (failure["node"], failure["code"], failure["attempts"]) == ("call", "action_error", 4)
+    assert (failure["type"], failure["message"]) == ("ConnectionError", "down")
+    assert failure["failed_at"] is not None
+    assert row.split()[6] == failure["failed_at"][:10]

@@ -38,8 +38,8 @@ def plain(value: Any) -> Any:
     return value
 
 
-def summary_json(row: ExecutionSummary) -> dict[str, Any]:
-    """One ``prana list --json`` row."""
+def summary_json(row: ExecutionSummary, failure: Failure | None = None) -> dict[str, Any]:
+    """One ``prana list --json`` row; a failed execution's row carries its ``failure``."""
     return {
         "id": row.id,
         "workflow_id": row.workflow_id,
@@ -48,7 +48,35 @@ def summary_json(row: ExecutionSummary) -> dict[str, Any]:
         "record_version": row.version,
         "due_at": plain(row.due_at),
         "updated_at": plain(row.updated_at),
+        "failure": plain(failure),
     }
+
+
+@attrs.frozen
+class Failure:
+    """What an operator needs of a dead letter: where it failed, why, after how many tries."""
+
+    node: str | None
+    code: str | None
+    type: str | None
+    message: str | None
+    attempts: int
+    failed_at: datetime | None
+
+
+def failure_of(execution: WorkflowExecution) -> Failure:
+    """The failure of a failed execution: its error's node and code, that node's attempts."""
+    error = execution.error
+    node = error.node_key if error is not None else None
+    run = execution.node(node) if node is not None else None
+    return Failure(
+        node=node,
+        code=error.code if error is not None else None,
+        type=error.type if error is not None else None,
+        message=error.message if error is not None else None,
+        attempts=len(run.attempts) if run is not None else 0,
+        failed_at=execution.completed_at or execution.updated_at,
+    )
 
 
 def execution_json(execution: WorkflowExecution, record_version: int) -> dict[str, Any]:

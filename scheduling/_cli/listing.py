@@ -8,14 +8,20 @@ from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus
 from scheduling._cli._common import EXIT_OK, CLIError, open_store, resolve_id
-from scheduling._cli._json import LIST_FORMAT, execution_json, summary_json
+from scheduling._cli._json import (
+    LIST_FORMAT,
+    Failure,
+    execution_json,
+    failure_of,
+    summary_json,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
     from scheduling._cli._common import AddCommand
-    from scheduling.abc import ExecutionSummary
+    from scheduling.abc import ExecutionStore, ExecutionSummary
 
 
 def register(add: AddCommand) -> None:
@@ -59,17 +65,57 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 raise CLIError(f"--status {args.status}: use one of {choices}") from None
         after = resolve_id(store, args.after) if args.after is not None else None
         rows = store.list(status, limit=args.limit, workflow_id=args.workflow, after=after)
+        failures = _failures(store, rows)
     finally:
         store.close()
     if args.json:
-        doc = {"format": LIST_FORMAT, "executions": [summary_json(row) for row in rows]}
-        print(json.dumps(doc, indent=2))
+        executions = [summary_json(row, failures.get(row.id)) for row in rows]
+        print(json.dumps({"format": LIST_FORMAT, "executions": executions}, indent=2))
         return EXIT_OK
     if not rows:
         print("no executions")
         return EXIT_OK
-    _print_table(rows)
+    if status is ExecutionStatus.FAILED:
+        _print_dead_letters(rows, failures)
+    else:
+        _print_table(rows)
     return EXIT_OK
+
+
+def _failures(store: ExecutionStore, rows: Sequence[ExecutionSummary]) -> dict[str, Failure]:
+    """Each failed row's failure, read from its record (only failed rows are loaded)."""
+    from scheduling._errors import ExecutionNotFound
+
+    found: dict[str, Failure] = {}
+    for row in rows:
+        if row.status is ExecutionStatus.FAILED:
+            try:
+                execution, _ = store.load(row.id)
+            except ExecutionNotFound:  # deleted between the listing and the load
+                continue
+            found[row.id] = failure_of(execution)
+    return found
+
+
+def _print_dead_letters(rows: Sequence[ExecutionSummary], failures: dict[str, Failure]) -> None:
+    """The dead-letter view: where each failed execution failed, why, and after how many tries."""
+    from scheduling._console import printable, short_id
+
+    header = ("id", "workflow", "failed node", "error", "attempts", "failed at (UTC)")
+    cells = []
+    for row in rows:
+        failure = failures.get(row.id)
+        cells.append(
+            (
+                printable(short_id(row.id)),
+                printable(f"{row.workflow_id} v{row.workflow_version}"),
+                printable(failure.node or "-") if failure else "-",
+                printable(failure.code or "-") if failure else "-",
+                str(failure.attempts) if failure else "-",
+                _when(failure.failed_at) if failure else "-",
+            )
+        )
+    _table(header, cells)
 
 
 def _when(value: datetime | None) -> str:
@@ -91,6 +137,11 @@ def _print_table(rows: Sequence[ExecutionSummary]) -> None:
         )
         for row in rows
     ]
+    _table(header, cells)
+
+
+def _table(header: tuple[str, ...], cells: Sequence[tuple[str, ...]]) -> None:
+    """Print ``cells`` under ``header`` with rich (no markup read from the data), or plainly."""
     try:
         from rich.console import Console
         from rich.table import Table
