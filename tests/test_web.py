@@ -857,3 +857,40 @@ def test_control_characters_in_ids_name_nothing(store: ExecutionStore) -> None:
                 ]
 
         assert asyncio.run(calls()) == [404, 404, 404, 404, 400, 400]
+
+
+@pytest.mark.parametrize(
+    ("settings", "typical"),
+    [
+        ({"retry_on_failed": True, "max_retries": 2, "retry_delay_ms": 500}, [0.5, 0.5]),
+        ({"retry": 3}, [1.0, 2.0]),  # NoETL's short form: 3 attempts
+        ({"retry": "[retry: 2, backoff: 10s]"}, [10.0, 20.0]),  # Rappel's bracket
+        ({"retry": {"max_attempts": 3, "backoff": "constant"}}, [1.0, 1.0]),  # the full form
+    ],
+)
+def test_every_policy_form_gets_its_schedule_preview(
+    settings: dict[str, Any], typical: list[float]
+) -> None:
+    """The simple and short forms show describe() and schedule() as the full form does."""
+    from types import SimpleNamespace
+
+    from prana import loads_workflow
+    from scheduling.web._views import _schedule
+
+    doc = {
+        "id": "w",
+        "nodes": [
+            {"key": "t", "type": "manual.trigger"},
+            {
+                "key": "n",
+                "type": "http.request",
+                "params": {"url": "http://x"},
+                "settings": settings,
+            },
+        ],
+        "connections": [{"from_node": "t", "to_node": "n"}],
+    }
+    run = SimpleNamespace(node_key="n")
+    (preview,) = _schedule(run, loads_workflow(json.dumps(doc)), Registry())  # type: ignore[arg-type]
+    assert preview["policy"].endswith("attempts") or "attempts," in preview["policy"]
+    assert [row["typical_delay_s"] for row in preview["rows"]] == typical
