@@ -55,9 +55,11 @@ from scheduling._steps import (
     FINAL_STATUSES,
     SELF_RESUMING_KINDS,
     Clock,
+    LostStartError,
     Move,
     Steps,
     child_execution_id,
+    logger,
 )
 from scheduling.abc import (
     ClockedScheduler,
@@ -444,7 +446,10 @@ class Runner(Steps, Generic[SchedulerT]):
         """Run ``workflow`` in the caller until it completes or suspends; return its id.
 
         The definition is stored first (a different one under the same id and version is
-        refused before anything runs), the outcome is saved, then its alarm is armed.
+        refused before anything runs), the outcome is saved, then its alarm is armed. An
+        execution cancelled, or taken over by another runner (its lease ended), while its
+        first step ran is not this call's any more: its id is returned all the same, with a
+        warning, and ``get(id)`` shows what became of it.
         """
         if execution_id is not None:
             if not isinstance(execution_id, str) or not execution_id:
@@ -457,7 +462,21 @@ class Runner(Steps, Generic[SchedulerT]):
                 raise StaleVersionError(
                     f"execution {execution_id!r} already exists; start it under a new id"
                 )
-        execution = self._start(workflow, input, execution_id=execution_id, parent=None)
+        try:
+            execution = self._start(workflow, input, execution_id=execution_id, parent=None)
+        except LostStartError as lost:
+            # Accepted and stored, then cancelled or taken over while its first step ran:
+            # it is no longer this call's to run, and its id is how to see what became of it
+            # (raising would invite the caller to start the same work twice).
+            current = self.store.load(lost.execution_id)[0]
+            logger.warning(
+                "execution %r was %s while its first step ran; this start's step was dropped",
+                lost.execution_id,
+                "cancelled"
+                if current.status is ExecutionStatus.CANCELLED
+                else f"taken over by another runner (now {current.status.value})",
+            )
+            return lost.execution_id
         return execution.id
 
     def deliver(self, execution_id: str, resume_data: Any = None) -> Outcome:

@@ -65,6 +65,19 @@ __all__ = ["FINAL_STATUSES", "SELF_RESUMING_KINDS", "Clock", "Move", "Steps"]
 
 logger = logging.getLogger("scheduling._runner")  # the Runner's logger, as before the split
 
+
+class LostStartError(StaleVersionError):
+    """A start stored its execution, then lost it while its first step ran: cancelled, or
+    taken over by another runner (its lease ended). The store has what happened since."""
+
+    def __init__(self, execution_id: str) -> None:
+        super().__init__(
+            f"execution {execution_id!r} was cancelled or taken over by another runner while "
+            "its first step ran; the store has its current state"
+        )
+        self.execution_id = execution_id
+
+
 Clock = Callable[[], datetime]
 
 FINAL_STATUSES = frozenset(
@@ -350,6 +363,14 @@ class Steps:
         tracer = self._tracer
         leases = self._leases
         claim = Claim(None)
+        save_checkpoint = leases.checkpoint(claim)
+        created: list[str] = []
+
+        def checkpoint(execution: WorkflowExecution) -> None:
+            save_checkpoint(execution)  # the first stores it: a durable start
+            if not created:
+                created.append(execution.id)
+
         try:
             with contextlib.ExitStack() as traced:
                 trace_context = None
@@ -366,13 +387,23 @@ class Steps:
                     execution_id=execution_id,
                     parent=parent,
                     trace_context=trace_context,
-                    checkpoint=leases.checkpoint(claim),  # the first stores it: a durable start
+                    checkpoint=checkpoint,
                 )
+        except StaleVersionError as exc:
+            leases.release(claim)
+            if created:
+                raise LostStartError(created[0]) from exc
+            raise
         except BaseException:
             leases.release(claim)
             raise
         new = _execution_of(outcome)
-        version = leases.save(claim, new)
+        try:
+            version = leases.save(claim, new)
+        except StaleVersionError as exc:
+            if created:
+                raise LostStartError(created[0]) from exc
+            raise
         self._note_hook(outcome)
         self._settle(new, version)
         return new

@@ -203,8 +203,11 @@ def test_a_runner_that_loses_the_claim_never_runs_the_action(sqlite_store: SQLit
     assert a.get(eid).status is ExecutionStatus.COMPLETED
 
 
-def test_cancelling_a_running_execution_drops_its_steps_outcome(sqlite_store: SQLiteStore) -> None:
-    """Cancel while an action runs: the cancel is kept, the step's outcome is dropped."""
+def test_cancelling_a_running_execution_drops_its_steps_outcome(
+    sqlite_store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Cancel while a start's first action runs: the cancel is kept, the step's outcome is
+    dropped, and ``start`` returns the id (with a warning) instead of StaleVersionError."""
     clock = ManualClock(T0)
     registry = Registry()
     holder: list[Runner[ManualScheduler]] = []
@@ -219,8 +222,8 @@ def test_cancelling_a_running_execution_drops_its_steps_outcome(sqlite_store: SQ
         Node(key="b", type="data.set_data", params={"fields": {"b": 1}}),
     )
     holder.append(Runner(registry, sqlite_store, ManualScheduler(clock)))
-    with pytest.raises(StaleVersionError):
-        holder[0].start(wf, execution_id="c1")
+    assert holder[0].start(wf, execution_id="c1") == "c1"  # the id, to look at, not an error
+    assert "execution 'c1' was cancelled while its first step ran" in caplog.text
     done = sqlite_store.load("c1")[0]
     assert done.status is ExecutionStatus.CANCELLED
     record = done.node("a")
@@ -314,3 +317,40 @@ def test_prana_run_killed_in_its_first_attempt_is_finished_by_a_worker(tmp_path:
         (1, AttemptOutcome.COMPLETED),
     ]
     assert json.loads(json.dumps(done.output)) == {"released": True}
+
+
+def test_a_start_taken_over_during_its_first_action_returns_its_id(
+    sqlite_store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another runner takes the start over (its lease ended while the first action ran): the
+    start returns the id with a warning, and the other runner's run is what is stored."""
+    clock = ManualClock(T0)
+    registry = Registry()
+    other: list[Runner[ManualScheduler]] = []
+    calls: list[int] = []
+
+    def slow(params: Any, ctx: ActionContext) -> Any:
+        calls.append(ctx.attempt)
+        if len(calls) == 1:
+            clock.advance(LEASE + 1)  # this first attempt outlives its lease...
+            assert other[0].run_due() == [ctx.execution_id]  # ...and is taken over
+        return {"call": len(calls)}
+
+    registry.register("test.slow", slow)
+    first = Runner(registry, sqlite_store, ManualScheduler(clock), lease_seconds=LEASE)
+    other.append(Runner(registry, sqlite_store, ManualScheduler(clock), lease_seconds=LEASE))
+    assert first.start(workflow(Node(key="a", type="test.slow")), execution_id="t1") == "t1"
+    assert "execution 't1' was taken over by another runner (now completed)" in caplog.text
+    done = sqlite_store.load("t1")[0]
+    assert done.status is ExecutionStatus.COMPLETED
+    assert done.output == {"call": 2}
+
+
+def test_a_duplicate_id_on_start_still_raises(sqlite_store: SQLiteStore) -> None:
+    """A start whose id another start stored first is refused: nothing of it was stored."""
+    registry = Registry()
+    runner = Runner(registry, sqlite_store, ManualScheduler(ManualClock(T0)))
+    runner.start(workflow(Node(key="a", type="data.set_data", params={"fields": {}})), None,
+                 execution_id="d1")  # fmt: skip
+    with pytest.raises(StaleVersionError, match="already exists"):
+        runner.start(workflow(), None, execution_id="d1")
