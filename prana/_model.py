@@ -48,8 +48,12 @@ if TYPE_CHECKING:
         "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
     )
     """A JSON-native value, precisely: narrow it (``isinstance(v, dict)``) before indexing."""
+    ErrorDetails: TypeAlias = "Mapping[str, JSONValue] | None"
 else:
-    JSONValue = Any  # the recursive alias is for type checkers; cattrs passes the value through
+    # The precise types are for type checkers; at run time cattrs passes the values through
+    # as they were stored (a record written before details were always an object included).
+    JSONValue = Any
+    ErrorDetails = Any
 
 OnError = Literal["stop_workflow", "continue", "continue_error_output"]
 ON_ERROR_MODES: tuple[str, ...] = ("stop_workflow", "continue", "continue_error_output")
@@ -388,7 +392,7 @@ class ErrorInfo:
     type: str
     module: str
     message: str
-    details: Mapping[str, JSONValue] | None = None
+    details: ErrorDetails = None
     node_key: str | None = None
 
     def as_output(self) -> dict[str, Any]:

@@ -191,7 +191,9 @@ def calls(log: Path) -> list[tuple[str, int, int]]:
     if not log.exists():
         return []
     found = []
-    for line in log.read_text().splitlines():
+    # Only whole lines: a worker may be appending one while this reads (the last piece,
+    # without its newline yet, is read again on the next call).
+    for line in log.read_text().split("\n")[:-1]:
         execution_id, _node, _run, attempt, pid = line.split()
         found.append((execution_id, int(attempt), int(pid)))
     return found
