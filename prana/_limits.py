@@ -45,6 +45,9 @@ class Limits:
     update, and of the workflow input.
     ``max_record_size``: the size of everything the execution keeps (the input, every node
     run's params and output, state updates), which is what its record holds.
+    ``max_sub_workflow_depth``: how deep sub-workflows may nest (a child of a top-level
+    execution is at depth 1); a workflow that starts itself stops there, its deepest
+    ``workflow.execute_workflow`` node failing (the shell checks it when it starts a child).
 
     Sizes count the characters of every string (keys included) plus one for each number,
     bool, null, list item and dict entry; a value named twice counts twice, as the record
@@ -54,6 +57,9 @@ class Limits:
     max_node_runs: int = attrs.field(default=10_000, validator=_positive("max_node_runs"))
     max_value_size: int = attrs.field(default=10_000_000, validator=_positive("max_value_size"))
     max_record_size: int = attrs.field(default=50_000_000, validator=_positive("max_record_size"))
+    max_sub_workflow_depth: int = attrs.field(
+        default=32, validator=_positive("max_sub_workflow_depth")
+    )
 
 
 DEFAULT_LIMITS = Limits()
@@ -62,6 +68,16 @@ DEFAULT_LIMITS = Limits()
 
 def _raise_it(name: str) -> str:
     return f"the application raises it with Registry(limits=Limits({name}=...))"
+
+
+def sub_workflow_too_deep(workflow_id: str, limits: Limits) -> str:
+    """The message of a sub-workflow that would start one level past the limit."""
+    most = limits.max_sub_workflow_depth
+    return (
+        f"sub-workflow {workflow_id!r} would run {most + 1} levels deep, past "
+        f"Limits.max_sub_workflow_depth={most} (does a workflow start itself?); "
+        f"{_raise_it('max_sub_workflow_depth')}"
+    )
 
 
 def node_runs_exceeded(key: str, limits: Limits) -> ErrorInfo:

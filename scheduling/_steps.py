@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from prana import (
+    ErrorCode,
     ExecutionStatus,
     InvalidWorkflowError,
     Outcome,
@@ -51,6 +52,7 @@ from prana import (
     resume_workflow,
     validate,
 )
+from prana._limits import sub_workflow_too_deep
 from scheduling._definitions import Definitions
 from scheduling._errors import ExecutionNotFound, StaleVersionError, WorkflowNotFound
 from scheduling._eventlog import log_event, wanted
@@ -696,6 +698,16 @@ class Steps:
             child = None
         started = child is None
         if child is None:
+            limits = self.registry.limits
+            if self._depth(parent, limits.max_sub_workflow_depth) > limits.max_sub_workflow_depth:
+                error = {
+                    "code": ErrorCode.LIMIT_EXCEEDED.value,
+                    "type": "LimitExceeded",
+                    "module": "prana",
+                    "message": sub_workflow_too_deep(data.workflow_id, limits),
+                }
+                self._resume_parent(parent.id, key, child_id, {"status": "failed", "error": error})
+                return
             ref = ParentRef(execution_id=parent.id, node_key=key, mode=data.mode)
             try:
                 if data.version is None:
@@ -745,6 +757,21 @@ class Steps:
             self._report_to_parent(child)
         elif data.expires_at is not None:
             self.scheduler.schedule(parent.id, data.expires_at)  # the parent's deadline
+
+    def _depth(self, parent: WorkflowExecution, most: int) -> int:
+        """The depth ``parent``'s child would run at (a top-level parent's: 1), up to ``most + 1``.
+
+        Counted by loading the ancestors, at most ``most`` of them: a chain of parent
+        references that loops (a record edited by hand) ends the count too.
+        """
+        depth, current = 1, parent
+        while current.parent is not None and depth <= most:
+            try:
+                current = self.store.load(current.parent.execution_id)[0]
+            except (ExecutionNotFound, RecordError):
+                break
+            depth += 1
+        return depth
 
     def _report_to_parent(self, child: WorkflowExecution) -> None:
         """Resume the parent of an ended child with its output or its error."""
