@@ -20,7 +20,7 @@ import attrs
 from prana._config import testing_state
 from prana._durations import to_seconds
 from prana._errors import DurationError, InvalidSettingsError, NonRetryable, RetryAfter
-from prana._model import NEVER_RETRY_CODES, ErrorCode, ErrorInfo
+from prana._model import NEVER_RETRY_CODES, ErrorCode, ErrorInfo, _fast_constructor
 from prana._policy import (
     HINT_CEILING_SECONDS,
     RESULT_REJECTED,
@@ -159,7 +159,7 @@ def _status_code(value: Any) -> Any:
 # --- the executor's view of an attempt ----------------------------------------------------
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, weakref_slot=False)
 class AttemptView:
     """What retry conditions see of one attempt.
 
@@ -260,6 +260,8 @@ class RetryReason(enum.Enum):
     """The next delay would end past ``retry_timeout``."""
 
 
+_RETRY = RetryReason.RETRY
+
 RAN_OUT: frozenset[RetryReason] = frozenset({RetryReason.EXHAUSTED, RetryReason.BUDGET})
 """The reasons that mean the retries ran out (the ``node_retry_exhausted`` event)."""
 
@@ -273,7 +275,7 @@ CONDITION_ERROR_CHARS = 1_000
 """How much of a failed condition's error the record keeps."""
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, weakref_slot=False)
 class RetryDecision:
     """Retry after ``delay_seconds``; ``max_attempts`` is the matched policy's (testing caps it).
 
@@ -296,7 +298,7 @@ def decide_retry(
     return explain_retry(policies, view, seed=seed).decision
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class RetryExplanation:
     """What ``explain_retry`` answers: the decision (``None``: no retry), why, and in words.
 
@@ -308,8 +310,24 @@ class RetryExplanation:
     text: str
 
 
+# Fast constructors (``prana._model``'s, positional, in field order) for what the engine
+# builds at every failed attempt. Rule: these classes keep the hot-record rules (no
+# validator, converter, post-init hook or weakref slot; ``FAST_BUILT``, checked by a test).
+new_attempt_view: Callable[..., AttemptView] = _fast_constructor(AttemptView)
+"""``new_attempt_view(attempt, error, exception, output, elapsed_seconds,
+retry_after_seconds, execution_id, node_key, timeout_seconds, now)``."""
+_new_decision: Callable[..., RetryDecision] = _fast_constructor(RetryDecision)
+_new_explanation: Callable[..., RetryExplanation] = _fast_constructor(RetryExplanation)
+FAST_BUILT: dict[type[Any], Callable[..., Any]] = {
+    AttemptView: new_attempt_view,
+    RetryDecision: _new_decision,
+    RetryExplanation: _new_explanation,
+}
+"""The classes above built by fast constructors (see the rule)."""
+
+
 def _no(reason: RetryReason, text: str) -> RetryExplanation:
-    return RetryExplanation(None, reason, text)
+    return _new_explanation(None, reason, text)
 
 
 def _failed(field: str, exc: Exception) -> str:
@@ -371,7 +389,7 @@ def explain_retry(
         delay = hint if policy.hint_exceeds_max_delay else min(hint, policy.max_delay)
         delay = min(delay, HINT_CEILING_SECONDS)
     else:
-        delay = policy.delay_for(view.attempt, seed=seed)
+        delay = policy._delay(view.attempt, seed)
     if testing:
         delay = 0.0
     # An attempt is not started unless its timeout, too, fits what is left of the budget
@@ -387,10 +405,7 @@ def explain_retry(
             f"retry_timeout: {view.elapsed_seconds:g}s elapsed + {delay:g}s delay{timed} > "
             f"{policy.retry_timeout:g}s",
         )
-    decision = RetryDecision(
-        delay_seconds=delay, max_attempts=limit, policy=policy, policy_index=index
-    )
-    return RetryExplanation(decision, RetryReason.RETRY, "retry")
+    return _new_explanation(_new_decision(delay, limit, policy, index), _RETRY, "retry")
 
 
 def _is_rejected(view: AttemptView) -> bool:
@@ -402,15 +417,15 @@ def _is_rejected(view: AttemptView) -> bool:
 
 
 def _select(policies: Sequence[RetryPolicy], view: AttemptView) -> tuple[int, RetryPolicy] | None:
-    if _is_rejected(view):
-        for i, policy in enumerate(policies):
-            if policy.retry_on_result is not None:
-                return i, policy
     info = view.error
     cls: type[BaseException] | None
-    if view.exception is not None:
+    if view.exception is not None:  # a live exception: never a rejected result
         cls = type(view.exception)
     else:
+        if _is_rejected(view):
+            for i, policy in enumerate(policies):
+                if policy.retry_on_result is not None:
+                    return i, policy
         cls = error_class(info) if info is not None else None
     for i, policy in enumerate(policies):
         if policy._matches(cls, info):

@@ -36,6 +36,7 @@ from prana._decision import (
     RAN_OUT,
     AttemptView,
     explain_retry,
+    new_attempt_view,
     rejects_result,
 )
 from prana._errors import WebhookTimeout
@@ -177,6 +178,10 @@ class Run(Frontier):
         self.last_output: Any = None
         self.status = ExecutionStatus.PENDING
         self.now_hint: datetime | None = None
+        """The clock's latest reading while only pure work has run since (the entry
+        check's, a node's completion, an attempt's end): the next reading takes it instead
+        of the clock. ``run_node`` and ``resume`` consume it (an action call comes next);
+        ``frozen`` reads it (the execution is handed back next)."""
         self.variables = graph.workflow.variables
         self.workflow_id = graph.workflow.id
         self.issued: dict[str, str] = {}
@@ -265,7 +270,7 @@ class Run(Frontier):
         output: Any,
         error: ErrorInfo | None,
     ) -> WorkflowExecution:
-        now = self.clock()
+        now = self.now_hint or self.clock()
         backlog = self.backlog
         return new_workflow_execution(
             self.id,
@@ -290,7 +295,7 @@ class Run(Frontier):
             self.parent,
             self.started_at,
             now,
-            now if status.value in _FINAL_VALUES else None,
+            now if status._value_ in _FINAL_VALUES else None,
             self.trace_context,
             None,
             self.kept,
@@ -323,7 +328,7 @@ class Run(Frontier):
     def start(self) -> Generator[Call, Result, Outcome]:
         check_transition(self.status, ExecutionStatus.RUNNING)
         self.status = ExecutionStatus.RUNNING
-        self.started_at = self.clock()
+        self.started_at = self.now_hint or self.clock()
         if self.observers:
             self.event(EventType.EXECUTION_STARTED)
         self.enter(self.graph.trigger, Pending(-1, {}))
@@ -709,31 +714,33 @@ class Run(Frontier):
             error = redacted_error(error, self.issued.values())
         if cn.policies and error.code not in NEVER_RETRY_CODES:
             now = self.clock()  # one reading: the budget check and resume_at must agree
-            view = AttemptView(
-                attempt=number,
-                error=error,
-                exception=exception,
-                output=output,
-                elapsed_seconds=(now - node_run.budget_start).total_seconds(),
-                execution_id=self.id,
-                node_key=key,
-                timeout_seconds=cn.timeout,
-                now=now,
+            view = new_attempt_view(
+                number,
+                error,
+                exception,
+                output,
+                (now - node_run.budget_start).total_seconds(),
+                None,
+                self.id,
+                key,
+                cn.timeout,
+                now,
             )
             explanation = explain_retry(
                 cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"
             )
-            exhausted = explanation.reason in RAN_OUT
-            if explanation.reason in CONDITION_FAILED:
-                # no retry, and a user reads why: the attempt's error, node_failed, a log line
-                error = with_detail(error, "retry_condition_failed", explanation.text)
-                _retry_log.warning(
-                    "execution %s: node %r: %s (attempt %d); the attempt does not retry",
-                    *(self.id, key, explanation.text, number),
-                    extra={"execution_id": self.id, "node_key": key, "attempt": number},
-                )
             decision = explanation.decision
-            if decision is not None:
+            if decision is None:  # (a decision's reason is RETRY: neither set below holds it)
+                exhausted = explanation.reason in RAN_OUT
+                if explanation.reason in CONDITION_FAILED:
+                    # no retry, and a user reads why: the attempt's error, node_failed, a log
+                    error = with_detail(error, "retry_condition_failed", explanation.text)
+                    _retry_log.warning(
+                        "execution %s: node %r: %s (attempt %d); the attempt does not retry",
+                        *(self.id, key, explanation.text, number),
+                        extra={"execution_id": self.id, "node_key": key, "attempt": number},
+                    )
+            else:
                 # floor, so rounding never puts resume_at past a retry_timeout budget
                 delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
                 node_run.close_attempt(AttemptOutcome.FAILED, now, error, delay_ms)
@@ -746,6 +753,7 @@ class Run(Frontier):
                     now + timedelta(milliseconds=delay_ms),
                     False,
                 )
+                self.now_hint = now  # the execution is handed back at the attempt's end
                 if self.observers:
                     self.event(
                         EventType.NODE_RETRY_SCHEDULED,
@@ -806,13 +814,15 @@ class Run(Frontier):
         if self.observers:
             self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
         node_run = self.suspended_node_run(key)
+        now = self.now_hint or self.clock()
+        self.now_hint = None
         if suspension.kind == "retry":
             data: RetryData = suspension.data
             if data.redrive:
                 node_run.attempt_redrive = True
                 if data.attempt_number == 1:  # reset_attempts: the budget starts over too
-                    node_run.budget_start = self.clock()
-            step = self.attempt(cn, node_run, data.attempt_number, data.resume_at)
+                    node_run.budget_start = now
+            step = self.attempt(cn, node_run, data.attempt_number, data.resume_at, now)
         else:
             step = self.resume_node(cn, node_run, suspension, resume_data)
         return self.drive(step)
@@ -832,6 +842,7 @@ class Run(Frontier):
         self.status = ExecutionStatus.RUNNING
         if self.observers:
             self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=execution.suspension.kind)
+        self.now_hint = None
         node_run = self.suspended_node_run(key)
         node_run.reopen_paused_attempt()
         data = execution.suspension.data

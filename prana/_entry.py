@@ -249,23 +249,33 @@ def check_clock(clock: Clock) -> Clock:
     A clock returning a datetime *subclass* (pendulum's, say) is wrapped to return plain
     datetimes, which is what records hold and JSON writes.
     """
+    return read_clock(clock)[0]
+
+
+def read_clock(clock: Clock) -> tuple[Clock, datetime]:
+    """``check_clock``, and the reading it checked (a run's first ``now``: one read less)."""
     now = clock()
+    if type(now) is datetime and now.tzinfo is timezone.utc:
+        return clock, now  # the default clock's kind of reading: aware, plain
     if not is_aware(now):
         raise InvalidSettingsError(
             f"clock= returned {now!r}; a clock must return an aware datetime, e.g. "
             "datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
         )
     if type(now) is datetime:
-        return clock
+        return clock, now
 
     def plain_clock() -> datetime:
-        value = clock()
-        return datetime(
-            value.year, value.month, value.day, value.hour, value.minute, value.second,
-            value.microsecond, tzinfo=value.tzinfo, fold=value.fold,
-        )  # fmt: skip
+        return _plain(clock())
 
-    return plain_clock
+    return plain_clock, _plain(now)
+
+
+def _plain(value: datetime) -> datetime:
+    return datetime(
+        value.year, value.month, value.day, value.hour, value.minute, value.second,
+        value.microsecond, tzinfo=value.tzinfo, fold=value.fold,
+    )  # fmt: skip
 
 
 def new_run(
@@ -304,7 +314,7 @@ def new_run(
             "with Registry(limits=Limits(max_value_size=...))"
         )
         raise InvalidWorkflowError([message])
-    checked_clock = check_clock(checked_clock)
+    checked_clock, now = read_clock(checked_clock)
     run = Run(
         graph,
         # 32 random hex digits, like uuid4().hex at a fraction of the cost
@@ -318,6 +328,7 @@ def new_run(
         limits=limits,
     )
     run.kept = size
+    run.now_hint = now
     return run
 
 
@@ -366,8 +377,8 @@ def loaded_run(
         registry, clock, env, observers
     )
     graph = _prepare_resume(execution, workflow, checked_registry, resume_data)
-    checked_clock = check_clock(checked_clock)
-    return Run.from_execution(
+    checked_clock, now = read_clock(checked_clock)
+    run = Run.from_execution(
         graph,
         execution,
         clock=checked_clock,
@@ -375,6 +386,8 @@ def loaded_run(
         observers=checked_observers,
         limits=checked_registry.limits,
     )
+    run.now_hint = now
+    return run
 
 
 def resumed_run(

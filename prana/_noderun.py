@@ -191,15 +191,14 @@ def error_info(
 ) -> ErrorInfo:
     """Turn a live exception into plain data; ``NonRetryable(exc)`` records ``exc``."""
     cause: BaseException = exc
-    if code is None:
-        if isinstance(exc, NonRetryable):
-            code = ErrorCode.NON_RETRYABLE
-        elif isinstance(exc, AttemptTimeout):
-            code = ErrorCode.TIMEOUT
-        else:
-            code = ErrorCode.ACTION_ERROR
-    if isinstance(exc, NonRetryable) and isinstance(exc.error, BaseException):
-        cause = exc.error
+    if isinstance(exc, NonRetryable):
+        value = _NON_RETRYABLE if code is None else code._value_
+        if isinstance(exc.error, BaseException):
+            cause = exc.error
+    elif code is not None:
+        value = code._value_
+    else:
+        value = _TIMEOUT if isinstance(exc, AttemptTimeout) else _ACTION_ERROR
     details = getattr(cause, "details", None)
     if details is not None:
         if json_problem(details) is not None:
@@ -207,12 +206,19 @@ def error_info(
         if type(details) is not dict:
             details = {"details": details}  # always a JSON object, as ErrorInfo promises
     cls = type(cause)
-    return new_error_info(code.value, cls.__name__, cls.__module__, str(cause), details, node_key)
+    return new_error_info(value, cls.__name__, cls.__module__, str(cause), details, node_key)
+
+
+# The codes error_info writes most, as the plain strings records hold (``.value`` is a
+# Python-level property on every enum member).
+_NON_RETRYABLE: str = ErrorCode.NON_RETRYABLE.value
+_TIMEOUT: str = ErrorCode.TIMEOUT.value
+_ACTION_ERROR: str = ErrorCode.ACTION_ERROR.value
 
 
 def prana_error(code: ErrorCode, message: str, node_key: str | None, type_name: str) -> ErrorInfo:
     """A failure prana itself found (not an exception), as plain data."""
-    return new_error_info(code.value, type_name, "prana", message, None, node_key)
+    return new_error_info(code._value_, type_name, "prana", message, None, node_key)
 
 
 def with_detail(error: ErrorInfo, key: str, value: Any) -> ErrorInfo:

@@ -543,6 +543,10 @@ class RetryPolicy:
             raise InvalidSettingsError(
                 f"RetryPolicy.delay_for({retry!r}): give the retry number, a whole number from 1"
             )
+        return self._delay(retry, seed)
+
+    def _delay(self, retry: int, seed: str | None) -> float:
+        """``delay_for`` without checking ``retry`` (the retry decision's: it counts them)."""
         kind = self._jitter_kind()
         lo, _typical, hi = kind.bounds(self, retry)
         if lo == hi:

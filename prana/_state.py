@@ -110,9 +110,19 @@ ATTEMPT_TRANSITIONS: dict[AttemptOutcome, frozenset[AttemptOutcome]] = {
 """An attempt's outcomes; an attempt starts ``running`` (see the theory of operation)."""
 
 
+_NODE_EDGES: frozenset[tuple[str, str]] = frozenset(
+    (src.value, dst.value) for src, targets in NODE_TRANSITIONS.items() for dst in targets
+)
+"""``NODE_TRANSITIONS`` by value (see ``_EDGES``)."""
+_ATTEMPT_EDGES: frozenset[tuple[str, str]] = frozenset(
+    (src.value, dst.value) for src, targets in ATTEMPT_TRANSITIONS.items() for dst in targets
+)
+"""``ATTEMPT_TRANSITIONS`` by value (see ``_EDGES``)."""
+
+
 def check_node_transition(key: str, current: NodeStatus, new: NodeStatus) -> None:
     """Raise ``ResumeError`` unless node run ``current -> new`` is an edge of its table."""
-    if new not in NODE_TRANSITIONS[current]:
+    if (current._value_, new._value_) not in _NODE_EDGES:
         raise ResumeError(
             f"node {key!r}: a run that is {current.value} cannot become {new.value} (the "
             "record is inconsistent: was it edited by hand?); from "
@@ -124,7 +134,7 @@ def check_attempt_transition(
     key: str, number: int, current: AttemptOutcome, new: AttemptOutcome
 ) -> None:
     """Raise ``ResumeError`` unless attempt ``current -> new`` is an edge of its table."""
-    if new not in ATTEMPT_TRANSITIONS[current]:
+    if (current._value_, new._value_) not in _ATTEMPT_EDGES:
         raise ResumeError(
             f"node {key!r}: attempt {number}, which is {current.value}, cannot become "
             f"{new.value} (the record is inconsistent: was it edited by hand?); from "

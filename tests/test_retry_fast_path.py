@@ -1,0 +1,171 @@
+"""The retry cycle's fast paths (issue 11): each test fails if one stops applying.
+
+No timings: each test counts the work a fast path saves (clock readings, enum lookups)
+or checks the rule the fast path relies on.
+"""
+
+from __future__ import annotations
+
+import inspect
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+import pytest
+from doubles import T0
+
+from prana import (
+    ActionContext,
+    Completed,
+    Connection,
+    ExecutionStatus,
+    Node,
+    NodeSettings,
+    NodeStatus,
+    Registry,
+    Suspend,
+    Workflow,
+    execute_workflow,
+    resume_workflow,
+)
+from prana._decision import FAST_BUILT
+from prana._model import AttemptOutcome, hot_record_problems
+from prana._state import (
+    _ATTEMPT_EDGES,
+    _EDGES,
+    _NODE_EDGES,
+    ATTEMPT_TRANSITIONS,
+    NODE_TRANSITIONS,
+    TRANSITIONS,
+)
+
+
+def _fails_once(params: Any, ctx: ActionContext) -> Any:
+    if ctx.attempt == 1:
+        raise ConnectionError("down")
+    return ctx.attempt
+
+
+def _retry_workflow() -> Workflow:
+    return Workflow(
+        id="retry0",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="call",
+                type="test.fails_once",
+                settings=NodeSettings(retry_on_failed=True, retry_delay_ms=0),
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+
+
+class CountingClock:
+    """A clock that moves one millisecond per reading and counts the readings."""
+
+    def __init__(self) -> None:
+        self.now = T0
+        self.reads = 0
+
+    def __call__(self) -> datetime:
+        self.reads += 1
+        self.now += timedelta(milliseconds=1)
+        return self.now
+
+
+@pytest.fixture
+def registry() -> Registry:
+    registry = Registry()
+    registry.register("test.fails_once", _fails_once)
+    return registry
+
+
+def test_a_retry_cycle_reads_the_clock_once_per_moment(registry: Registry) -> None:
+    """Without observers the start reads the clock 3 times, the resume 2 (the entry check's
+    reading starts the run; an attempt's end is the next start and the record's update).
+
+    More readings mean a ``now_hint`` stopped being taken; each costs a datetime.
+    """
+    clock = CountingClock()
+    wf = _retry_workflow()
+    paused = execute_workflow(wf, 0, registry=registry, clock=clock)
+    assert isinstance(paused, Suspend)
+    assert paused.kind == "retry"
+    assert clock.reads == 3
+    execution = paused.execution
+    assert execution is not None
+    start, call = execution.node_executions["start"][0], execution.node_executions["call"][0]
+    # each reading is where the one before it would have been taken: times stay ordered
+    assert execution.started_at == start.started_at
+    assert start.completed_at == call.started_at == call.attempts[0].started_at
+    assert execution.updated_at == call.attempts[0].ended_at
+    assert execution.started_at is not None
+    assert execution.updated_at is not None
+    assert execution.started_at < call.started_at < execution.updated_at
+    clock.reads = 0
+    done = resume_workflow(execution, workflow=wf, registry=registry, clock=clock)
+    assert isinstance(done, Completed)
+    assert clock.reads == 2
+    record = done.execution.node_executions["call"][0]
+    assert record.status is NodeStatus.COMPLETED
+    assert [a.outcome for a in record.attempts] == [AttemptOutcome.FAILED, AttemptOutcome.COMPLETED]
+    second = record.attempts[1]
+    assert second.started_at is not None
+    assert second.ended_at is not None
+    assert execution.updated_at < second.started_at < second.ended_at
+    assert done.execution.updated_at == done.execution.completed_at == second.ended_at
+
+
+def test_a_resumed_pause_reads_the_clock_after_its_callback(registry: Registry) -> None:
+    """The entry check's reading is not kept past the resume: an execution that fails in a
+    ``resume`` callback is stamped after the callback ran, not when it was loaded."""
+    clock = CountingClock()
+
+    def pause(params: Any, ctx: ActionContext) -> Any:
+        return Suspend("approval", {"ask": 1})
+
+    def resume(params: Any, ctx: ActionContext, data: Any) -> Any:
+        clock.now += timedelta(hours=1)  # the callback takes an hour
+        raise ValueError("refused")
+
+    registry.register("test.pause", pause, resume=resume)
+    wf = Workflow(
+        id="pause",
+        nodes=[Node(key="start", type="manual.trigger"), Node(key="wait", type="test.pause")],
+        connections=[Connection(from_node="start", to_node="wait")],
+    )
+    paused = execute_workflow(wf, None, registry=registry, clock=clock)
+    assert isinstance(paused, Suspend)
+    assert paused.execution is not None
+    loaded_at = clock.now
+    failed = resume_workflow(
+        paused.execution, {"ok": 1}, workflow=wf, registry=registry, clock=clock
+    )
+    assert failed.execution is not None
+    assert failed.execution.status is ExecutionStatus.FAILED
+    assert failed.execution.updated_at is not None
+    assert failed.execution.updated_at > loaded_at + timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("table", "edges"),
+    [(TRANSITIONS, _EDGES), (NODE_TRANSITIONS, _NODE_EDGES), (ATTEMPT_TRANSITIONS, _ATTEMPT_EDGES)],
+)
+def test_the_transition_checks_read_the_tables_by_value(table: Any, edges: Any) -> None:
+    """The checks look edges up as value pairs (str hashing in C, not Enum.__hash__ in
+    Python): the pairs are exactly the table's edges."""
+    assert edges == {(src.value, dst.value) for src, targets in table.items() for dst in targets}
+
+
+@pytest.mark.parametrize("cls", list(FAST_BUILT), ids=lambda c: c.__name__)
+def test_the_retry_decisions_records_keep_the_fast_constructor_rules(cls: type[Any]) -> None:
+    """AttemptView, RetryDecision and RetryExplanation are built without ``__init__`` at every
+    failed attempt: a validator or weakref slot added later would be skipped or refused."""
+    assert hot_record_problems(cls) == []
+    build = FAST_BUILT[cls]
+    names = [a.name for a in attrs.fields(cls)]
+    record = build(*range(len(names)))
+    assert type(record) is cls
+    assert [getattr(record, n) for n in names] == list(range(len(names)))
+    assert "_twin()" in inspect.getsource(build)
