@@ -88,9 +88,10 @@ from prana._model import (
 from prana._noderun import NodeRun, error_info, prana_error, redacted_error, with_detail
 from prana._registry import ActionContext
 from prana._scope import prepare_params
-from prana._state import FINAL, check_node_transition, check_transition
+from prana._state import FINAL, check_transition
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL)
+_TUPLE = frozenset({tuple})
 
 _retry_log = logging.getLogger("prana.retry")
 """Retry conditions that failed when they ran (WARNING): the run goes on without a retry."""
@@ -169,8 +170,10 @@ class Run(Frontier):
         self.env = env
         self.observers = observers
         self.parent = parent
-        self.runs: dict[str, Sequence[NodeExecution]] = {}
-        """Records per node: tuples as loaded, lists once this run writes to them."""
+        self.runs: dict[str, tuple[NodeExecution, ...]] = {}
+        """Records per node, always a tuple: a new record replaces its node's tuple (which
+        copies that node's runs, at most ``max_iterations``), so ``frozen`` copies the dict
+        and no row, and a checkpoint costs the number of nodes, not of records."""
         self.state: dict[str, Any] = {}
         self.init_frontier()
         self.next_index = 0
@@ -221,7 +224,9 @@ class Run(Frontier):
         )
         kept = execution.kept_size
         run.kept = kept if type(kept) is int and kept >= 0 else recorded_size(execution)
-        run.runs = dict(execution.node_executions)
+        runs = run.runs = dict(execution.node_executions)
+        if not {*map(type, runs.values())} <= _TUPLE:  # built by hand with lists, say
+            run.runs = {k: tuple(v) for k, v in runs.items()}
         run.state = dict(execution.state)
         check_pending(graph, execution)
         for a in execution.pending:
@@ -278,7 +283,7 @@ class Run(Frontier):
             self.workflow.version,
             status,
             self.input,
-            {k: v if type(v) is tuple else tuple(v) for k, v in self.runs.items()},
+            dict(self.runs),
             state,
             tuple(
                 new_activation(k, p.seq, p.sources)
@@ -300,15 +305,6 @@ class Run(Frontier):
             None,
             self.kept,
         )
-
-    def writable_runs(self, key: str) -> list[NodeExecution]:
-        """The node's records as a list this run may change (copied on first write)."""
-        runs = self.runs.get(key)
-        if type(runs) is list:
-            return runs
-        fresh = list(runs) if runs is not None else []
-        self.runs[key] = fresh
-        return fresh
 
     def event(self, type_: EventType, **fields: Any) -> None:
         if self.observers:
@@ -376,8 +372,8 @@ class Run(Frontier):
 
     def run_node(self, key: str) -> Step:
         cn = self.graph.nodes[key]
-        runs = self.writable_runs(key)
-        run_index = len(runs)
+        runs = self.runs.get(key)
+        run_index = len(runs) if runs else 0
         if self.next_index >= self.limits.max_node_runs:
             return self.fail_execution(node_runs_exceeded(key, self.limits))
         if run_index >= self.workflow.max_iterations:
@@ -392,7 +388,6 @@ class Run(Frontier):
         started = self.now_hint or self.clock()
         self.now_hint = None
         node_run = NodeRun(key, self.next_index, run_index, started, [])
-        node_run.runs = runs
         self.next_index += 1
         return self.attempt(cn, node_run, 1, None)
 
@@ -556,11 +551,11 @@ class Run(Frontier):
 
     def record(self, node_run: NodeRun, execution: NodeExecution) -> None:
         """Put ``execution`` as the node run's record: replace it if it has one, else add it."""
-        runs = self.writable_runs(node_run.key)
+        runs, key = self.runs, node_run.key
         if node_run.recorded:
-            runs[-1] = execution
+            runs[key] = (*runs[key][:-1], execution)
         else:
-            runs.append(execution)
+            runs[key] = (*runs.get(key, ()), execution)
             node_run.recorded = True
 
     def complete_node(
@@ -601,14 +596,12 @@ class Run(Frontier):
             error,
             tuple(attempts),
         )
-        runs = node_run.runs
-        if runs is None:
-            runs = self.writable_runs(cn.key)
-        if node_run.recorded:
-            runs[-1] = execution
-        else:
-            runs.append(execution)
         key = cn.key
+        runs = self.runs
+        if node_run.recorded:
+            runs[key] = (*runs[key][:-1], execution)
+        else:
+            runs[key] = (*runs.get(key, ()), execution)
         if key in self.backlog:
             self.consume_activation(key)
         else:
@@ -828,10 +821,11 @@ class Run(Frontier):
         return self.drive(step)
 
     def suspended_node_run(self, key: str) -> NodeRun:
-        """The suspended node's run, running again (its record is replaced when it settles)."""
-        last = self.runs[key][-1]
-        check_node_transition(key, last.status, NodeStatus.RUNNING)
-        return NodeRun.resumed(last)
+        """The suspended node's run, running again (its record is replaced when it settles).
+
+        Its ``suspended -> running`` edge was checked on entry (``_entry._prepare_resume``).
+        """
+        return NodeRun.resumed(self.runs[key][-1])
 
     def expire(self, execution: WorkflowExecution) -> Generator[Call, Result, Outcome]:
         """Fail the paused webhook node with ``WebhookTimeout``; ``on_error`` decides the rest."""

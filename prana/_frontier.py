@@ -20,7 +20,7 @@ the graph walk (``CompiledGraph.reachable_from``) at every pick of random workfl
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from prana._errors import ResumeError
@@ -81,7 +81,7 @@ class Frontier:
 
     graph: CompiledGraph
     input: Any
-    runs: dict[str, Sequence[NodeExecution]]
+    runs: dict[str, tuple[NodeExecution, ...]]
     pending: dict[str, Pending]
     """Per node, the activation it runs with next (the head of its queue)."""
     backlog: dict[str, list[Pending]]

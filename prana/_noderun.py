@@ -49,7 +49,6 @@ class NodeRun:
         "params",
         "recorded",
         "run_index",
-        "runs",
         "started_at",
     )
 
@@ -76,8 +75,6 @@ class NodeRun:
         self.attempt_due: datetime | None = None
         self.attempt_redrive = False
         self.budget_start = started_at
-        self.runs: list[NodeExecution] | None = None
-        """The node's record list in the run, once known (saves a lookup per record)."""
 
     @classmethod
     def resumed(cls, last: NodeExecution) -> NodeRun:

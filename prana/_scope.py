@@ -34,7 +34,7 @@ class _NodesView(Mapping[str, Any]):
 
     __slots__ = ("_runs",)
 
-    def __init__(self, runs: dict[str, Sequence[NodeExecution]]) -> None:
+    def __init__(self, runs: Mapping[str, Sequence[NodeExecution]]) -> None:
         self._runs = runs
 
     def __getitem__(self, key: str) -> Any:

@@ -169,3 +169,37 @@ def test_the_retry_decisions_records_keep_the_fast_constructor_rules(cls: type[A
     assert type(record) is cls
     assert [getattr(record, n) for n in names] == list(range(len(names)))
     assert "_twin()" in inspect.getsource(build)
+
+
+def test_a_checkpoint_reuses_the_rows_of_nodes_it_did_not_change(registry: Registry) -> None:
+    """Each snapshot shares every node's tuple of records that did not change since the one
+    before (a checkpoint copies a dict of node keys, never the rows): the nodes that ran
+    in between are the only new tuples."""
+    registry.register("test.add", lambda params, ctx: ctx.input["main"] + 1)
+    keys = ["a", "b", "c"]
+    wf = Workflow(
+        id="chain",
+        nodes=[Node(key="start", type="manual.trigger")]
+        + [Node(key=k, type="test.add") for k in keys],
+        connections=[
+            Connection(from_node=a, to_node=b) for a, b in zip(["start", *keys], keys, strict=False)
+        ],
+    )
+    snapshots: list[Any] = []
+    done = execute_workflow(wf, 0, registry=registry, checkpoint=snapshots.append)
+    assert isinstance(done, Completed)
+    assert done.output == 3
+    assert len(snapshots) == 4  # one before each action call: start, a, b, c
+    # between two checkpoints one node completed and the next one's record opened
+    expected = [{"start", "a"}, {"a", "b"}, {"b", "c"}]
+    for before, after, ran in zip(snapshots, snapshots[1:], expected, strict=False):
+        changed = {
+            k
+            for k, rows in after.node_executions.items()
+            if rows is not before.node_executions.get(k)
+        }
+        assert changed == ran
+    last = snapshots[-1]
+    assert all(
+        done.execution.node_executions[k] is last.node_executions[k] for k in ["start", "a", "b"]
+    )
