@@ -75,13 +75,13 @@ class CountingClock:
 
 
 @pytest.fixture
-def registry() -> Registry:
-    registry = Registry()
+def flaky(registry: Registry) -> Registry:
+    """The shared test registry, with ``test.fails_once`` (fails its first attempt)."""
     registry.register("test.fails_once", _fails_once)
     return registry
 
 
-def test_a_retry_cycle_reads_the_clock_once_per_moment(registry: Registry) -> None:
+def test_a_retry_cycle_reads_the_clock_once_per_moment(flaky: Registry) -> None:
     """Without observers the start reads the clock 3 times, the resume 2 (the entry check's
     reading starts the run; an attempt's end is the next start and the record's update).
 
@@ -89,7 +89,7 @@ def test_a_retry_cycle_reads_the_clock_once_per_moment(registry: Registry) -> No
     """
     clock = CountingClock()
     wf = _retry_workflow()
-    paused = execute_workflow(wf, 0, registry=registry, clock=clock)
+    paused = execute_workflow(wf, 0, registry=flaky, clock=clock)
     assert isinstance(paused, Suspend)
     assert paused.kind == "retry"
     assert clock.reads == 3
@@ -104,7 +104,7 @@ def test_a_retry_cycle_reads_the_clock_once_per_moment(registry: Registry) -> No
     assert execution.updated_at is not None
     assert execution.started_at < call.started_at < execution.updated_at
     clock.reads = 0
-    done = resume_workflow(execution, workflow=wf, registry=registry, clock=clock)
+    done = resume_workflow(execution, workflow=wf, registry=flaky, clock=clock)
     assert isinstance(done, Completed)
     assert clock.reads == 2
     record = done.execution.node_executions["call"][0]
@@ -117,7 +117,7 @@ def test_a_retry_cycle_reads_the_clock_once_per_moment(registry: Registry) -> No
     assert done.execution.updated_at == done.execution.completed_at == second.ended_at
 
 
-def test_a_resumed_pause_reads_the_clock_after_its_callback(registry: Registry) -> None:
+def test_a_resumed_pause_reads_the_clock_after_its_callback(flaky: Registry) -> None:
     """The entry check's reading is not kept past the resume: an execution that fails in a
     ``resume`` callback is stamped after the callback ran, not when it was loaded."""
     clock = CountingClock()
@@ -129,19 +129,17 @@ def test_a_resumed_pause_reads_the_clock_after_its_callback(registry: Registry) 
         clock.now += timedelta(hours=1)  # the callback takes an hour
         raise ValueError("refused")
 
-    registry.register("test.pause", pause, resume=resume)
+    flaky.register("test.pause", pause, resume=resume)
     wf = Workflow(
         id="pause",
         nodes=[Node(key="start", type="manual.trigger"), Node(key="wait", type="test.pause")],
         connections=[Connection(from_node="start", to_node="wait")],
     )
-    paused = execute_workflow(wf, None, registry=registry, clock=clock)
+    paused = execute_workflow(wf, None, registry=flaky, clock=clock)
     assert isinstance(paused, Suspend)
     assert paused.execution is not None
     loaded_at = clock.now
-    failed = resume_workflow(
-        paused.execution, {"ok": 1}, workflow=wf, registry=registry, clock=clock
-    )
+    failed = resume_workflow(paused.execution, {"ok": 1}, workflow=wf, registry=flaky, clock=clock)
     assert failed.execution is not None
     assert failed.execution.status is ExecutionStatus.FAILED
     assert failed.execution.updated_at is not None
@@ -171,11 +169,10 @@ def test_the_retry_decisions_records_keep_the_fast_constructor_rules(cls: type[A
     assert "_twin()" in inspect.getsource(build)
 
 
-def test_a_checkpoint_reuses_the_rows_of_nodes_it_did_not_change(registry: Registry) -> None:
+def test_a_checkpoint_reuses_the_rows_of_nodes_it_did_not_change(flaky: Registry) -> None:
     """Each snapshot shares every node's tuple of records that did not change since the one
     before (a checkpoint copies a dict of node keys, never the rows): the nodes that ran
     in between are the only new tuples."""
-    registry.register("test.add", lambda params, ctx: ctx.input["main"] + 1)
     keys = ["a", "b", "c"]
     wf = Workflow(
         id="chain",
@@ -186,7 +183,7 @@ def test_a_checkpoint_reuses_the_rows_of_nodes_it_did_not_change(registry: Regis
         ],
     )
     snapshots: list[Any] = []
-    done = execute_workflow(wf, 0, registry=registry, checkpoint=snapshots.append)
+    done = execute_workflow(wf, 0, registry=flaky, checkpoint=snapshots.append)
     assert isinstance(done, Completed)
     assert done.output == 3
     assert len(snapshots) == 4  # one before each action call: start, a, b, c
