@@ -351,7 +351,15 @@ def explain_retry(
         return _no(RetryReason.NON_RETRYABLE, "NonRetryable")
     if info is not None and info.code in NEVER_RETRY_CODES:
         return _no(RetryReason.NEVER_RETRIES, f"{info.code} never retries")
-    selected = _select(policies, view)
+    if exc is not None:  # _select's common case, inlined: a live exception's class
+        cls = type(exc)
+        selected = None
+        for i, candidate in enumerate(policies):
+            if candidate._matches(cls, info):
+                selected = i, candidate
+                break
+    else:
+        selected = _select(policies, view)
     if selected is None:
         return _no(RetryReason.NOT_MATCHED, "no policy matches the error")
     index, policy = selected

@@ -736,8 +736,41 @@ class Run(Frontier):
             else:
                 # floor, so rounding never puts resume_at past a retry_timeout budget
                 delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
-                node_run.close_attempt(AttemptOutcome.FAILED, now, error, delay_ms)
-                self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED, error=error))
+                # The hot path: close_attempt + freeze + record, inlined. Both edges it takes,
+                # running -> failed (the attempt) and running -> suspended (the run), are in
+                # prana._state's tables (a test checks).
+                attempts = node_run.attempts
+                attempts.append(
+                    new_attempt_record(
+                        number,
+                        node_run.attempt_started,
+                        now,
+                        AttemptOutcome.FAILED,
+                        error,
+                        node_run.attempt_due,
+                        delay_ms,
+                        node_run.attempt_redrive,
+                    )
+                )
+                record = new_node_execution(
+                    key,
+                    NodeStatus.SUSPENDED,
+                    node_run.execution_index,
+                    node_run.run_index,
+                    node_run.started_at,
+                    None,
+                    node_run.params,
+                    None,
+                    None,
+                    error,
+                    tuple(attempts),
+                )
+                runs = self.runs
+                if node_run.recorded:
+                    runs[key] = (*runs[key][:-1], record)
+                else:
+                    runs[key] = (*runs.get(key, ()), record)
+                    node_run.recorded = True
                 data = new_retry_data(
                     delay_ms,
                     number + 1,

@@ -29,7 +29,7 @@ from prana import (
     resume_workflow,
 )
 from prana._decision import FAST_BUILT
-from prana._model import AttemptOutcome, hot_record_problems
+from prana._model import AttemptOutcome, WorkflowExecution, hot_record_problems, with_lease
 from prana._state import (
     _ATTEMPT_EDGES,
     _EDGES,
@@ -200,3 +200,28 @@ def test_a_checkpoint_reuses_the_rows_of_nodes_it_did_not_change(flaky: Registry
     assert all(
         done.execution.node_executions[k] is last.node_executions[k] for k in ["start", "a", "b"]
     )
+
+
+def test_the_inlined_settles_take_edges_of_the_tables() -> None:
+    """complete_node and settle_failure's retry path build their records inline, without
+    the transition checks: the edges they take must stay edges of prana._state's tables."""
+    assert AttemptOutcome.COMPLETED in ATTEMPT_TRANSITIONS[AttemptOutcome.RUNNING]
+    assert AttemptOutcome.FAILED in ATTEMPT_TRANSITIONS[AttemptOutcome.RUNNING]
+    assert NodeStatus.COMPLETED in NODE_TRANSITIONS[NodeStatus.RUNNING]
+    assert NodeStatus.SUSPENDED in NODE_TRANSITIONS[NodeStatus.RUNNING]
+
+
+def test_with_lease_is_evolve_through_the_slot_twin(flaky: Registry) -> None:
+    """with_lease(execution, at) equals attrs.evolve(execution, lease_expires_at=at) and
+    builds through the slot twin (a runner calls it at every checkpoint and renewal)."""
+    paused = execute_workflow(_retry_workflow(), 0, registry=flaky)
+    execution = paused.execution
+    assert execution is not None
+    at = T0 + timedelta(seconds=30)
+    leased = with_lease(execution, at)
+    assert type(leased) is WorkflowExecution
+    assert leased == attrs.evolve(execution, lease_expires_at=at)
+    assert leased.lease_expires_at == at
+    assert execution.lease_expires_at is None
+    assert with_lease(leased, None) == execution
+    assert "_twin()" in inspect.getsource(with_lease)
