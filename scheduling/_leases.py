@@ -24,8 +24,7 @@ import threading
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-import attrs
-
+from prana._model import with_lease
 from scheduling._errors import StaleVersionError, StoreError
 
 if TYPE_CHECKING:
@@ -77,7 +76,7 @@ class Leases:
 
         def save(execution: WorkflowExecution) -> None:
             now = self.clock()
-            record = attrs.evolve(execution, lease_expires_at=now + self.lease)
+            record = with_lease(execution, now + self.lease)
             with claim.lock:
                 claim.version = self.store.save(record, claim.version)
                 claim.record, claim.saved_at = record, now
@@ -128,7 +127,7 @@ class Leases:
             record, saved_at = claim.record, claim.saved_at
             if record is None or saved_at is None or now - saved_at < self.lease / 3:
                 return
-            renewed = attrs.evolve(record, lease_expires_at=now + self.lease)
+            renewed = with_lease(record, now + self.lease)
             try:
                 claim.version = self.store.save(renewed, claim.version)
             except StaleVersionError:
