@@ -28,8 +28,6 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import attrs
-
 from prana._builtins import SubWorkflowFailed
 from prana._decision import (
     CONDITION_FAILED,
@@ -44,10 +42,7 @@ from prana._events import Event, EventType, Observer, emit
 from prana._frontier import Frontier, Pending, check_pending
 from prana._graph import CompiledGraph, CompiledNode
 from prana._hooks import (
-    PENDING_TOKEN_PREFIX,
-    mint_token,
     redact_tokens,
-    token_digest,
 )
 from prana._jsoncheck import json_problem, json_size
 from prana._limits import (
@@ -71,9 +66,7 @@ from prana._model import (
     Output,
     ParentRef,
     RetryData,
-    SubWorkflowData,
     Suspend,
-    TimerData,
     WebhookData,
     Workflow,
     WorkflowExecution,
@@ -86,6 +79,7 @@ from prana._model import (
     new_workflow_execution,
 )
 from prana._noderun import NodeRun, error_info, prana_error, redacted_error, with_detail
+from prana._pause import settle_suspend
 from prana._registry import ActionContext
 from prana._scope import prepare_params
 from prana._state import FINAL, check_transition
@@ -479,7 +473,7 @@ class Run(Frontier):
         key = cn.key
         retryable = not from_resume
         if type(value) is Suspend:
-            return self.settle_suspend(cn, node_run, value)
+            return settle_suspend(self, cn, node_run, value)
         if type(value) is Output:
             port, output = value.port, value.value
             ports = cn.spec.output_ports
@@ -619,60 +613,6 @@ class Run(Frontier):
 
     def elapsed(self, node_run: NodeRun) -> float:
         return (self.clock() - node_run.budget_start).total_seconds()
-
-    def settle_suspend(self, cn: CompiledNode, node_run: NodeRun, value: Suspend) -> Outcome | None:
-        """The action asked to pause: record it and hand the suspension to the caller."""
-        key = cn.key
-        kind, data = value.kind, value.data
-        problem: str | None = None
-        if kind == "retry":
-            problem = (
-                "actions may not return Suspend(kind='retry'); "
-                "raise an error (or RetryAfter) instead"
-            )
-        elif kind in _SUSPEND_TYPES:
-            if not isinstance(data, _SUSPEND_TYPES[kind]):
-                expected = _SUSPEND_TYPES[kind].__name__
-                problem = f"Suspend({kind!r}) needs {expected} data, got {type(data).__name__}"
-        else:
-            json_issue = json_problem(data)
-            if json_issue is not None:
-                problem = f"Suspend({kind!r}) data is not JSON-native at {json_issue}"
-        if problem is not None:
-            error = prana_error(
-                ErrorCode.INVALID_SUSPEND, f"node {key!r}: {problem}", key, "InvalidSuspend"
-            )
-            return self.settle_failure(cn, node_run, error)
-        now = self.clock()
-        node_run.close_attempt(AttemptOutcome.SUSPENDED, now)
-        self.record(node_run, node_run.freeze(NodeStatus.SUSPENDED))
-        given = None
-        if kind == "webhook":
-            # The record keeps the token's digest; the plaintext goes only to the caller. A
-            # token handed out earlier through ``$webhooks.<key>`` is this wait's token.
-            digest = self.state.pop(PENDING_TOKEN_PREFIX + key, None)
-            token = self.issued.pop(key, None)
-            if not isinstance(digest, str):
-                token, secret = mint_token(self.id)
-                digest = token_digest(self.id, key, secret)
-            data = WebhookData(expires_at=data.expires_at, token_digest=digest)
-            given = attrs.evolve(data, token=token)
-        elif self.issued and kind not in _SUSPEND_TYPES:
-            # An action's own data (a link it was given): the caller gets it as given, the
-            # record without the tokens minted in this call.
-            redacted = redact_tokens(data, self.issued.values())
-            if redacted != data:
-                given, data = data, redacted
-        suspension = Suspend(kind, data)
-        if self.observers:
-            self.event(
-                EventType.NODE_SUSPENDED,
-                node_key=key,
-                run_index=node_run.run_index,
-                attempt=node_run.attempt_number,
-                kind=kind,
-            )
-        return self.suspend_execution(key, suspension, given)
 
     def suspend_execution(
         self, key: str, suspension: Suspend, given: Any = None
@@ -925,10 +865,3 @@ class Run(Frontier):
                 return self.settle_failure(cn, node_run, problem)
             return (resume_fn, (params, ctx, resume_data), cn.timeout, (cn, node_run, ctx, True))
         return self.settle_value(cn, node_run, ctx, value, from_resume=True)
-
-
-_SUSPEND_TYPES: dict[str, type[Any]] = {
-    "timer": TimerData,
-    "webhook": WebhookData,
-    "sub_workflow": SubWorkflowData,
-}

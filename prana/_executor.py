@@ -4,7 +4,8 @@ The public entry points live here; the work is split by concern into private mod
 
 - ``prana._entry``: the argument checks every call makes before anything runs;
 - ``prana._engine``: the generator that runs nodes and attempts (its theory of operation
-  is at the top of that module), with ``prana._noderun`` for its mutable working records;
+  is at the top of that module), with ``prana._noderun`` for its mutable working records
+  and ``prana._pause`` for an action's pause (a ``Suspend`` it returns);
 - ``prana._drivers``: the sync and async drivers that make the engine's action calls;
 - ``prana._jsoncheck``: what is JSON-native;
 - ``prana._state``: the transition tables the engine obeys.
