@@ -54,7 +54,7 @@ frozen instances (see ``prana._model.slot_twin``).
 """
 
 
-class _Mismatch(Exception):  # noqa: N818 - internal signal, never escapes loads()
+class Mismatch(Exception):  # noqa: N818 - internal signal, never escapes loads()
     """The fast path met a shape it does not handle; the detailed converter takes over."""
 
 
@@ -84,39 +84,68 @@ def _runs_of(t: Any) -> Any:
     return None
 
 
-def _gen_fast_hooks(
-    conv: OrjsonConverter, cl: type[Any]
+def gen_fast_hooks(
+    conv: OrjsonConverter,
+    cl: type[Any],
+    special: Mapping[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] | None = None,
 ) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]:
     """Generate an unstructure and a structure function for a plain attrs class.
 
-    They write the same dicts as cattrs' generic hooks, but read strictly (every key
-    present, exact JSON types, no extra keys) and build the instance through its slots
-    without calling ``__init__``, which would cost more than everything else here. Any
-    other shape raises, and the caller falls back to the detailed converter.
+    They write the same dicts as cattrs' generic hooks, but read strictly (exact JSON
+    types, no extra keys) and build the instance through its slots without calling
+    ``__init__``, which would cost more than everything else here. A field with a default
+    may be missing (a record written before the field existed); any other shape raises,
+    and the caller falls back to the detailed converter. ``special`` maps a field name to
+    its own ``(write, read)`` functions (schema version 3's node runs).
     """
     names: dict[str, Any] = {
         "_new": object.__new__,
         "_cl": cl,
-        "_Mismatch": _Mismatch,
+        "_Mismatch": Mismatch,
+        "_missing": _MISSING,
     }
     fields = attrs.fields(cl)
-    load = [f"def structure_{cl.__name__}(d, _):", f"  if len(d) != {len(fields)}: raise _Mismatch"]
-    load.append("  o = _new(_cl)")
+    # ``n`` counts the keys read plus the defaulted ones missing: it equals the number of
+    # fields exactly when ``d`` has no key that is not a field.
+    load = [f"def structure_{cl.__name__}(d, _):", "  n = len(d)", "  o = _new(_cl)"]
     dump = [f"def unstructure_{cl.__name__}(o):", "  return {"]
     for a in fields:
         n = a.name
         names[f"_set_{n}"] = vars(cl)[n].__set__
-        lines, written = _field_code(conv, n, a.type, names)
-        load += [f"  v = d[{n!r}]", *(f"  {line}" for line in lines), f"  _set_{n}(o, v)"]
+        if special and n in special:
+            names[f"_w_{n}"], names[f"_r_{n}"] = special[n]
+            lines, written = [f"v = _r_{n}(v)"], f"_w_{n}(o.{n})"
+        else:
+            lines, written = field_code(conv, n, a.type, names)
+        if a.default is attrs.NOTHING:
+            load += [f"  v = d[{n!r}]", *(f"  {line}" for line in lines)]
+        else:
+            if isinstance(a.default, attrs.Factory):  # type: ignore[arg-type]
+                names[f"_default_{n}"] = a.default.factory
+                default = f"_default_{n}()"
+            else:
+                names[f"_default_{n}"] = a.default
+                default = f"_default_{n}"
+            load += [
+                f"  v = d.get({n!r}, _missing)",
+                "  if v is _missing:",
+                f"    v = {default}",
+                "    n += 1",
+                *(["  else:", *(f"    {line}" for line in lines)] if lines else []),
+            ]
+        load.append(f"  _set_{n}(o, v)")
         dump.append(f"    {n!r}: {written},")
-    load.append("  return o")
+    load += [f"  if n != {len(fields)}: raise _Mismatch", "  return o"]
     dump.append("  }")
     source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
     generate(source, names, what=f"fast hooks {cl.__name__}")
     return names[f"unstructure_{cl.__name__}"], names[f"structure_{cl.__name__}"]
 
 
-def _field_code(
+_MISSING: Final = object()
+
+
+def field_code(
     conv: OrjsonConverter, n: str, t: Any, names: dict[str, Any], v: str = "v"
 ) -> tuple[list[str], str]:
     """Code for field ``n`` of type ``t``: lines turning local ``v`` (its JSON value) into
@@ -135,8 +164,8 @@ def _field_code(
     elif base is datetime:
         # One document repeats each timestamp (a run ends when the next starts): parse once.
         names["_datetimes"] = DATETIMES
-        names["_read_datetime"] = _read_datetime
-        lines = [f"w = _datetimes.get({v})", f"{v} = _read_datetime({v}) if w is None else w"]
+        names["read_datetime"] = read_datetime
+        lines = [f"w = _datetimes.get({v})", f"{v} = read_datetime({v}) if w is None else w"]
     elif base is Any:
         lines = []
     elif isinstance(base, type) and issubclass(base, enum.Enum):
@@ -195,7 +224,7 @@ def register_hand_tuned(conv: OrjsonConverter) -> None:
     for cl in HOT:
         if hot_record_problems(cl):
             continue  # breaks a hot-record rule: cattrs' generic hooks (tests catch this)
-        unstructure, structure = _gen_fast_hooks(conv, cl)
+        unstructure, structure = gen_fast_hooks(conv, cl)
         if cl in ROWS:
             unstructure, structure = gen_row_hooks(conv, cl, structure)
         conv.register_unstructure_hook(cl, unstructure)
@@ -206,11 +235,16 @@ DATETIMES: Final[dict[str, datetime]] = {}
 """Timestamps already parsed, by their text; ``loads`` empties it before each document."""
 
 
-def _read_datetime(text: str) -> datetime:
+def read_datetime(text: str) -> datetime:
     """Parse an aware ISO 8601 timestamp and remember it (the fast path's ``fromisoformat``)."""
-    value = datetime.fromisoformat(text)
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        if not text.endswith("Z"):  # Python 3.10 reads no "Z" (version 3 writes it for UTC)
+            raise
+        value = datetime.fromisoformat(text[:-1] + "+00:00")
     if value.tzinfo is None:
-        raise _Mismatch
+        raise Mismatch
     if len(DATETIMES) >= 4096:  # a converter used directly, not through ``loads``
         DATETIMES.clear()
     DATETIMES[text] = value
@@ -312,7 +346,7 @@ def gen_row_hooks(
 ) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]:
     """Generate the fast row hooks for ``cl``: the same arrays ``register_rows`` writes.
 
-    Reading is strict like ``_gen_fast_hooks`` (an object goes to ``from_dict``, its object
+    Reading is strict like ``gen_fast_hooks`` (an object goes to ``from_dict``, its object
     hook). The instance is built as a plain slotted twin and then given its real class when
     the layouts allow it (``prana._model.slot_twin``): assigning a slot of the frozen class costs a
     descriptor call per field, assigning the twin's is a plain store.
@@ -324,7 +358,7 @@ def gen_row_hooks(
         "_new": object.__new__,
         "_cl": cl,
         "_twin": twin,
-        "_Mismatch": _Mismatch,
+        "_Mismatch": Mismatch,
         "_from_dict": from_dict,
         "_pad": defaults,
     }
@@ -340,7 +374,7 @@ def gen_row_hooks(
     ]
     written = []
     for i, a in enumerate(attrs.fields(cl)):
-        lines, expr = _field_code(conv, a.name, a.type, ns, f"v{i}")
+        lines, expr = field_code(conv, a.name, a.type, ns, f"v{i}")
         load += [f"  {line}" for line in lines]
         written.append(expr)
     if twin is not None:

@@ -51,6 +51,7 @@ from cattrs.v import format_exception as _cattrs_format_exception
 from cattrs.v import transform_error
 
 from prana import _model
+from prana._compact import gen_execution_codec, upgrade_runs
 from prana._durations import is_aware
 from prana._errors import InvalidSettingsError, PranaError, RecordError
 from prana._fast_hooks import (
@@ -86,13 +87,15 @@ __all__ = [
     "make_converter",
 ]
 
-SCHEMA_VERSION: Final = 2
-"""The version of the JSON layout written by ``dumps``.
+SCHEMA_VERSION: Final = 3
+"""The version of the JSON layout written by ``dumps`` (and the other ``dumps_*``).
 
-Version 2 writes node runs and attempts as arrays (``ROWS``); version 1 wrote them as
-objects. Readers accept both, since a store may still hold version 1 records.
+Version 3 writes node runs as compact rows, their times as microseconds after the run's
+start and UTC as ``Z`` (``prana._compact``); version 2 wrote runs and attempts as arrays
+in field order (``ROWS``), version 1 as objects. Readers accept all three, since a store
+may still hold older records. A workflow definition is the same in all three.
 """
-_READABLE_VERSIONS: Final = (1, 2)
+_READABLE_VERSIONS: Final = (1, 2, 3)
 
 T = TypeVar("T")
 
@@ -566,19 +569,57 @@ def _detailed() -> OrjsonConverter:
     return _DETAILED
 
 
-def _structure(obj: Any, cl: type[T], path: str, what: str) -> T:
-    """Structure fast; on failure, explain with the detailed converter."""
+def _structure(obj: Any, cl: type[T], path: str, what: str, found: list[str] | None = None) -> T:
+    """Structure fast; on failure, explain with the detailed converter.
+
+    ``found`` are problems already met (``upgrade_runs``): with any, the record is refused.
+    """
+    if not found:
+        try:
+            return _fast().structure(obj, cl)
+        except Exception:  # noqa: BLE001, S110 - any failure is explained just below
+            pass
+    problems = list(found or ())
     try:
-        return _fast().structure(obj, cl)
+        value = _detailed().structure(obj, cl)
+    except (ClassValidationError, IterableValidationError) as exc:
+        problems += _problems(exc, path)
+    except Exception as exc:  # noqa: BLE001 - a hook's own error, reported with its path
+        problems.append(f"{path}: {_format_exception(exc, cl)}")
+    else:
+        if not problems:
+            return value
+    raise RecordError(f"cannot read the {what}", problems) from None
+
+
+_V3: tuple[Callable[[Any], dict[str, Any]], Callable[[Any, Any], Any]] | None = None
+
+
+def _v3() -> tuple[Callable[[Any], dict[str, Any]], Callable[[Any, Any], Any]]:
+    """The cached ``(write, read)`` of a version 3 execution body (``prana._compact``)."""
+    global _V3
+    if _V3 is None:
+        _V3 = gen_execution_codec(_fast())
+    return _V3
+
+
+def _structure_execution(body: Any, version: int, path: str, what: str) -> WorkflowExecution:
+    """Read an execution body of schema ``version``; a bad one raises ``RecordError``.
+
+    Version 3 is read by its generated reader; anything it does not expect takes the slow
+    path: runs rewritten as version 2 objects, which the converters read and explain.
+    """
+    if version < 3:
+        return _structure(body, WorkflowExecution, path, what)
+    try:
+        return _v3()[1](body, None)  # type: ignore[no-any-return]
     except Exception:  # noqa: BLE001, S110 - any failure is explained just below
         pass
-    try:
-        return _detailed().structure(obj, cl)
-    except (ClassValidationError, IterableValidationError) as exc:
-        problems = _problems(exc, path)
-    except Exception as exc:  # noqa: BLE001 - a hook's own error, reported with its path
-        problems = [f"{path}: {_format_exception(exc, cl)}"]
-    raise RecordError(f"cannot read the {what}", problems) from None
+    found: list[str] = []
+    if isinstance(body, dict) and "node_executions" in body:
+        runs, found = upgrade_runs(body["node_executions"], f"{path}.node_executions")
+        body = {**body, "node_executions": runs}
+    return _structure(body, WorkflowExecution, path, what, found)
 
 
 def _parse(data: str | bytes | bytearray | memoryview, what: str) -> Any:
@@ -604,8 +645,8 @@ def _text(data: str | bytes | bytearray | memoryview) -> str:
     return head if isinstance(head, str) else bytes(head).decode("utf-8", "replace")
 
 
-def _open_envelope(doc: Any, key: str, what: str) -> Any:
-    """Check ``{"schema_version": 2, key: ...}`` (or 1) and return the body under ``key``."""
+def _open_envelope(doc: Any, key: str, what: str) -> tuple[int, Any]:
+    """Check ``{"schema_version": 3, key: ...}`` (or 1, 2): the version and the body."""
     if not isinstance(doc, dict):
         raise RecordError(
             f"cannot read the {what}: expected a JSON object with schema_version and {key}",
@@ -614,7 +655,7 @@ def _open_envelope(doc: Any, key: str, what: str) -> Any:
     version = doc.get("schema_version")
     if type(version) is not int or version not in _READABLE_VERSIONS:
         found = "missing" if "schema_version" not in doc else f"{version!r}"
-        readable = " and ".join(map(str, _READABLE_VERSIONS))
+        readable = ", ".join(map(str, _READABLE_VERSIONS[:-1])) + f" and {_READABLE_VERSIONS[-1]}"
         raise RecordError(
             f"cannot read the {what}: unsupported schema version",
             [f"$.schema_version: {found}; this prana reads versions {readable}"],
@@ -624,13 +665,13 @@ def _open_envelope(doc: Any, key: str, what: str) -> Any:
         problems = [f"$.{key}: required field missing"] if key not in doc else []
         problems += [f"$.{k}: unknown field" for k in sorted(extra)]
         raise RecordError(f"cannot read the {what}", problems)
-    return doc[key]
+    return version, doc[key]
 
 
-def _encode(body: Any, what: str) -> str:
+def _encode(body: Any, what: str, option: int = 0) -> str:
     """Write JSON text, or raise ``RecordError`` for data that is not JSON-native."""
     try:
-        return orjson.dumps(body).decode()
+        return orjson.dumps(body, option=option).decode()
     except orjson.JSONEncodeError as exc:
         raise RecordError(
             f"cannot write the {what} as JSON ({exc}); outputs, params and state must be "
@@ -642,7 +683,7 @@ def _encode(body: Any, what: str) -> str:
 
 
 def dumps(execution: WorkflowExecution) -> str:
-    """Serialize an execution to JSON text: ``{"schema_version": 2, "execution": {...}}``.
+    """Serialize an execution to JSON text: ``{"schema_version": 3, "execution": {...}}``.
 
     Raises ``RecordError`` if something in it would not read back equal: data that is not
     JSON-native, or a built-in suspension kind without its typed data.
@@ -659,8 +700,10 @@ def dumps(execution: WorkflowExecution) -> str:
                 f"$.execution.{field}: {value!r} is not an aware datetime; it would not read "
                 "back (executions keep aware datetimes: check the clock you pass)"
             )
-    body = _fast().unstructure(execution, WorkflowExecution)
-    return _encode({"schema_version": SCHEMA_VERSION, "execution": body}, "execution")
+    body = _v3()[0](execution)
+    return _encode(
+        {"schema_version": SCHEMA_VERSION, "execution": body}, "execution", orjson.OPT_UTC_Z
+    )
 
 
 def loads(text: str | bytes | bytearray | memoryview) -> WorkflowExecution:
@@ -669,13 +712,13 @@ def loads(text: str | bytes | bytearray | memoryview) -> WorkflowExecution:
     Invalid JSON, another schema version or a record that does not structure raises
     ``RecordError``, whose ``problems`` name each bad field (``$.execution.status: ...``).
     """
-    body = _open_envelope(_parse(text, "execution"), "execution", "execution")
+    version, body = _open_envelope(_parse(text, "execution"), "execution", "execution")
     DATETIMES.clear()
-    return _structure(body, WorkflowExecution, "$.execution", "execution")
+    return _structure_execution(body, version, "$.execution", "execution")
 
 
 def dumps_workflow(workflow: Workflow, *, registry: Registry | None = None) -> str:
-    """Serialize a workflow definition to JSON text: ``{"schema_version": 2, "workflow": {...}}``.
+    """Serialize a workflow definition to JSON text: ``{"schema_version": 3, "workflow": {...}}``.
 
     A callable in a policy is written as the name it is registered under
     (``registry.condition``): on ``registry`` if given, else on any registry of this
@@ -710,7 +753,7 @@ def loads_workflow(data: str | bytes | bytearray | memoryview | Mapping[str, Any
     """
     doc = data if isinstance(data, Mapping) else _parse(data, "workflow")
     if isinstance(doc, Mapping) and "schema_version" in doc:
-        doc = _open_envelope(dict(doc), "workflow", "workflow")
+        _, doc = _open_envelope(dict(doc), "workflow", "workflow")
         path = "$.workflow"
     else:
         path = "$"
@@ -734,13 +777,13 @@ def dumps_outcome(outcome: Outcome) -> str:
         body["output"] = outcome.output
     else:
         body["error"] = conv.unstructure(outcome.error, ErrorInfo)
-    body["execution"] = conv.unstructure(outcome.execution, WorkflowExecution)
-    return _encode({"schema_version": SCHEMA_VERSION, "outcome": body}, "outcome")
+    body["execution"] = _v3()[0](outcome.execution)
+    return _encode({"schema_version": SCHEMA_VERSION, "outcome": body}, "outcome", orjson.OPT_UTC_Z)
 
 
 def loads_outcome(text: str | bytes | bytearray | memoryview) -> Outcome:
     """Read an outcome written by ``dumps_outcome``."""
-    body = _open_envelope(_parse(text, "outcome"), "outcome", "outcome")
+    version, body = _open_envelope(_parse(text, "outcome"), "outcome", "outcome")
     if not isinstance(body, dict):
         raise RecordError("cannot read the outcome", ["$.outcome: expected an object"])
     tags = {"completed": {"output"}, "suspended": {"kind", "data"}, "failed": {"error"}}
@@ -756,7 +799,7 @@ def loads_outcome(text: str | bytes | bytearray | memoryview) -> Outcome:
     if problems:
         raise RecordError("cannot read the outcome", problems)
     DATETIMES.clear()
-    execution = _structure(body["execution"], WorkflowExecution, "$.outcome.execution", "outcome")
+    execution = _structure_execution(body["execution"], version, "$.outcome.execution", "outcome")
     if tag == "completed":
         return Completed(execution=execution, output=body["output"])
     if tag == "failed":

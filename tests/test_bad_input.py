@@ -678,12 +678,12 @@ def _execution_cases() -> list[Any]:
             id="node-executions-list",
         ),
         case(
-            lambda: loads(ex(lambda e: first_run(e).__setitem__(1, "bogus"))),
+            lambda: loads(ex(lambda e: first_run(e).__setitem__(0, "bogus"))),
             "$.execution.node_executions['t'][0].status",
             id="node-status-deep",
         ),
         case(
-            lambda: loads(ex(lambda e: first_run(e)[10][0].__setitem__(0, "1"))),
+            lambda: loads(ex(lambda e: first_run(e)[5][0].__setitem__(0, "1"))),
             "attempts[0].number",
             id="attempt-number-deep",
         ),

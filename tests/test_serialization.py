@@ -365,27 +365,19 @@ def test_hand_tuned_hooks_match_generic_hooks(execution: WorkflowExecution) -> N
 
 
 def test_document_shape() -> None:
-    """The document is ``{"schema_version": 2, "execution": {...}}`` with plain JSON inside."""
+    """The document is ``{"schema_version": 3, "execution": {...}}`` with plain JSON inside.
+
+    A run is a row without its node key; its other times are microseconds after its start.
+    """
     doc = record(suspended_execution())
     assert list(doc) == ["schema_version", "execution"]
-    assert doc["schema_version"] == SCHEMA_VERSION == 2
+    assert doc["schema_version"] == SCHEMA_VERSION == 3
     body = doc["execution"]
     assert body["status"] == "suspended"
-    assert body["started_at"] == "2030-01-01T00:00:00+00:00"
+    assert body["started_at"] == "2030-01-01T00:00:00Z"
+    # status, execution_index, run_index, started_at, completed_at, attempts, output
     assert body["node_executions"]["n0"] == [
-        [
-            "n0",
-            "completed",
-            0,
-            0,
-            "2030-01-01T00:00:00+00:00",
-            "2030-01-01T00:00:01+00:00",
-            None,
-            {"i": 0},
-            "main",
-            None,
-            [[1, "2030-01-01T00:00:00+00:00", "2030-01-01T00:00:00+00:00", "completed"]],
-        ]
+        ["completed", 0, 0, "2030-01-01T00:00:00Z", 1_000_000, [[1, 0, 0]], {"i": 0}]
     ]
     assert body["pending"][0]["sources"] == {"main": ["n1", "main"]}
     assert body["suspension"] == {
@@ -402,7 +394,7 @@ def test_document_shape() -> None:
                 "details": None,
                 "node_key": None,
             },
-            "resume_at": "2030-01-01T00:00:05+00:00",
+            "resume_at": "2030-01-01T00:00:05Z",
         },
     }
 
@@ -457,7 +449,7 @@ def test_suspension_execution_is_not_stored() -> None:
     body = record(execution)["execution"]
     assert body["suspension"] == {
         "kind": "timer",
-        "data": {"resume_at": "2030-01-01T00:00:00+00:00"},
+        "data": {"resume_at": "2030-01-01T00:00:00Z"},
     }
     back = loads(dumps(execution))
     assert back.suspension == Suspend("timer", TimerData(resume_at=T0))
@@ -495,12 +487,19 @@ def test_loads_accepts_bytes() -> None:
 def test_hand_edited_record_still_loads() -> None:
     """Runs may be objects, defaulted fields may be left out, ``Z`` may stand for UTC."""
     doc = record(suspended_execution())
-    names = [a.name for a in attrs.fields(NodeExecution)]
-    run = dict(zip(names, doc["execution"]["node_executions"]["n0"][0], strict=False))
-    run["attempts"][0] = {"number": 1, "started_at": T0.isoformat(), "ended_at": T0.isoformat()}
+    run = {
+        "node_key": "n0",
+        "status": "completed",
+        "execution_index": 0,
+        "run_index": 0,
+        "started_at": "2030-01-01T00:00:00Z",
+        "completed_at": "2030-01-01T00:00:01+00:00",
+        "output": {"i": 0},
+        "output_port": "main",
+    }
+    run["attempts"] = [{"number": 1, "started_at": T0.isoformat(), "ended_at": T0.isoformat()}]
     run["attempts"][0]["outcome"] = "completed"
-    del run["error"], doc["execution"]["output"]
-    run["started_at"] = "2030-01-01T00:00:00Z"
+    del doc["execution"]["output"]
     doc["execution"]["node_executions"]["n0"][0] = run
     assert loads(json.dumps(doc)) == suspended_execution()
 
@@ -562,7 +561,7 @@ def test_too_long_row_is_named() -> None:
     """A row with more items than the record has fields is refused at its path."""
 
     def mutate(e: dict[str, Any]) -> None:
-        e["node_executions"]["n0"][0][10][0] += [None, None, None, False, 7]
+        e["node_executions"]["n0"][0][5][0] += ["completed", None, None, None, False, 7]
 
     (problem,) = problems_of(corrupt(mutate))
     assert problem.startswith("$.execution.node_executions['n0'][0].attempts[0]: ")
@@ -732,7 +731,7 @@ def test_execution_from_a_datetime_subclass_clock_round_trips() -> None:
         ("{not json", "not valid JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"execution": {}}', "unsupported schema version"),
-        ('{"schema_version": 3, "execution": {}}', "unsupported schema version"),
+        ('{"schema_version": 4, "execution": {}}', "unsupported schema version"),
         ('{"schema_version": "1", "execution": {}}', "unsupported schema version"),
         ('{"schema_version": true, "execution": {}}', "unsupported schema version"),
         ('{"schema_version": 1}', "cannot read the execution"),
@@ -748,7 +747,7 @@ def test_schema_version_problem_names_the_field() -> None:
     """The problem line of an unknown version names ``$.schema_version``."""
     with pytest.raises(RecordError) as info:
         loads('{"schema_version": 7, "execution": {}}')
-    assert problems_of(info) == ["$.schema_version: 7; this prana reads versions 1 and 2"]
+    assert problems_of(info) == ["$.schema_version: 7; this prana reads versions 1, 2 and 3"]
 
 
 def corrupt(mutate: Any) -> pytest.ExceptionInfo[RecordError]:
@@ -770,7 +769,7 @@ def test_bad_enum_value_names_its_path() -> None:
 def test_naive_datetime_names_its_path() -> None:
     """A datetime without an offset is refused, naming the field deep in the record."""
     info = corrupt(
-        lambda e: e["node_executions"]["n1"][0][10][0].__setitem__(1, "2030-01-01T00:00:00")
+        lambda e: e["node_executions"]["n1"][0][5][0].__setitem__(1, "2030-01-01T00:00:00")
     )
     (problem,) = problems_of(info)
     assert problem.startswith("$.execution.node_executions['n1'][0].attempts[0].started_at: ")
@@ -781,7 +780,7 @@ def test_missing_and_extra_fields_are_named() -> None:
     """A missing required field and an unknown field are both reported, with their paths."""
 
     def mutate(e: dict[str, Any]) -> None:
-        del e["node_executions"]["n0"][0][4:]
+        del e["node_executions"]["n0"][0][3:]
         e["surprise"] = 1
 
     problems = problems_of(corrupt(mutate))
@@ -795,7 +794,7 @@ def test_wrong_scalar_types_are_refused() -> None:
         corrupt(
             lambda e: (
                 e.update(workflow_version="1"),
-                e["node_executions"]["n0"][0].__setitem__(3, 1.5),
+                e["node_executions"]["n0"][0].__setitem__(2, 1.5),
             )
         )
     )

@@ -1,0 +1,385 @@
+"""Schema version 3's node runs: compact rows, their times as microseconds after the run's start.
+
+An execution stores a ``NodeExecution`` and at least one ``AttemptRecord`` per node run, so
+their layout decides the size of a record and most of what ``dumps``/``loads`` cost.
+Version 2 wrote them as rows in field order (``prana._fast_hooks.ROWS``): four ISO 8601
+timestamps of 27 bytes per run and the node key twice made up half the document.
+Version 3's rows (``RUN_LAYOUT``, ``ATTEMPT_LAYOUT``) keep every field, and so the whole
+per-attempt audit trail, with three changes:
+
+- a run's row has no ``node_key``: the key it is stored under in ``node_executions`` is it;
+- the run's ``started_at`` is its anchor, written as ISO text; every other time of the run
+  and of its attempts (``completed_at``, ``started_at``, ``ended_at``, ``due_at``) is an
+  integer, the whole microseconds after the anchor, when both are UTC. A time in another
+  offset (or an anchor that is not UTC) is written as ISO text as before, so what reads
+  back is exactly what was written, offset included;
+- fields are ordered so the usual values trail and are left out: ``RUN_LAYOUT``'s and
+  ``ATTEMPT_LAYOUT``'s defaults (an attempt ``completed``, a run's port ``main``) are
+  the common values, not the records' own defaults.
+
+The fast path (``gen_runs_codec``) reads strictly and raises on anything unusual; then
+``upgrade_runs`` rewrites version 3 runs as version 2 objects with ISO times, so the
+detailed converter names each bad field as it does for any other record.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any, Final
+
+import attrs
+from cattrs.preconf.orjson import OrjsonConverter
+
+from prana._codegen import generate
+from prana._fast_hooks import DATETIMES, Mismatch, field_code, gen_fast_hooks, read_datetime
+from prana._model import (
+    AttemptOutcome,
+    AttemptRecord,
+    NodeExecution,
+    NodeStatus,
+    WorkflowExecution,
+    slot_twin,
+)
+
+RUN_LAYOUT: Final[tuple[tuple[str, Any], ...]] = (
+    ("status", attrs.NOTHING),
+    ("execution_index", attrs.NOTHING),
+    ("run_index", attrs.NOTHING),
+    ("started_at", attrs.NOTHING),
+    ("completed_at", None),
+    ("attempts", ()),
+    ("output", None),
+    ("params", None),
+    ("output_port", "main"),
+    ("error", None),
+)
+"""A version 3 run row: ``NodeExecution``'s fields but ``node_key``, in this order, each
+with the value a row leaves out when it trails (``attrs.NOTHING``: always written).
+
+Stored layout: never reorder; a new field goes at the end with its default."""
+
+ATTEMPT_LAYOUT: Final[tuple[tuple[str, Any], ...]] = (
+    ("number", attrs.NOTHING),
+    ("started_at", attrs.NOTHING),
+    ("ended_at", None),
+    ("outcome", AttemptOutcome.COMPLETED),
+    ("error", None),
+    ("due_at", None),
+    ("retry_delay_ms", None),
+    ("redrive", False),
+)
+"""A version 3 attempt row: ``AttemptRecord``'s fields in this order (as ``RUN_LAYOUT``)."""
+
+_UTC: Final = timezone.utc
+_US: Final = timedelta(microseconds=1)
+
+
+def check_layouts() -> None:
+    """Refuse a layout that does not hold every field of its record exactly once."""
+    for cl, layout, skipped in (
+        (NodeExecution, RUN_LAYOUT, {"node_key"}),
+        (AttemptRecord, ATTEMPT_LAYOUT, set()),
+    ):
+        names = [name for name, _ in layout]
+        fields = {a.name for a in attrs.fields(cl)} - skipped
+        if len(set(names)) != len(names) or set(names) != fields:
+            raise TypeError(
+                f"prana._compact: the version 3 layout of {cl.__name__} must list each of its "
+                f"fields once (missing: {sorted(fields - set(names))}, unknown: "
+                f"{sorted(set(names) - fields)}); add a new field at the end of the layout"
+            )
+        required = [d is attrs.NOTHING for _, d in layout]
+        if required != sorted(required, reverse=True):
+            raise TypeError(f"{cl.__name__}: fields always written must lead the layout")
+
+
+def _after(name: str) -> tuple[list[str], str]:
+    """Reading and writing a time that is stored after the anchor ``a`` (local ``au``: UTC)."""
+    read = [
+        f"if {name}.__class__ is int:",
+        "  if not au: raise _Mismatch",
+        f"  {name} = a if {name} == 0 else a + _delta(0, 0, {name})",
+        "else:",
+        f"  w = _datetimes.get({name})",
+        f"  {name} = _read_datetime({name}) if w is None else w",
+    ]
+    # Identity first: the engine stamps a run and its attempt with one clock reading.
+    write = (
+        "(0 if x is a else (x - a) // _US) if au and x.tzinfo is _UTC"
+        " and x.__class__ is _datetime else x"
+    )
+    return read, write
+
+
+def _gen_row(
+    conv: OrjsonConverter,
+    cl: type[Any],
+    layout: tuple[tuple[str, Any], ...],
+    ns: dict[str, Any],
+) -> None:
+    """Generate ``read_<cl>`` and ``write_<cl>`` for one version 3 row layout into ``ns``.
+
+    A run's functions take its node key and define the anchor; an attempt's take the
+    anchor ``a`` and ``au`` (whether the anchor is UTC) from its run.
+    """
+    types = {a.name: a.type for a in attrs.fields(cl)}
+    width = len(layout)
+    required = sum(1 for _, d in layout if d is attrs.NOTHING)
+    is_run = cl is NodeExecution
+    pad = tuple(None if d is attrs.NOTHING else _json(d) for _, d in layout)
+    ns[f"_pad_{cl.__name__}"] = pad
+    ns[f"_enum_{cl.__name__}"] = {m.value: m for m in (NodeStatus if is_run else AttemptOutcome)}
+    head = "def read_run(k, d):" if is_run else "def read_attempt(d, a, au):"
+    items = ", ".join(f"v{i}" for i in range(width))
+    load = [
+        head,
+        # A run under another node's key is a version 2 object (see ``write_run``).
+        "  if d.__class__ is not list:"
+        + (" return _h_object(d, None)" if is_run else " raise _Mismatch"),
+        "  n = len(d)",
+        f"  if n != {width}:",
+        f"    if n < {required} or n > {width}: raise _Mismatch",
+        f"    d = [*d, *_pad_{cl.__name__}[n:]]",
+        f"  {items}, = d",
+    ]
+    dump = ["def write_run(k, o):" if is_run else "def write_attempt(o, a, au):"]
+    if is_run:
+        # A run filed under another node's key (never built by the engine) keeps its key
+        # as a version 2 object, which every reader takes.
+        dump.append("  if o.node_key is not k and o.node_key != k: return _as_object(o)")
+    for i, (name, _) in enumerate(layout):
+        v = f"v{i}"
+        t = types[name]
+        if name == "started_at" and is_run:
+            load += [
+                f"  a = _datetimes.get({v})",
+                f"  if a is None: a = _read_datetime({v})",
+                "  au = a.tzinfo is _UTC",
+                f"  {v} = a",
+            ]
+            dump += ["  a = o.started_at", "  au = a.tzinfo is _UTC and a.__class__ is _datetime"]
+            dump.append(f"  w{i} = a")
+            continue
+        if name in ("started_at", "ended_at", "due_at", "completed_at"):
+            read, write = _after(v)
+            if name != "started_at":
+                read = [f"if {v} is not None:", *(f"  {line}" for line in read)]
+                write = f"None if x is None else ({write})"
+            load += [f"  {line}" for line in read]
+            dump += [f"  x = o.{name}", f"  w{i} = {write}"]
+            continue
+        if name == "attempts":
+            load += [
+                f"  if {v}.__class__ is not list: raise _Mismatch",
+                (
+                    f"  {v} = (read_attempt({v}[0], a, au),) if len({v}) == 1"
+                    f" else tuple([read_attempt(x, a, au) for x in {v}])"
+                ),
+            ]
+            dump.append(
+                f"  w{i} = [write_attempt(x[0], a, au)] if len(x := o.attempts) == 1"
+                " else [write_attempt(y, a, au) for y in x]"
+            )
+            continue
+        if name in ("status", "outcome"):
+            load.append(f"  {v} = _enum_{cl.__name__}[{v}]")
+            dump.append(f"  w{i} = o.{name}._value_")
+            continue
+        lines, written = field_code(conv, name, t, ns, v)
+        load += [f"  {line}" for line in lines]
+        dump.append(f"  w{i} = {written}")
+    order = [a.name for a in attrs.fields(cl)]
+    position = {name: i for i, (name, _) in enumerate(layout)}
+    load.append(f"  o = _twin_{cl.__name__}()")
+    for name in order:
+        load.append(f"  o.{name} = k" if name == "node_key" else f"  o.{name} = v{position[name]}")
+    load += [f"  o.__class__ = _cl_{cl.__name__}", "  return o"]
+    ns[f"_cl_{cl.__name__}"] = cl
+    for end in range(width, required, -1):
+        default = pad[end - 1]
+        ns[f"_d{cl.__name__}{end - 1}"] = default
+        differs = (
+            f"w{end - 1} is not None"
+            if default is None
+            else f"w{end - 1} != _d{cl.__name__}{end - 1}"
+        )
+        dump.append(f"  if {differs}: return [{', '.join(f'w{i}' for i in range(end))}]")
+    dump.append(f"  return [{', '.join(f'w{i}' for i in range(required))}]")
+    source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
+    generate(source, ns, what=f"version 3 rows {cl.__name__}")
+
+
+def gen_runs_codec(
+    conv: OrjsonConverter,
+) -> tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], Any]]:
+    """Generate ``(write, read)`` for ``WorkflowExecution.node_executions`` in version 3.
+
+    ``read`` raises on any shape it does not expect (the caller then takes the slow path
+    through ``upgrade_runs``). Records are built through their slot twins, as
+    ``prana._fast_hooks.gen_row_hooks`` does.
+    """
+    check_layouts()
+    ns: dict[str, Any] = {
+        "_Mismatch": Mismatch,
+        "_datetimes": DATETIMES,
+        "_read_datetime": read_datetime,
+        "_delta": timedelta,
+        "_US": _US,
+        "_UTC": _UTC,
+        "_datetime": datetime,
+    }
+    for cl in (AttemptRecord, NodeExecution):
+        twin = slot_twin(cl)
+        if twin is None:  # pragma: no cover - tests/test_hot_records.py keeps the twins
+            raise TypeError(f"{cl.__name__} lost its slot twin (see prana._model.slot_twin)")
+        ns[f"_twin_{cl.__name__}"] = twin
+    ns["_as_object"] = gen_fast_hooks(conv, NodeExecution)[0]
+    ns["_h_object"] = conv.get_structure_hook(NodeExecution)
+    _gen_row(conv, AttemptRecord, ATTEMPT_LAYOUT, ns)
+    _gen_row(conv, NodeExecution, RUN_LAYOUT, ns)
+    source = "\n".join(
+        [
+            "def write_runs(m):",
+            (
+                "  return {k: [write_run(k, r[0])] if len(r) == 1 else [write_run(k, x) for x in r]"
+                " for k, r in m.items()}"
+            ),
+            "",
+            "def read_runs(m):",
+            "  if m.__class__ is not dict: raise _Mismatch",
+            (
+                "  return {k: (read_run(k, r[0]),) if r.__class__ is list and len(r) == 1"
+                " else tuple([read_run(k, x) for x in r]) for k, r in m.items()}"
+            ),
+            "",
+        ]
+    )
+    generate(source, ns, what="version 3 node runs")
+    return ns["write_runs"], ns["read_runs"]
+
+
+# -- the slow path: version 3 runs as version 2 objects ------------------------------------------
+
+
+def upgrade_runs(runs: Any, path: str) -> tuple[Any, list[str]]:
+    """Version 3 ``node_executions`` as version 2 objects, and the problems met on the way.
+
+    Rows become objects with their field names and times ISO text, so the detailed
+    converter reports a bad value at its field. What cannot be rewritten (not a row, a
+    row too long, a time counted from an unreadable anchor) is left for the converter or
+    named in the problems returned.
+    """
+    if not isinstance(runs, dict):
+        return runs, []
+    problems: list[str] = []
+    out: dict[str, Any] = {}
+    for key, rows in runs.items():
+        if not isinstance(rows, list):
+            out[key] = rows
+            continue
+        out[key] = [
+            _upgrade_run(key, row, f"{path}[{key!r}][{i}]", problems) for i, row in enumerate(rows)
+        ]
+    return out, problems
+
+
+def _upgrade_run(key: str, row: Any, path: str, problems: list[str]) -> Any:
+    """One run row as a version 2 object (anything but a row is left as it is)."""
+    if not isinstance(row, list):
+        return row
+    obj = _named(row, RUN_LAYOUT, NodeExecution, path, problems)
+    obj["node_key"] = key
+    anchor = _anchor(obj.get("started_at"))
+    _times(obj, ("completed_at",), anchor, path, problems)
+    attempts = obj.get("attempts")
+    if isinstance(attempts, list):
+        upgraded = []
+        for i, attempt in enumerate(attempts):
+            if isinstance(attempt, list):
+                where = f"{path}.attempts[{i}]"
+                attempt = _named(attempt, ATTEMPT_LAYOUT, AttemptRecord, where, problems)
+                _times(attempt, ("started_at", "ended_at", "due_at"), anchor, where, problems)
+            upgraded.append(attempt)
+        obj["attempts"] = upgraded
+    return obj
+
+
+def _named(
+    row: list[Any],
+    layout: tuple[tuple[str, Any], ...],
+    cl: type[Any],
+    path: str,
+    problems: list[str],
+) -> dict[str, Any]:
+    """A row's items by field name, the layout's defaults filled in for the trailing ones."""
+    if len(row) > len(layout):
+        names = ", ".join(name for name, _ in layout)
+        problems.append(
+            f"{path}: expected at most {len(layout)} items for {cl.__name__} ({names}), "
+            f"got {len(row)}"
+        )
+    obj: dict[str, Any] = {}
+    for i, (name, default) in enumerate(layout):
+        if i < len(row):
+            obj[name] = row[i]
+        elif default is not attrs.NOTHING:
+            obj[name] = _json(default)
+    return obj
+
+
+def _json(value: Any) -> Any:
+    """A layout default as the JSON value a row holds (an enum by value, a tuple a list)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _anchor(value: Any) -> datetime | None:
+    """A run's ``started_at`` when it is readable UTC text (the times after it need that)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith("Z") else value)
+    except ValueError:
+        return None
+    return parsed if parsed.utcoffset() == timedelta(0) else None
+
+
+def _times(
+    obj: dict[str, Any],
+    names: tuple[str, ...],
+    anchor: datetime | None,
+    path: str,
+    problems: list[str],
+) -> None:
+    """Rewrite the microsecond counts in ``obj``'s time fields as ISO text."""
+    for name in names:
+        value = obj.get(name)
+        if type(value) is not int:
+            continue
+        if anchor is None:
+            problems.append(
+                f"{path}.{name}: {value} counts microseconds from the run's started_at, which "
+                "is not a readable UTC time"
+            )
+            if name != "started_at":
+                obj[name] = None
+            continue
+        try:
+            obj[name] = (anchor + timedelta(microseconds=value)).isoformat()
+        except OverflowError:
+            problems.append(f"{path}.{name}: {value} microseconds is out of range")
+
+
+def gen_execution_codec(
+    conv: OrjsonConverter,
+) -> tuple[Callable[[Any], dict[str, Any]], Callable[[Any, Any], Any]]:
+    """``(write, read)`` for a version 3 execution body: version 2's object, runs as above.
+
+    ``conv`` is the tuned converter (``prana._serialization``), whose hooks read and write
+    every field but ``node_executions`` as in version 2.
+    """
+    write_runs, read_runs = gen_runs_codec(conv)
+    return gen_fast_hooks(conv, WorkflowExecution, {"node_executions": (write_runs, read_runs)})

@@ -1,0 +1,225 @@
+"""The stored layout: version 3 runs, every older version still read, and the fast paths kept.
+
+Version 3 (``prana._compact``) writes a node run as a row without its node key, its times
+as microseconds after its start. Records written by versions 1 and 2 are kept as
+fixtures (``tests/fixtures``) and must read back equal forever.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta, timezone
+from typing import Any
+
+import attrs
+import orjson
+import pytest
+from hypothesis import given, settings
+from stored_records import PLUS2, T0, at, fixture, rich_execution
+from test_serialization import executions
+
+from prana import (
+    SCHEMA_VERSION,
+    AttemptRecord,
+    Completed,
+    NodeExecution,
+    RecordError,
+    WorkflowExecution,
+    dumps,
+    loads,
+)
+from prana._compact import ATTEMPT_LAYOUT, RUN_LAYOUT, check_layouts, upgrade_runs
+from prana._fast_hooks import DATETIMES
+from prana._serialization import _detailed, _fast, _v3, dumps_outcome, loads_outcome
+
+
+def body(text: str) -> Any:
+    """The execution body of a stored document."""
+    return orjson.loads(text)["execution"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_records_of_every_older_version_load(version: int) -> None:
+    """A record written by schema version 1 (objects) or 2 (rows) reads back equal."""
+    text = fixture(version)
+    assert json.loads(text)["schema_version"] == version
+    assert loads(text) == rich_execution()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_records_are_read_by_the_fast_hooks(version: int) -> None:
+    """Old records take the tuned converter (no fallback to the detailed one), also when
+    trailing fields added since (trace_context, lease_expires_at, kept_size) are missing."""
+    old = body(fixture(version))
+    for name in ("kept_size", "lease_expires_at", "trace_context"):
+        del old[name]
+    for runs in old["node_executions"].values():
+        for run in runs:
+            if isinstance(run, dict):
+                for attempt in run["attempts"]:
+                    if not attempt["redrive"]:
+                        del attempt["redrive"]  # added after version 1
+    DATETIMES.clear()
+    read = _fast().structure(old, WorkflowExecution)
+    assert read == attrs.evolve(rich_execution(), trace_context=None, kept_size=None)
+
+
+def test_version_3_is_written_and_reads_back_exactly() -> None:
+    """The current version is written; every time, offset and attempt comes back."""
+    execution = rich_execution()
+    text = dumps(execution)
+    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 3
+    back = loads(text)
+    assert back == execution
+    loop = back.node_executions["loop"]
+    assert loop[1].started_at.utcoffset() == timedelta(hours=2)
+    assert loop[1].completed_at is not None
+    assert loop[1].completed_at.utcoffset() == timedelta(hours=2)
+    assert loop[0].started_at.tzinfo is timezone.utc
+    assert [a.redrive for a in back.node_executions["flaky"][0].attempts] == [False, False, True]
+
+
+def test_version_3_rows() -> None:
+    """A run is a row without its key; UTC times after its start are microseconds."""
+    runs = body(dumps(rich_execution()))["node_executions"]
+    assert runs["start"] == [["completed", 0, 0, "2030-01-01T12:00:00.250000Z", 0, [[1, 0, 0]],
+                              {"in": [1, 2]}, {}]]  # fmt: skip
+    flaky = runs["flaky"][0]
+    assert flaky[:5] == ["completed", 1, 0, "2030-01-01T12:00:00.251000Z", 2_512_000]
+    assert flaky[5][0][:4] == [1, 0, 12_000, "failed"]
+    assert flaky[5][1] == [2, 1_019_000, 1_020_000, "interrupted", None, 1_012_000]
+    assert flaky[5][2] == [1, 2_499_000, 2_512_000, "completed", None, 2_399_000, None, True]
+    # A time in another offset, or any time of a run started in one, stays ISO text.
+    failed_loop = runs["loop"][1]
+    assert failed_loop[3] == at(3_001).astimezone(PLUS2).isoformat()
+    assert failed_loop[4] == at(3_001).astimezone(PLUS2).isoformat()
+    assert failed_loop[5][0][1] == "2030-01-01T12:00:03.251000Z"
+    assert runs["loop"][0][4] == 0
+    assert runs["loop"][0][8] == "true"
+
+
+def test_version_3_is_at_most_half_of_version_2() -> None:
+    """The point of the layout: 100 small runs (a real clock's times, one attempt each) in
+    under half the bytes version 2 wrote, which the tuned converter still writes per record."""
+    base = rich_execution().node_executions["start"][0]
+    runs = {}
+    for i in range(100):
+        start = at(i * 1_337)
+        attempt = attrs.evolve(base.attempts[0], started_at=start, ended_at=start + timedelta(
+            microseconds=917))  # fmt: skip
+        runs[f"n{i:03d}"] = (
+            attrs.evolve(base, node_key=f"n{i:03d}", execution_index=i, started_at=start,
+                         completed_at=attempt.ended_at, attempts=(attempt,), output=i),
+        )  # fmt: skip
+    execution = attrs.evolve(rich_execution(), node_executions=runs)
+    v3 = len(dumps(execution).encode())
+    v2_body = _fast().unstructure(execution, WorkflowExecution)
+    v2 = len(orjson.dumps({"schema_version": 2, "execution": v2_body}))
+    assert loads(dumps(execution)) == execution
+    assert v3 <= 0.5 * v2
+
+
+def test_a_run_under_another_key_keeps_its_key() -> None:
+    """A run filed under a key that is not its node's (never built by the engine, but a
+    valid record) is written as an object and reads back with its own key."""
+    execution = rich_execution()
+    moved = {"elsewhere": execution.node_executions["start"]}
+    odd = attrs.evolve(execution, node_executions=moved)
+    assert loads(dumps(odd)) == odd
+    assert loads(dumps(odd)).node_executions["elsewhere"][0].node_key == "start"
+
+
+@settings(max_examples=100, deadline=None)
+@given(executions)
+def test_everything_dumps_writes_takes_the_fast_reader(execution: WorkflowExecution) -> None:
+    """The generated version 3 reader reads what ``dumps`` writes without falling back, and
+    the slow path (runs rewritten as version 2 objects, the detailed converter) agrees."""
+    doc = body(dumps(execution))
+    DATETIMES.clear()
+    fast = _v3()[1](doc, None)
+    assert fast == execution
+    runs, problems = upgrade_runs(doc["node_executions"], "$.execution.node_executions")
+    assert problems == []
+    slow = _detailed().structure({**doc, "node_executions": runs}, WorkflowExecution)
+    assert slow == execution
+
+
+def test_the_fast_reader_takes_the_rich_record() -> None:
+    """Every kind of run and attempt (failed, retried, redriven, non-UTC) reads fast."""
+    DATETIMES.clear()
+    assert _v3()[1](body(dumps(rich_execution())), None) == rich_execution()
+
+
+def test_outcomes_are_written_in_version_3() -> None:
+    """``dumps_outcome`` writes the execution as ``dumps`` does; older outcomes still read."""
+    outcome = Completed(execution=rich_execution(), output=[1])
+    text = dumps_outcome(outcome)
+    assert json.loads(text)["schema_version"] == 3
+    assert loads_outcome(text) == outcome
+    old = fixture(2).strip().replace('"execution":', '"outcome":{"type":"completed","output":'
+                                    '[1],"execution":', 1) + "}"  # fmt: skip
+    assert loads_outcome(old) == outcome
+
+
+def test_layouts_hold_every_field() -> None:
+    """Each version 3 layout lists its record's fields once (a new field fails here until it
+    is added at the end of the layout) and leads with the fields always written."""
+    check_layouts()
+    assert [name for name, _ in RUN_LAYOUT] == [
+        "status", "execution_index", "run_index", "started_at", "completed_at", "attempts",
+        "output", "params", "output_port", "error",
+    ]  # fmt: skip
+    assert [name for name, _ in ATTEMPT_LAYOUT] == [
+        "number", "started_at", "ended_at", "outcome", "error", "due_at", "retry_delay_ms",
+        "redrive",
+    ]  # fmt: skip
+    assert {name for name, _ in RUN_LAYOUT} | {"node_key"} == {
+        a.name for a in attrs.fields(NodeExecution)
+    }
+    assert {name for name, _ in ATTEMPT_LAYOUT} == {a.name for a in attrs.fields(AttemptRecord)}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda runs: runs["flaky"][0].__setitem__(3, "2030-01-01T12:00:00+02:00"),
+            (
+                "$.execution.node_executions['flaky'][0].completed_at: 2512000 counts microseconds "
+                "from the run's started_at, which is not a readable UTC time"
+            ),
+        ),
+        (
+            lambda runs: runs["flaky"][0].__setitem__(3, "soon"),
+            "$.execution.node_executions['flaky'][0].started_at: ",
+        ),
+        (
+            lambda runs: runs["flaky"][0][5][1].__setitem__(2, "x"),
+            "$.execution.node_executions['flaky'][0].attempts[1].ended_at: ",
+        ),
+        (
+            lambda runs: runs["flaky"][0][5][1].__setitem__(2, 10**30),
+            "$.execution.node_executions['flaky'][0].attempts[1].ended_at: ",
+        ),
+        (
+            lambda runs: runs["start"][0].extend(["main", None, "x"]),
+            "$.execution.node_executions['start'][0]: expected at most 10 items",
+        ),
+    ],
+)
+def test_bad_version_3_rows_name_their_field(change: Any, expected: str) -> None:
+    """A bad row item is reported at its field, as in any other version."""
+    doc = json.loads(dumps(rich_execution()))
+    change(doc["execution"]["node_executions"])
+    with pytest.raises(RecordError) as info:
+        loads(json.dumps(doc))
+    assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_times_at_microsecond_precision_survive() -> None:
+    """Offsets are exact to the microsecond, before the anchor as well as after it."""
+    run = rich_execution().node_executions["flaky"][0]
+    early = attrs.evolve(run.attempts[0], due_at=T0 - timedelta(days=400, microseconds=7))
+    moved = attrs.evolve(run, attempts=(early, *run.attempts[1:]))
+    execution = attrs.evolve(rich_execution(), node_executions={"flaky": (moved,)})
+    assert loads(dumps(execution)) == execution
