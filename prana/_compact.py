@@ -39,6 +39,7 @@ from prana._model import (
     AttemptRecord,
     NodeExecution,
     NodeStatus,
+    StoredRow,
     WorkflowExecution,
     slot_twin,
 )
@@ -130,30 +131,32 @@ def _gen_row(
     is_run = cl is NodeExecution
     pad = tuple(None if d is attrs.NOTHING else _json(d) for _, d in layout)
     ns[f"_pad_{cl.__name__}"] = pad
+    ns[f"_value_{cl.__name__}"] = tuple(None if d is attrs.NOTHING else d for _, d in layout)
     ns[f"_enum_{cl.__name__}"] = {m.value: m for m in (NodeStatus if is_run else AttemptOutcome)}
     head = "def read_run(k, d):" if is_run else "def read_attempt(d, a, au):"
-    items = ", ".join(f"v{i}" for i in range(width))
     load = [
         head,
         # A run under another node's key is a version 2 object (see ``write_run``).
         "  if d.__class__ is not list:"
         + (" return _h_object(d, None)" if is_run else " raise _Mismatch"),
         "  n = len(d)",
-        f"  if n != {width}:",
-        f"    if n < {required} or n > {width}: raise _Mismatch",
-        f"    d = [*d, *_pad_{cl.__name__}[n:]]",
-        f"  {items}, = d",
     ]
     dump = ["def write_run(k, o):" if is_run else "def write_attempt(o, a, au):"]
     if is_run:
         # A run filed under another node's key (never built by the engine) keeps its key
         # as a version 2 object, which every reader takes.
         dump.append("  if o.node_key is not k and o.node_key != k: return _as_object(o)")
+        # The row remembered for this very record (``prana._model.StoredRow``).
+        dump.append("  r = _getattr(o, '_row', None)")
+        dump.append("  if r is not None: return r")
+    per_field: list[list[str]] = []
     for i, (name, _) in enumerate(layout):
+        fl: list[str] = []
+        per_field.append(fl)
         v = f"v{i}"
         t = types[name]
         if name == "started_at" and is_run:
-            load += [
+            fl += [
                 f"  a = _datetimes.get({v})",
                 f"  if a is None: a = _read_datetime({v})",
                 "  au = a.tzinfo is _UTC",
@@ -167,11 +170,11 @@ def _gen_row(
             if name != "started_at":
                 read = [f"if {v} is not None:", *(f"  {line}" for line in read)]
                 write = f"None if x is None else ({write})"
-            load += [f"  {line}" for line in read]
+            fl += [f"  {line}" for line in read]
             dump += [f"  x = o.{name}", f"  w{i} = {write}"]
             continue
         if name == "attempts":
-            load += [
+            fl += [
                 f"  if {v}.__class__ is not list: raise _Mismatch",
                 (
                     f"  {v} = (read_attempt({v}[0], a, au),) if len({v}) == 1"
@@ -184,17 +187,35 @@ def _gen_row(
             )
             continue
         if name in ("status", "outcome"):
-            load.append(f"  {v} = _enum_{cl.__name__}[{v}]")
+            fl.append(f"  {v} = _enum_{cl.__name__}[{v}]")
             dump.append(f"  w{i} = o.{name}._value_")
             continue
         lines, written = field_code(conv, name, t, ns, v)
-        load += [f"  {line}" for line in lines]
+        fl += [f"  {line}" for line in lines]
         dump.append(f"  w{i} = {written}")
+    # One branch per length: the items present are checked, the trailing ones left out take
+    # their defaults as values (no copy of the row, no check of a default).
+    for n in range(width, required - 1, -1):
+        keyword = "if" if n == width else "elif"
+        load.append(f"  {keyword} n == {n}:")
+        load.append(f"    {', '.join(f'v{i}' for i in range(n))}, = d")
+        for i in range(width):
+            if i < n:
+                load += [f"  {line}" for line in per_field[i]]
+            else:
+                value = layout[i][1]
+                literal = value is None or value == () or type(value) in (bool, str)
+                load.append(
+                    f"    v{i} = {value!r}" if literal else f"    v{i} = _value_{cl.__name__}[{i}]"
+                )
+    load.append("  else: raise _Mismatch")
     order = [a.name for a in attrs.fields(cl)]
     position = {name: i for i, (name, _) in enumerate(layout)}
     load.append(f"  o = _twin_{cl.__name__}()")
     for name in order:
         load.append(f"  o.{name} = k" if name == "node_key" else f"  o.{name} = v{position[name]}")
+    if is_run:
+        load.append("  o._row = d")
     load += [f"  o.__class__ = _cl_{cl.__name__}", "  return o"]
     ns[f"_cl_{cl.__name__}"] = cl
     for end in range(width, required, -1):
@@ -205,8 +226,12 @@ def _gen_row(
             if default is None
             else f"w{end - 1} != _d{cl.__name__}{end - 1}"
         )
-        dump.append(f"  if {differs}: return [{', '.join(f'w{i}' for i in range(end))}]")
-    dump.append(f"  return [{', '.join(f'w{i}' for i in range(required))}]")
+        keyword = "if" if end == width else "elif"
+        dump.append(f"  {keyword} {differs}: r = [{', '.join(f'w{i}' for i in range(end))}]")
+    dump.append(f"  else: r = [{', '.join(f'w{i}' for i in range(required))}]")
+    if is_run:
+        dump.append("  _set_row(o, r)")
+    dump.append("  return r")
     source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
     generate(source, ns, what=f"version 3 rows {cl.__name__}")
 
@@ -229,6 +254,8 @@ def gen_runs_codec(
         "_US": _US,
         "_UTC": _UTC,
         "_datetime": datetime,
+        "_getattr": getattr,
+        "_set_row": vars(StoredRow)["_row"].__set__,
     }
     for cl in (AttemptRecord, NodeExecution):
         twin = slot_twin(cl)

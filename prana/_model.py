@@ -304,6 +304,8 @@ class Workflow:
 #    there, and ``prana._fast_hooks`` quietly gives a class that has them cattrs' generic
 #    hooks instead (several times slower). Values are checked where they come in: the
 #    executor checks what it builds, ``loads`` reads strictly.
+# 4. ``NodeExecution`` remembers its stored row in a hidden slot (``StoredRow``), set only to
+#    a row that reads back as exactly that record; nothing else may set it.
 
 
 class ErrorCode(str, enum.Enum):
@@ -430,9 +432,25 @@ class AttemptRecord:
     redrive: bool = False
 
 
-# Hot record: the rules above ErrorCode apply.
+class StoredRow:
+    """Base of ``NodeExecution``: one hidden slot, ``_row``, that remembers its stored row.
+
+    Rule: ``_row`` is set only to a row that reads back as exactly this record: the row
+    ``prana.dumps`` wrote for it, or the one ``prana.loads`` read it from (schema version
+    3's run rows, ``prana._compact``). ``dumps`` then writes that row again instead of
+    encoding the record anew, so a record kept from one save to the next (the engine keeps
+    every run it does not touch) costs nothing to write again. It is not a field: equality,
+    ``repr``, pickling, copies and ``attrs.evolve`` never see or carry it, and a record
+    built any other way has no ``_row`` (``getattr(run, "_row", None)`` is ``None``).
+    """
+
+    __slots__ = ("_row",)
+    _row: Any
+
+
+# Hot record: the rules above ErrorCode apply; its stored row is remembered (``StoredRow``).
 @attrs.frozen(kw_only=True, weakref_slot=False)
-class NodeExecution:
+class NodeExecution(StoredRow):
     """One run of one node (a loop runs a node several times, each with its ``run_index``)."""
 
     node_key: str
@@ -703,9 +721,9 @@ def slot_twin(cls: type[Any]) -> type[Any] | None:
     field reads back.
     """
     names = [a.name for a in attrs.fields(cls)]
-    # A generic record (Suspend) has typing.Generic as its base: the twin needs the same base
-    # for CPython to call the layouts equal; Generic adds no slots and no per-call cost.
-    bases = tuple(getattr(cls, "__orig_bases__", ()))
+    # The twin needs the record's bases for CPython to call the layouts equal: typing.Generic
+    # for a generic record (Suspend; it adds no slots and no per-call cost), ``StoredRow``.
+    bases = tuple(getattr(cls, "__orig_bases__", None) or cls.__bases__)
     twin = types.new_class(
         f"_{cls.__name__}Twin", bases, exec_body=lambda ns: ns.update(__slots__=tuple(names))
     )

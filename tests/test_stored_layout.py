@@ -7,7 +7,9 @@ fixtures (``tests/fixtures``) and must read back equal forever.
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from datetime import timedelta, timezone
 from typing import Any
 
@@ -30,6 +32,7 @@ from prana import (
 )
 from prana._compact import ATTEMPT_LAYOUT, RUN_LAYOUT, check_layouts, upgrade_runs
 from prana._fast_hooks import DATETIMES
+from prana._model import StoredRow
 from prana._serialization import _detailed, _fast, _v3, dumps_outcome, loads_outcome
 
 
@@ -223,3 +226,46 @@ def test_times_at_microsecond_precision_survive() -> None:
     moved = attrs.evolve(run, attempts=(early, *run.attempts[1:]))
     execution = attrs.evolve(rich_execution(), node_executions={"flaky": (moved,)})
     assert loads(dumps(execution)) == execution
+
+
+def test_a_run_remembers_its_row_and_nothing_else_sees_it() -> None:
+    """``loads`` and ``dumps`` leave each run its stored row (``StoredRow``): ``dumps``
+    writes it again as it is; equality, repr, pickling, copies and evolve never carry it."""
+    text = dumps(rich_execution())
+    back = loads(text)
+    run = back.node_executions["flaky"][0]
+    row = body(text)["node_executions"]["flaky"][0]
+    assert run._row == row
+    assert "_row" not in repr(run)
+    assert pickle.loads(pickle.dumps(run)) == run
+    assert getattr(pickle.loads(pickle.dumps(run)), "_row", None) is None
+    assert getattr(copy.deepcopy(run), "_row", None) is None
+    assert getattr(attrs.evolve(run, output="changed"), "_row", None) is None
+    assert dumps(back) == text
+    fresh = rich_execution()
+    assert getattr(fresh.node_executions["start"][0], "_row", None) is None
+    dumps(fresh)
+    remembered = orjson.dumps(fresh.node_executions["start"][0]._row, option=orjson.OPT_UTC_Z)
+    assert orjson.loads(remembered) == body(text)["node_executions"]["start"][0]
+
+
+def test_dumps_writes_the_remembered_row() -> None:
+    """The rule the memo relies on: a remembered row is written instead of the fields, so
+    only a row that reads back as the record may be remembered (tests fail otherwise)."""
+    execution = rich_execution()
+    run = execution.node_executions["start"][0]
+    vars(StoredRow)["_row"].__set__(run, ["completed", 0, 0, "2030-01-01T00:00:00Z"])
+    assert body(dumps(execution))["node_executions"]["start"] == [
+        ["completed", 0, 0, "2030-01-01T00:00:00Z"]
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(executions)
+def test_a_loaded_execution_writes_back_the_text_it_was_read_from(
+    execution: WorkflowExecution,
+) -> None:
+    """Remembered rows are the rows read: ``dumps(loads(text)) == text``."""
+    text = dumps(execution)
+    assert dumps(loads(text)) == text
+    assert dumps(execution) == text
