@@ -108,8 +108,8 @@ def _after(name: str) -> tuple[list[str], str]:
     ]
     # Identity first: the engine stamps a run and its attempt with one clock reading.
     write = (
-        "(0 if x is a else (x - a) // _US) if au and x.tzinfo is _UTC"
-        " and x.__class__ is _datetime else x"
+        "(0 if x is a else (x - a) // _US) if au and x.__class__ is _datetime"
+        " and x.tzinfo is _UTC else x"
     )
     return read, write
 
@@ -162,7 +162,7 @@ def _gen_row(
                 "  au = a.tzinfo is _UTC",
                 f"  {v} = a",
             ]
-            dump += ["  a = o.started_at", "  au = a.tzinfo is _UTC and a.__class__ is _datetime"]
+            dump += ["  a = o.started_at", "  au = a.__class__ is _datetime and a.tzinfo is _UTC"]
             dump.append(f"  w{i} = a")
             continue
         if name in ("started_at", "ended_at", "due_at", "completed_at"):

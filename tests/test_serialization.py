@@ -487,7 +487,7 @@ def test_loads_accepts_bytes() -> None:
 def test_hand_edited_record_still_loads() -> None:
     """Runs may be objects, defaulted fields may be left out, ``Z`` may stand for UTC."""
     doc = record(suspended_execution())
-    run = {
+    run: dict[str, Any] = {
         "node_key": "n0",
         "status": "completed",
         "execution_index": 0,

@@ -269,3 +269,13 @@ def test_a_loaded_execution_writes_back_the_text_it_was_read_from(
     text = dumps(execution)
     assert dumps(loads(text)) == text
     assert dumps(execution) == text
+
+
+def test_a_run_with_a_time_that_is_not_a_datetime_is_refused_on_write() -> None:
+    """A hand-built run whose time is not a datetime is a ``RecordError``, not an
+    ``AttributeError`` from the layout's arithmetic (text where a time belongs would not
+    read back)."""
+    run = attrs.evolve(rich_execution().node_executions["start"][0], started_at="noon")  # type: ignore[arg-type]
+    execution = attrs.evolve(rich_execution(), node_executions={"start": (run,)})
+    with pytest.raises(RecordError):
+        loads(dumps(execution))
