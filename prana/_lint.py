@@ -201,7 +201,7 @@ def _unknown_exceptions(
                 f"{field}: no built-in or registered exception is named {item!r}{guess} "
                 f"(a name matches an error whose class or a base class has it; if it is your "
                 f"own, register it with registry.exception({short}) and pass the registry to "
-                "lint)"
+                "lint, or to prana lint the --actions module that registers it)"
             )
     return found
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,6 +17,9 @@ from prana import (
     Workflow,
     lint,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def noop(params: Any, ctx: Any) -> Any:
@@ -305,3 +309,69 @@ def test_suggestions_come_only_from_public_and_registered_names(
 def test_the_error_types_prana_records_are_known(name: str) -> None:
     """A name prana records for a failure it found itself (``ErrorInfo.type``) is not unknown."""
     assert lint(workflow_of(node(RetryPolicy(retry_on=["OSError"], exclude=[name])))) == []
+
+
+# --- prana lint (the command) -------------------------------------------------------------
+
+LINTED = """\
+id: lw
+nodes:
+  - {key: t, type: manual.trigger}
+  - key: call
+    type: http.request
+    params: {url: "http://x"}
+    settings: {retry: "[NetworkError -> retry: 5, backoff: 2m] [retry: 3, backoff: 60]"}
+  - key: simple
+    type: http.request
+    params: {url: "http://x"}
+    settings: {retry_on_failed: true, max_retries: 2, retry_delay_ms: 500}
+  - key: noetl
+    type: http.request
+    params: {url: "http://x"}
+    settings: {retry: 3}
+connections:
+  - {from_node: t, to_node: call}
+  - {from_node: call, to_node: simple}
+  - {from_node: simple, to_node: noetl}
+"""
+
+
+def test_prana_lint_prints_warnings_and_every_forms_schedule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana lint --schedule`` previews each form's policy (simple and short forms too) and
+    prints the warnings; it exits 1 when there are warnings, 0 when clean."""
+    from scheduling._cli import main
+
+    path = tmp_path / "lw.yaml"
+    path.write_text(LINTED)
+    assert main(["lint", str(path), "--schedule"]) == 1
+    out = capsys.readouterr().out
+    assert f"{path} (lw): simple: constant 500ms, cap 1m0s, 3 attempts" in out
+    assert f"{path} (lw): noetl: exponential 1.0s x2, cap 1m0s, 3 attempts" in out
+    assert "    retry 2: 500ms (500ms..500ms), 1.0s in all" in out
+    assert "[unknown_exception] policy 1 retry_on" in out
+    assert "--actions module" in out
+    assert "retries_programming_errors" not in out  # the catch-all bracket is meant
+    clean = tmp_path / "clean.yaml"
+    clean.write_text(LINTED.replace("NetworkError", "ConnectionError"))
+    assert main(["lint", str(clean)]) == 0
+    assert capsys.readouterr().out.strip() == f"{clean} (lw): no warnings"
+
+
+def test_prana_lint_json_and_mistakes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--json`` carries warnings and policies; an invalid workflow is a mistake (exit 2)."""
+    from scheduling._cli import main
+
+    path = tmp_path / "lw.yaml"
+    path.write_text(LINTED)
+    assert main(["lint", str(path), "--json"]) == 1
+    (entry,) = json.loads(capsys.readouterr().out)["files"]
+    assert [w["code"] for w in entry["warnings"]] == ["unknown_exception"]
+    by_node = {p["node"]: p["policies"] for p in entry["policies"]}
+    assert [r["typical_delay_s"] for r in by_node["simple"][0]["schedule"]] == [0.5, 0.5]
+    assert by_node["noetl"][0]["describe"].endswith("3 attempts")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(LINTED.replace("retry: 3}", "retry: {backof: linear}}"))
+    assert main(["lint", str(broken)]) == 2
+    assert "backof" in capsys.readouterr().err

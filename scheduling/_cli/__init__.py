@@ -21,7 +21,18 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from prana import PranaError
 from scheduling import _ownership
-from scheduling._cli import db, demo, listing, redrive, run, serve, steer, worker, workflows
+from scheduling._cli import (
+    db,
+    demo,
+    lint,
+    listing,
+    redrive,
+    run,
+    serve,
+    steer,
+    worker,
+    workflows,
+)
 from scheduling._cli._common import (
     DEFAULT_DB,
     EXIT_INTERRUPTED,
@@ -43,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["CLIError", "load_actions", "load_workflow_file", "main"]
 
 # The command modules, in the order `prana --help` lists them.
-_COMMANDS = (run, worker, serve, listing, steer, redrive, workflows, db, demo)
+_COMMANDS = (run, worker, serve, listing, steer, redrive, workflows, lint, db, demo)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``prana`` command; returns its exit code.
 
-    0 done; 1 the execution it ran failed or was cancelled; 2 a mistake in the command; 3
+    0 done; 1 the execution it ran failed or was cancelled (``lint``: it found warnings); 2
+    a mistake in the command; 3
     refused by the execution's state; 4 no such execution; 5 the store cannot be used;
     130 interrupted. A reader that stops early (``| head``) changes none of this.
     """

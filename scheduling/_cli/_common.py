@@ -31,7 +31,8 @@ DEFAULT_DB = "prana.db"
 EXIT_OK = 0
 """The command did what it was asked (a run that waits on a webhook included)."""
 EXIT_FAILED = 1
-"""The execution the command ran (``run``, ``deliver``, ``redrive``) ended failed or cancelled."""
+"""The execution the command ran (``run``, ``deliver``, ``redrive``) ended failed or cancelled;
+``lint`` found warnings."""
 EXIT_USAGE = 2
 """A mistake in the command: options, files, JSON, ``--actions``, an invalid workflow."""
 EXIT_REFUSED = 3
