@@ -49,13 +49,13 @@ from prana._state import check_transition
 __all__ = ["redrive_execution"]
 
 _REFUSALS = {
-    ExecutionStatus.COMPLETED: "it completed: there is nothing to redrive",
+    ExecutionStatus.COMPLETED: "there is nothing to redrive",
     ExecutionStatus.SUSPENDED: (
-        "it is suspended and resumes by itself when due (or with deliver for a webhook); "
+        "it resumes by itself when due (or with deliver for a webhook); "
         "only a failed execution can be redriven"
     ),
     ExecutionStatus.PENDING: "it has not run yet; only a failed execution can be redriven",
-    ExecutionStatus.RUNNING: "it is still running; only a failed execution can be redriven",
+    ExecutionStatus.RUNNING: "only a failed execution can be redriven",
     ExecutionStatus.CANCELLED: (
         "it was cancelled on purpose, and a redrive would undo that decision; start the "
         "workflow again for a fresh execution"

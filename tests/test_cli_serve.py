@@ -83,6 +83,22 @@ def test_serve_refuses_a_public_host_without_a_token(
     assert len(err.strip().splitlines()) == 1
 
 
+def test_serve_names_prana_web_token_when_it_is_too_short(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A short $PRANA_WEB_TOKEN is refused naming the variable the user set (was: a
+    message about create_app(token=...), a call a CLI user never made), exit 2."""
+    monkeypatch.setenv("PRANA_WEB_TOKEN", "short")
+    code = main(["serve", "--host", "0.0.0.0", "--db", str(tmp_path / "x.db")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "PRANA_WEB_TOKEN" in err
+    assert "at least 16 characters" in err
+    assert "create_app" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_run_prints_the_path_and_serve_resumes_it_once(tmp_path: Path) -> None:
     """prana run prints /hooks/<token>; prana serve accepts it once, then answers 404."""
     (tmp_path / "actions.py").write_text(ACTIONS)

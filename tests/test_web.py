@@ -515,12 +515,17 @@ def test_without_a_token_only_loopback_clients(caplog: pytest.LogCaptureFixture)
         assert asyncio.run(from_outside()) == 403
 
 
-def test_create_app_checks_its_arguments(runner: Runner) -> None:
-    """A short operator token or a bad limit is refused in one line."""
+def test_create_app_checks_its_arguments(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short operator token or a bad limit is refused in one line, naming where the
+    token came from (the argument or $PRANA_WEB_TOKEN)."""
     from prana import PranaError
 
-    with pytest.raises(PranaError, match="at least 16"):
+    with pytest.raises(PranaError, match=r"^create_app\(token=\.\.\.\): .*at least 16"):
         create_app(runner, token="short")
+    monkeypatch.setenv("PRANA_WEB_TOKEN", "short")
+    with pytest.raises(PranaError, match=r"^\$PRANA_WEB_TOKEN: .*at least 16"):
+        create_app(runner)
+    monkeypatch.delenv("PRANA_WEB_TOKEN")
     with pytest.raises(PranaError, match="max_body_bytes"):
         create_app(runner, max_body_bytes=0)
     with pytest.raises(PranaError, match="poll_seconds"):

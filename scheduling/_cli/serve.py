@@ -84,9 +84,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from scheduling.web import create_app
+        from scheduling.web._app import MIN_TOKEN_CHARS, TOKEN_ADVICE
     except ImportError:
         raise CLIError(_NEEDS_WEB) from None
     token = os.environ.get("PRANA_WEB_TOKEN") or None
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        # Checked before the store is opened, naming the variable the user actually set.
+        raise CLIError(f"PRANA_WEB_TOKEN is {len(token)} characters: {TOKEN_ADVICE}")
     if token is None and not _is_loopback(args.host):
         raise CLIError(
             f"--host {args.host}: without an operator token the view and API answer loopback "

@@ -64,6 +64,11 @@ HEARTBEAT_SECONDS = 15.0
 """An SSE comment is sent this often, so proxies keep an idle stream open."""
 COOKIE = "prana_operator"
 TOKEN_ENV = "PRANA_WEB_TOKEN"  # noqa: S105 - the name of the variable, not a secret
+MIN_TOKEN_CHARS = 16
+TOKEN_ADVICE = (
+    f"use a random operator token of at least {MIN_TOKEN_CHARS} characters, "
+    'e.g. python -c "import secrets; print(secrets.token_urlsafe(32))"'
+)
 
 
 def _error(status: int, message: str, **headers: str) -> JSONResponse:
@@ -147,13 +152,12 @@ def create_app(
     (``Runner.subscribe``). ``open_runner=True`` opens the runner
     when the app starts and closes it when the app stops (``prana serve`` does this).
     """
+    source = "create_app(token=...)"
     if token is None:
         token = os.environ.get(TOKEN_ENV) or None
-    if token is not None and (not isinstance(token, str) or len(token) < 16):
-        raise PranaError(
-            "create_app(token=...): use a random operator token of at least 16 characters, "
-            'e.g. python -c "import secrets; print(secrets.token_urlsafe(32))"'
-        )
+        source = f"${TOKEN_ENV}"
+    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS):
+        raise PranaError(f"{source}: {TOKEN_ADVICE}")
     if (
         isinstance(max_body_bytes, bool)
         or not isinstance(max_body_bytes, int)
