@@ -23,6 +23,7 @@ from prana import (
     RecordError,
     RetryPolicy,
     Workflow,
+    WorkflowExecution,
 )
 from prana.testing import ManualClock
 from scheduling import Runner
@@ -197,6 +198,33 @@ def test_worker_once_resumes_due_executions(
     store = SQLiteStore(env["db"])
     assert store.load(eid)[0].status is ExecutionStatus.COMPLETED
     store.close()
+
+
+def test_worker_once_says_when_a_running_execution_s_lease_ends(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Right after a crash, --once leaves a leased running execution alone and says until
+    when (was: only "resumed 0 due execution(s)", with nothing saying to come back)."""
+    lease_end = datetime.now(timezone.utc) + timedelta(hours=1)
+    store = SQLiteStore(env["db"])
+    store.save(
+        WorkflowExecution(
+            id="crashed",
+            workflow_id="wf",
+            workflow_version=1,
+            status=ExecutionStatus.RUNNING,
+            lease_expires_at=lease_end,
+        ),
+        None,
+    )
+    store.close()
+    code, out, _ = run(["worker", "--once", "--db", env["db"], "--actions", env["actions"]], capsys)
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        "resumed 0 due execution(s); 1 running under a lease, the first ending "
+        f"{lease_end:%Y-%m-%d %H:%M:%S} UTC (if its process died, a worker takes it up once "
+        "the lease has ended)"
+    )
 
 
 def test_worker_without_actions_says_to_pass_them_and_leaves_the_work(

@@ -18,8 +18,10 @@ import contextlib
 import logging
 import signal
 import threading
+from datetime import timezone
 from typing import TYPE_CHECKING
 
+from prana import ExecutionStatus
 from scheduling._cli._common import (
     EXIT_OK,
     PROCRASTINATE_NEEDS_POSTGRES,
@@ -135,7 +137,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         )
         if args.once:
             handled = runner.run_due()
-            print(f"resumed {len(handled)} due execution(s)")
+            print(f"resumed {len(handled)} due execution(s)" + _leased_note(store, runner))
             return EXIT_OK
         if args.scheduler == "procrastinate":
             return _procrastinate_worker(args, registry, store, view)
@@ -147,6 +149,28 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         store.close()
+
+
+def _leased_note(store: ExecutionStore, runner: Runner) -> str:
+    """Say which running executions --once left alone because their lease has not ended.
+
+    A `prana run` killed mid-action leaves its execution `running` until its lease ends;
+    without this a worker run right after the crash said only "resumed 0", and nothing
+    told the operator to come back once the lease is over.
+    """
+    now = runner.clock()
+    leased = [
+        row.due_at
+        for row in store.list(ExecutionStatus.RUNNING, limit=1000)
+        if row.due_at is not None and row.due_at > now
+    ]
+    if not leased:
+        return ""
+    until = min(leased).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        f"; {len(leased)} running under a lease, the first ending {until} UTC (if its "
+        "process died, a worker takes it up once the lease has ended)"
+    )
 
 
 @contextlib.contextmanager
