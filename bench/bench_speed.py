@@ -209,7 +209,7 @@ def profiled(name: str, enabled: bool) -> Iterator[None]:
         profile.disable()
         out = io.StringIO()
         stats = pstats.Stats(profile, stream=out)
-        stats.sort_stats("tottime").print_stats(18)
+        stats.sort_stats(os.environ.get("PRANA_BENCH_SORT", "tottime")).print_stats(int(os.environ.get("PRANA_BENCH_LINES", "18")))
         PROFILES[name] = _trim_profile(out.getvalue())
 
 
@@ -1018,9 +1018,12 @@ def row_workers(args: argparse.Namespace) -> list[Row]:
             return ids, [m + timedelta(seconds=delay) for m in moments]
 
         # The burst: all N due at one instant, after every start has been deferred.
-        began = time.perf_counter()
         start_all(20, 0.001, 0.0)  # a warm-up (connections, definitions), not measured
-        lead = 3.0 + n * 0.01
+        began = time.perf_counter()
+        start_all(20, 0.001, 0.0)  # a pilot: how long a start takes on the machine now
+        # Due after the last start (the starts' pace is the machine's, not the workers').
+        lead = 3.0 + n * (time.perf_counter() - began) / 20 * 1.5
+        began = time.perf_counter()
         ids, dues = start_all(n, lead, 0.0)
         started_in = time.perf_counter() - began
         due = dues[0]
@@ -1057,7 +1060,10 @@ def row_workers(args: argparse.Namespace) -> list[Row]:
     duplicated = sum(c - 1 for c in per_attempt.values() if c > 1)
     if args.py_spy:
         summarize_spy(Path(args.py_spy))
-    shutil.rmtree(tmp, ignore_errors=True)
+    if os.environ.get("PRANA_BENCH_KEEP"):  # the workers' logs, to read after the run
+        print(f"(worker logs kept in {tmp})", file=sys.stderr)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return [
         Row(
             f"2 procrastinate workers, {n} due, end to end",

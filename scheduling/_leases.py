@@ -71,8 +71,14 @@ class Leases:
         self._cond = threading.Condition()
         self._keeper: threading.Thread | None = None
 
-    def checkpoint(self, claim: Claim) -> Callable[[WorkflowExecution], None]:
-        """The core's ``checkpoint`` callback for one step: save each snapshot on ``claim``."""
+    def checkpoint(
+        self, claim: Claim, commit: Callable[[], None] | None = None
+    ) -> Callable[[WorkflowExecution], None]:
+        """The core's ``checkpoint`` callback for one step: save each snapshot on ``claim``.
+
+        ``commit`` is the step's store group's (``scheduling.abc.GroupingStore``): called
+        after each save, so the claim is durable before the action it guards runs.
+        """
 
         def save(execution: WorkflowExecution) -> None:
             now = self.clock()
@@ -80,6 +86,8 @@ class Leases:
             with claim.lock:
                 claim.version = self.store.save(record, claim.version)
                 claim.record, claim.saved_at = record, now
+            if commit is not None:
+                commit()
             if self._keeper is None or id(claim) not in self._held:
                 self._hold(claim)
 

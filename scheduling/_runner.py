@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
@@ -62,6 +62,8 @@ from scheduling._steps import (
     logger,
 )
 from scheduling.abc import (
+    BatchingScheduler,
+    BulkScheduler,
     ClockedScheduler,
     ExecutionStore,
     Scheduler,
@@ -344,11 +346,14 @@ class Runner(Steps, Generic[SchedulerT]):
         # through it; if anything below fails, the runner closes again (hook removed).
         self._install_alarm_hook()
         try:
-            self.scheduler.start(self._fire)
+            scheduler = self.scheduler
+            if isinstance(scheduler, BatchingScheduler):
+                scheduler.start_batched(self._fire, self._fire_many)
+            else:
+                scheduler.start(self._fire)
             self._open = True
             if self.recover:
-                for execution_id, due_at in self.store.alarms():
-                    self.scheduler.schedule(execution_id, due_at)
+                self._arm_all(self.store.alarms())
                 self._reconcile_parents()
         except BaseException:
             self._open = True
@@ -637,9 +642,17 @@ class Runner(Steps, Generic[SchedulerT]):
         Arming one already armed only replaces its alarm.
         """
         due = self.store.find_due(self.clock(), limit=limit)
-        for execution_id, due_at in due:
-            self.scheduler.schedule(execution_id, due_at)
+        self._arm_all(due)
         return len(due)
+
+    def _arm_all(self, alarms: Sequence[tuple[str, datetime]]) -> None:
+        """Arm these alarms: in one call to a ``BulkScheduler``, else one by one."""
+        scheduler = self.scheduler
+        if isinstance(scheduler, BulkScheduler):
+            scheduler.schedule_many(alarms)
+            return
+        for execution_id, due_at in alarms:
+            scheduler.schedule(execution_id, due_at)
 
     def run_due(self, limit: int = 1000) -> list[str]:
         """Resume, in the caller, every execution the store says is due now; return their ids.

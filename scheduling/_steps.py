@@ -53,6 +53,7 @@ from prana import (
     validate,
 )
 from prana._limits import sub_workflow_too_deep
+from scheduling._batch import Batch, on_alarms
 from scheduling._definitions import Definitions
 from scheduling._errors import ExecutionNotFound, StaleVersionError, WorkflowNotFound
 from scheduling._eventlog import log_event, wanted
@@ -255,7 +256,14 @@ class Steps:
         lost) propagate: the caller says whether they are errors or dropped. Returns the
         core's outcome, or ``None`` when no resume ran.
         """
-        with self._stripes[hash(execution_id) % _STRIPES]:
+        batch: Batch | None = getattr(self._local, "batch", None)
+        lock = self._stripes[hash(execution_id) % _STRIPES]
+        if batch is None:
+            lock.acquire()
+        elif not lock.acquire(blocking=False):
+            batch.commit()  # never wait for a lock while the group holds the store's
+            lock.acquire()
+        try:
             execution, version = self.store.load(execution_id)
             move = check(execution)
             if move is None:
@@ -270,7 +278,7 @@ class Steps:
                 leases = self._leases
                 claim = Claim(version)
                 try:
-                    checkpoint = leases.checkpoint(claim)
+                    checkpoint = leases.checkpoint(claim, None if batch is None else batch.commit)
                     with self._traced(execution.trace_context):
                         if move is _RESUME:
                             outcome = resume_workflow(
@@ -305,7 +313,12 @@ class Steps:
                 new = outcome.execution
                 assert new is not None, "the executor returns outcomes with the execution set"
                 version = leases.save(claim, new)
+        finally:
+            lock.release()
         if new is None:
+            if batch is not None:
+                batch.later.append(execution)  # it takes other executions' locks: after
+                return None
             self._sub_workflow_alarm(execution)
             return None
         if delivery:
@@ -314,7 +327,10 @@ class Steps:
                 self.scheduler.cancel(execution_id)
         if type(outcome) is Suspend:
             self._note_hook(outcome)
-        self._settle(new, version)
+        if batch is not None:
+            batch.pending.append((new, version))  # settled once its group commits
+        else:
+            self._settle(new, version)
         return outcome
 
     def _redrive(
@@ -476,6 +492,30 @@ class Steps:
             return None
         return asyncio.to_thread(self._on_alarm, execution_id)
 
+    def _fire_many(self, execution_ids: Sequence[str]) -> Any:
+        """A ``BatchingScheduler``'s callback: alarms due at one instant, as one batch."""
+        if asyncio._get_running_loop() is None:
+            self._on_alarms(execution_ids)
+            return None
+        return asyncio.to_thread(self._on_alarms, execution_ids)
+
+    def _on_alarms(self, execution_ids: Sequence[str]) -> None:
+        """Alarms due at one instant: each as ``_on_alarm``, their saves in one store group."""
+        on_alarms(self, execution_ids)
+
+    def _on_alarm_logged(self, execution_id: str) -> None:
+        """``_on_alarm``, logging what it raises unexpectedly (one of a batch fails alone)."""
+        try:
+            self._on_alarm(execution_id)
+        except Exception:
+            logger.exception("the alarm of execution %r failed; it stays as stored", execution_id)
+
+    def _sub_workflow_alarm_logged(self, parent: WorkflowExecution) -> None:
+        try:
+            self._sub_workflow_alarm(parent)
+        except Exception:
+            logger.exception("the sub-workflow alarm of execution %r failed", parent.id)
+
     def _on_alarm(self, execution_id: str) -> None:
         """An alarm went off: resume the execution if it is still suspended and due.
 
@@ -608,6 +648,10 @@ class Steps:
             queue.append(execution)
             return
         queue = self._local.queue = collections.deque([execution])
+        self._drain(queue)
+
+    def _drain(self, queue: collections.deque[WorkflowExecution]) -> None:
+        """Run the follow-ups queued (``_local.queue`` is ``queue``), and those they queue."""
         try:
             while queue:
                 follow = queue.popleft()

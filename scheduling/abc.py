@@ -3,8 +3,10 @@
 Optional ones name what some backends can do more: a scheduler that keeps the time itself
 (``ClockedScheduler``), a store whose schema is versioned (``MigratingStore``), and a store
 and a scheduler on one database that arm each alarm inside the save that implies it
-(``TransactionalStore``, ``TransactionalScheduler``); an observer that keeps each execution
-in one trace (``TracePropagator``). The ``Runner`` finds every capability through these
+(``TransactionalStore``, ``TransactionalScheduler``); a scheduler that hands over every
+alarm due at one instant in one call (``BatchingScheduler``) and a store that commits
+several saves of one thread together (``GroupingStore``); an observer that keeps each
+execution in one trace (``TracePropagator``). The ``Runner`` finds every capability through these
 protocols and looks for nothing else.
 
 Invariants every backend keeps (see the docs' Stores and schedulers page):
@@ -20,6 +22,11 @@ Invariants every backend keeps (see the docs' Stores and schedulers page):
 - A workflow definition never changes for a given id and version.
 - A ``TransactionalStore``'s ``on_save`` hook runs inside the save's transaction: the row
   and what the hook writes commit together; if the hook raises, nothing is stored.
+- A ``BatchingScheduler`` hands each due alarm over once, through ``fire`` or in one
+  ``fire_many`` call with the other alarms of its instant: at least once, as ``fire``.
+- A ``GroupingStore``'s grouped save checks its compare-and-set at once, but is durable
+  and visible to other connections only from the group's next commit, together with
+  every grouped save before it; a failed commit loses them all, nothing else.
 - An execution's ``trace_context`` is set once, at its start, and every later step of it,
   by any runner in any process, runs inside ``TracePropagator.resume`` of that context.
 """
@@ -37,6 +44,9 @@ from prana import ExecutionStatus, Workflow, WorkflowExecution
 
 Fire = Callable[[str], object]
 """Called with an execution id when its alarm is due; it may return an awaitable."""
+
+FireMany = Callable[[Sequence[str]], object]
+"""Called with the ids of alarms due at one instant (each once); it may return an awaitable."""
 
 
 @runtime_checkable
@@ -197,6 +207,64 @@ class TransactionalScheduler(Protocol):
 
     def cancel_in(self, conn: Any, execution_id: str) -> None:
         """``cancel`` on the caller's connection ``conn``, inside its open transaction."""
+
+
+@runtime_checkable
+class BatchingScheduler(Protocol):
+    """A scheduler that can hand every alarm due at one instant over in one call.
+
+    ``start_batched(fire, fire_many)`` starts it as ``start(fire)`` would; from then on it
+    may call ``fire_many(ids)`` for alarms due at the same instant instead of ``fire`` once
+    per id: each id once, in the order they were last armed. An id handed over counts as fired
+    (an alarm armed again for that instant afterwards fires again). The ``Runner`` starts
+    every scheduler that offers it this way and resumes a batch in one store group
+    (``GroupingStore``) when its store offers that; ``APSchedulerAdapter`` (one job per
+    due instant instead of one per execution) and ``ManualScheduler(batches=True)`` do.
+    """
+
+    def start_batched(self, fire: Fire, fire_many: FireMany) -> None:
+        """Begin firing due alarms through ``fire``, or several at a time through ``fire_many``."""
+
+
+@runtime_checkable
+class BulkScheduler(Protocol):
+    """A scheduler that arms many alarms in one call, writing only what is missing.
+
+    ``schedule_many(alarms)`` is ``schedule(id, due_at)`` for each ``(id, due_at)``, with
+    the same rule (idempotent and replacing), except that an alarm already armed for that
+    due time (or firing now for it, or for a later one) is left as it is. It is for
+    re-arming from the store, where most alarms are armed already: a ``Runner`` uses it
+    when it opens and in ``rearm_due`` (``ProcrastinateScheduler``: one query finds which
+    of them have a job, instead of one per execution).
+    """
+
+    def schedule_many(self, alarms: Sequence[tuple[str, datetime]]) -> None:
+        """Arm each ``(execution_id, due_at)`` that is not armed for it already."""
+
+
+@runtime_checkable
+class GroupingStore(Protocol):
+    """A store that commits several saves of one thread together (``SQLiteStore``).
+
+    Inside ``with store.grouped():`` the calling thread's saves join one open
+    transaction: each checks its compare-and-set at once (``StaleVersionError`` as ever)
+    and returns its version, but it is durable, and visible to other connections, only
+    from the next ``commit_group()`` (or the end of the block, which commits whatever the
+    block wrote, even when it raises), together with every grouped save before it. A
+    commit that fails raises ``StoreError`` and loses all of them, as a crash before it
+    would: the stored state stays what the last commit left. The thread's own loads see
+    its uncommitted saves. While a group has uncommitted saves, other threads' calls on
+    the store wait for its commit: commit before anything that may take long or wait on
+    another thread (the ``Runner`` commits before every action call, so a claim is
+    durable before its action runs, and never holds a group open while it waits for a
+    lock). Other threads' saves are never grouped.
+    """
+
+    def grouped(self) -> AbstractContextManager[None]:
+        """Group this thread's saves until the block ends (nested blocks join the outer one)."""
+
+    def commit_group(self) -> None:
+        """Commit this thread's grouped saves so far (nothing open: nothing to do)."""
 
 
 @runtime_checkable

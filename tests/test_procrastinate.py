@@ -36,7 +36,7 @@ from prana import (
     Workflow,
 )
 from scheduling import Runner, StoreError
-from scheduling.abc import Scheduler
+from scheduling.abc import BulkScheduler, Scheduler
 from scheduling.adapters.procrastinate import (
     TASK_NAME,
     ProcrastinateScheduler,
@@ -647,3 +647,100 @@ def test_only_the_workers_own_bookkeeping_commits_asynchronously(env: Env) -> No
         return str(rows[0]["synchronous_commit"])
 
     assert asyncio.run(durable_setting()) == "on"
+
+
+# -- one job, several alarms (``batch``) ------------------------------------------------
+
+
+def doing_counts(env: Env, fired: Fired, count: int, **options: Any) -> list[int]:
+    """Arm ``count`` alarms due now, start one worker, and count jobs ``doing`` at each fire."""
+    scheduler = env.scheduler(concurrency=1, **options)
+    scheduler.setup()
+    seen: list[int] = []
+
+    def fire(execution_id: str) -> None:
+        seen.append(len(env.jobs("doing")))
+        fired(execution_id)
+
+    for index in range(count):
+        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=1))
+    scheduler.start(fire)
+    assert fired.wait_for(count)
+    assert env.wait_until(lambda: env.jobs() == [])
+    assert sorted(fired.ids) == [f"exec-{index}" for index in range(count)]
+    return seen
+
+
+def test_a_job_goes_on_firing_the_alarms_due_with_it(env: Env) -> None:
+    """After its own alarm a job takes the next due job itself: its own stays ``doing``."""
+    assert doing_counts(env, Fired(), 5, batch=10) == [1, 2, 2, 2, 2]
+
+
+def test_a_job_fires_at_most_batch_alarms(env: Env) -> None:
+    """``batch=2``: its own and one more, then procrastinate fetches the next job."""
+    assert doing_counts(env, Fired(), 4, batch=2) == [1, 2, 1, 2]
+
+
+def test_batch_one_fires_one_alarm_per_job(env: Env) -> None:
+    assert doing_counts(env, Fired(), 3, batch=1) == [1, 1, 1]
+
+
+def test_a_job_never_takes_one_whose_execution_is_firing_elsewhere(env: Env) -> None:
+    """The ``lock`` holds for jobs taken too: a live worker's ``doing`` job keeps its twin."""
+    scheduler = env.scheduler(concurrency=1, batch=10)
+    scheduler.setup()
+    insert_doing_job(env, "exec-1", heartbeat_age_seconds=0)
+    [doing] = env.jobs()
+    scheduler.schedule("exec-1", doing["scheduled_at"] + timedelta(microseconds=1))
+    scheduler.schedule("exec-2", now() - timedelta(seconds=1))
+    fired = Fired()
+    scheduler.start(fired)
+    assert fired.wait_for(1)
+    assert env.wait_until(lambda: len(env.jobs()) == 2)  # exec-2's job ended
+    assert fired.ids == ["exec-2"]
+    assert [(job["args"], job["status"]) for job in env.jobs()] == [
+        ({"execution_id": "exec-1"}, "doing"),
+        ({"execution_id": "exec-1"}, "todo"),
+    ]
+
+
+def test_rearming_an_alarm_firing_now_for_its_due_time_writes_nothing(env: Env) -> None:
+    """A job ``doing`` for that due time (or later) fires it: re-arming adds no twin."""
+    scheduler = env.scheduler()
+    scheduler.setup()
+    insert_doing_job(env, "exec-1", heartbeat_age_seconds=0)
+    [doing] = env.jobs()
+    scheduler.schedule("exec-1", doing["scheduled_at"])
+    scheduler.schedule("exec-1", doing["scheduled_at"] - timedelta(seconds=1))
+    assert env.jobs() == [doing]
+    later = doing["scheduled_at"] + timedelta(seconds=1)
+    scheduler.schedule("exec-1", later)  # later than the firing job: an alarm of its own
+    assert [(job["status"], job["scheduled_at"]) for job in env.jobs()] == [
+        ("doing", doing["scheduled_at"]),
+        ("todo", later),
+    ]
+
+
+def test_schedule_many_arms_only_what_is_missing(env: Env) -> None:
+    """One read for all; an alarm queued (or firing) for its due time keeps its job."""
+    scheduler = env.scheduler()
+    assert isinstance(scheduler, BulkScheduler)
+    due = now() + timedelta(hours=1)
+    scheduler.schedule("queued", due)
+    insert_doing_job(env, "firing", heartbeat_age_seconds=0)
+    before = {job["id"]: job for job in env.jobs()}
+    firing_due = next(j["scheduled_at"] for j in before.values() if j["status"] == "doing")
+    scheduler.schedule_many(
+        [("queued", due), ("firing", firing_due), ("missing", due), ("moved", due)]
+    )
+    scheduler.schedule_many([("moved", due + timedelta(seconds=1))])
+    jobs = env.jobs()
+    assert {job["id"] for job in jobs} >= set(before)  # nothing armed already was replaced
+    assert sorted((job["args"]["execution_id"], job["scheduled_at"]) for job in jobs) == sorted(
+        [
+            ("queued", due),
+            ("firing", firing_due),
+            ("missing", due),
+            ("moved", due + timedelta(seconds=1)),
+        ]
+    )

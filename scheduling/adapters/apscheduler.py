@@ -10,6 +10,13 @@ for "now" must fire again, not be skipped because the previous run is still runn
 A job holds only plain strings: the execution id and the adapter's ``name``. The job
 function is module-level, so a persistent job store can reference it by name; it finds
 the fire callback in a process-wide registry keyed by the adapter's ``name``.
+
+Batches (``scheduling.abc.BatchingScheduler``, how a ``Runner`` starts it): started with
+``start_batched`` and no ``jobstore=``, the adapter keeps the armed ids itself, in one
+bucket per due instant, and APScheduler holds one job per instant (``prana-at:<instant>``)
+instead of one per execution; the job hands its whole bucket to ``fire_many``. Arming an
+id moves it between buckets, cancelling removes it (and the job of a bucket left empty).
+So 10,000 alarms due at one instant are one job, not 10,000 jobs in the thread pool.
 """
 
 from __future__ import annotations
@@ -33,9 +40,10 @@ from scheduling.adapters._common import SchedulerStateError, require_aware
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from scheduling.abc import Fire
+    from scheduling.abc import Fire, FireMany
 
 __all__ = [
+    "BUCKET_ID_PREFIX",
     "JOB_ID_PREFIX",
     "APSchedulerAdapter",
     "SchedulerStateError",
@@ -46,7 +54,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 JOB_ID_PREFIX = "prana:"
-"""Every job this adapter adds has the id ``JOB_ID_PREFIX + execution_id``."""
+"""Every job this adapter adds for one execution has the id ``JOB_ID_PREFIX + execution_id``."""
+
+BUCKET_ID_PREFIX = "prana-at:"
+"""A batched adapter's job for one due instant has the id ``BUCKET_ID_PREFIX + instant``."""
 
 _JOBSTORE_ALIAS = "prana"
 """The alias a ``jobstore=`` given to the adapter is added under."""
@@ -55,7 +66,31 @@ _MAX_INSTANCES = 1_000_000
 """Effectively unlimited: a second fire of one id while the first runs must not be dropped."""
 
 _FIRES: dict[str, Fire] = {}
+_BUCKETS: dict[str, _Buckets] = {}
 _FIRES_LOCK = threading.Lock()
+
+
+class _Buckets:
+    """A batched adapter's armed ids, one bucket (kept in arming order) per due instant."""
+
+    __slots__ = ("by_instant", "fire_many", "lock", "where")
+
+    def __init__(self, fire_many: FireMany) -> None:
+        self.fire_many = fire_many
+        self.lock = threading.Lock()
+        self.by_instant: dict[str, dict[str, None]] = {}
+        self.where: dict[str, str] = {}
+
+    def take(self, instant: str) -> list[str]:
+        """Empty the bucket of ``instant``: its ids now count as fired."""
+        with self.lock:
+            bucket = self.by_instant.pop(instant, None)
+            if bucket is None:
+                return []
+            where = self.where
+            for execution_id in bucket:
+                del where[execution_id]
+            return list(bucket)
 
 
 def job_id(execution_id: str) -> str:
@@ -95,6 +130,46 @@ def _fire_job(execution_id: str, adapter: str) -> None:
             asyncio.run(_await(result))
     finally:
         _IN_JOB.active = False
+
+
+def _take(instant: str, adapter: str) -> tuple[FireMany, list[str]] | None:
+    buckets = _BUCKETS.get(adapter)
+    if buckets is None:
+        logger.warning(
+            "the alarms due at %s fired but no started APSchedulerAdapter is named %r; "
+            "dropped (a runner re-arms every due execution from its store when it starts)",
+            instant,
+            adapter,
+        )
+        return None
+    ids = buckets.take(instant)
+    return (buckets.fire_many, ids) if ids else None
+
+
+def _fire_bucket(instant: str, adapter: str) -> None:
+    """The job of a batched adapter's due instant (background mode): fire its bucket at once."""
+    taken = _take(instant, adapter)
+    if taken is None:
+        return
+    fire_many, ids = taken
+    _IN_JOB.active = True
+    try:
+        result = fire_many(ids)
+        if inspect.isawaitable(result):
+            asyncio.run(_await(result))
+    finally:
+        _IN_JOB.active = False
+
+
+async def _fire_bucket_async(instant: str, adapter: str) -> None:
+    """The job of a batched adapter's due instant (asyncio mode)."""
+    taken = _take(instant, adapter)
+    if taken is None:
+        return
+    fire_many, ids = taken
+    result = fire_many(ids)
+    if inspect.isawaitable(result):
+        await result
 
 
 async def _fire_job_async(execution_id: str, adapter: str) -> None:
@@ -172,6 +247,10 @@ class APSchedulerAdapter:
         self._started = False
         self._started_scheduler = False
         self._stopped_scheduler = False
+        self._buckets: _Buckets | None = None
+        """The armed ids by due instant, while started batched (without ``jobstore=``)."""
+        self._singles = False
+        """Whether a job per execution may be queued (armed before a batched start)."""
 
     @property
     def scheduler(self) -> BaseScheduler:
@@ -190,6 +269,17 @@ class APSchedulerAdapter:
 
     def start(self, fire: Fire) -> None:
         """Register ``fire`` under this adapter's name and start the scheduler if it is stopped."""
+        self._start(fire, None)
+
+    def start_batched(self, fire: Fire, fire_many: FireMany) -> None:
+        """``start``; without ``jobstore=``, alarms due at one instant fire as one batch.
+
+        (A persistent ``jobstore=`` keeps one job per execution: its jobs must make sense to
+        the next process, and a bucket lives in this one.)
+        """
+        self._start(fire, fire_many if self._jobstore is None else None)
+
+    def _start(self, fire: Fire, fire_many: FireMany | None) -> None:
         with _FIRES_LOCK:
             if self._started:
                 raise SchedulerStateError(
@@ -201,6 +291,8 @@ class APSchedulerAdapter:
                     "shut it down first or give this one a different name="
                 )
             _FIRES[self.name] = fire
+            if fire_many is not None:
+                self._buckets = _BUCKETS[self.name] = _Buckets(fire_many)
             self._started = True
         try:
             if self._stopped_scheduler and not self._owns_scheduler:
@@ -232,6 +324,11 @@ class APSchedulerAdapter:
     def schedule(self, execution_id: str, due_at: datetime) -> None:
         """Add (or replace) the ``date`` job of ``execution_id`` for ``due_at``."""
         require_aware(due_at, f"APSchedulerAdapter.schedule({execution_id!r})")
+        buckets = self._buckets
+        if buckets is not None:
+            self._schedule_in_bucket(buckets, execution_id, due_at)
+            return
+        self._singles = True
         if not self._scheduler.running:
             # A stopped APScheduler queues jobs and does not dedupe the queue: keep one.
             self.cancel(execution_id)
@@ -249,8 +346,62 @@ class APSchedulerAdapter:
             max_instances=_MAX_INSTANCES,
         )
 
+    def _schedule_in_bucket(self, buckets: _Buckets, execution_id: str, due_at: datetime) -> None:
+        """Move ``execution_id`` into the bucket of ``due_at``; add the job of a new bucket."""
+        instant = due_at.astimezone(timezone.utc).isoformat()
+        if self._singles:
+            self._cancel_single(execution_id)
+        with buckets.lock:
+            before = buckets.where.get(execution_id)
+            if before == instant:  # armed again: it goes last, as in a queue of armings
+                bucket = buckets.by_instant[instant]
+                del bucket[execution_id]
+                bucket[execution_id] = None
+                return
+            if before is not None:
+                self._leave_bucket(buckets, execution_id, before)
+            buckets.where[execution_id] = instant
+            same = buckets.by_instant.get(instant)
+            if same is not None:
+                same[execution_id] = None
+                return
+            buckets.by_instant[instant] = {execution_id: None}
+            self._scheduler.add_job(
+                _fire_bucket_async if self._job_func is _fire_job_async else _fire_bucket,
+                trigger="date",
+                run_date=due_at,
+                args=(instant, self.name),
+                id=BUCKET_ID_PREFIX + instant,
+                name=f"prana resume at {instant}",
+                jobstore=self._alias,
+                replace_existing=True,
+                coalesce=True,
+                misfire_grace_time=None,
+                max_instances=_MAX_INSTANCES,
+            )
+
+    def _leave_bucket(self, buckets: _Buckets, execution_id: str, instant: str) -> None:
+        """Take ``execution_id`` out of its bucket (the caller holds the buckets' lock)."""
+        del buckets.where[execution_id]
+        bucket = buckets.by_instant[instant]
+        del bucket[execution_id]
+        if not bucket:
+            del buckets.by_instant[instant]
+            self._remove_one(BUCKET_ID_PREFIX + instant)
+
     def cancel(self, execution_id: str) -> None:
         """Remove the job of ``execution_id``; a job already gone (fired or unknown) is ignored."""
+        buckets = self._buckets
+        if buckets is not None:
+            with buckets.lock:
+                instant = buckets.where.get(execution_id)
+                if instant is not None:
+                    self._leave_bucket(buckets, execution_id, instant)
+            if not self._singles:
+                return
+        self._cancel_single(execution_id)
+
+    def _cancel_single(self, execution_id: str) -> None:
         while self._remove_one(job_id(execution_id)):
             pass  # a stopped APScheduler may hold several queued jobs with one id
 
@@ -274,7 +425,9 @@ class APSchedulerAdapter:
         if self._jobstore is None:
             for job in self._scheduler.get_jobs(jobstore=self._alias):
                 if job.id.startswith(JOB_ID_PREFIX):
-                    self.cancel(job.id[len(JOB_ID_PREFIX) :])
+                    self._cancel_single(job.id[len(JOB_ID_PREFIX) :])
+                elif job.id.startswith(BUCKET_ID_PREFIX):
+                    self._remove_one(job.id)
         if self._started_scheduler and self._scheduler.running:
             wait = not isinstance(self._scheduler, AsyncIOScheduler) and not getattr(
                 _IN_JOB, "active", False
@@ -287,4 +440,7 @@ class APSchedulerAdapter:
         with _FIRES_LOCK:
             if self._started:
                 _FIRES.pop(self.name, None)
+                if self._buckets is not None:
+                    _BUCKETS.pop(self.name, None)
+                    self._buckets = None
                 self._started = False

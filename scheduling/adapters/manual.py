@@ -20,7 +20,9 @@ from prana.testing import ManualClock
 from scheduling.adapters._common import SchedulerStateError, require_aware
 
 if TYPE_CHECKING:
-    from scheduling.abc import Fire
+    from collections.abc import Sequence
+
+    from scheduling.abc import Fire, FireMany
 
 __all__ = ["ManualScheduler", "SchedulerStateError"]
 
@@ -34,16 +36,28 @@ class ManualScheduler:
     One alarm per execution id (``schedule`` replaces). Alarms fire in due order, ties in
     the order they were scheduled. An alarm whose callback raises is consumed and the
     exception propagates out of ``advance``, so a test sees it.
+
+    ``batches=True`` makes it a ``scheduling.abc.BatchingScheduler`` that batches: started
+    with ``start_batched`` (as a ``Runner`` starts it), it hands all the alarms due at one
+    instant to ``fire_many`` in one call (with ``batches=False``, the default, it fires them
+    one by one through ``fire`` however it was started).
     """
 
-    def __init__(self, clock: ManualClock) -> None:
+    def __init__(self, clock: ManualClock, *, batches: bool = False) -> None:
         if not isinstance(clock, ManualClock):
             raise InvalidSettingsError(
                 f"ManualScheduler(clock={clock!r}): pass a prana.testing.ManualClock, the same "
                 "one given to the runner, so that advancing it moves both"
             )
+        if not isinstance(batches, bool):
+            raise InvalidSettingsError(
+                f"ManualScheduler(batches={batches!r}): use True (alarms due at one instant "
+                "fire in one batch) or False (one by one)"
+            )
         self.clock = clock
+        self.batches = batches
         self._fire: Fire | None = None
+        self._fire_many: FireMany | None = None
         # id -> the entry of its live alarm. Entries wait in one FIFO bucket per due time,
         # and a heap orders the distinct due times: alarms sharing a due time (a burst of
         # retries) cost no heap work. Buckets may hold stale entries (alarms replaced or
@@ -57,6 +71,12 @@ class ManualScheduler:
     def start(self, fire: Fire) -> None:
         """Let ``advance`` and ``run_due`` fire alarms through ``fire``."""
         self._fire = fire
+        self._fire_many = None
+
+    def start_batched(self, fire: Fire, fire_many: FireMany) -> None:
+        """``start``; with ``batches=True``, alarms due at one instant go to ``fire_many``."""
+        self._fire = fire
+        self._fire_many = fire_many if self.batches else None
 
     def schedule(self, execution_id: str, due_at: datetime) -> None:
         """Arm (or re-arm) the one alarm of ``execution_id`` for ``due_at``."""
@@ -95,6 +115,7 @@ class ManualScheduler:
     def shutdown(self) -> None:
         """Stop firing and drop every pending alarm (``start`` again to reuse it)."""
         self._fire = None
+        self._fire_many = None
         self._alarms.clear()
         self._buckets.clear()
         self._times.clear()
@@ -192,6 +213,9 @@ class ManualScheduler:
                     f"ManualScheduler: the alarm of {eid!r} is due but the scheduler is not "
                     "started; call start(fire) first (entering `with runner:` does it)"
                 )
+            if self._fire_many is not None:
+                fired.extend(self._fire_bucket(due, self._fire_many))
+                continue
             bucket.popleft()
             self._queued -= 1
             del alarms[eid]
@@ -209,3 +233,29 @@ class ManualScheduler:
                     "AsyncioScheduler for async code"
                 )
         return fired
+
+    def _fire_bucket(self, due: datetime, fire_many: FireMany) -> Sequence[str]:
+        """Hand every live alarm due at ``due`` to ``fire_many`` at once; return their ids."""
+        heapq.heappop(self._times)
+        bucket = self._buckets.pop(due)
+        alarms = self._alarms
+        ids = []
+        for entry in bucket:
+            self._queued -= 1
+            eid = entry[2]
+            if alarms.get(eid) is entry:
+                del alarms[eid]
+                ids.append(eid)
+        if due > self.clock():
+            self.clock.set(due)
+        result = fire_many(ids)
+        if result is not None and inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()  # no "never awaited" warning on top of the clear error
+            raise TypeError(
+                f"ManualScheduler fired {len(ids)} alarms due at {due.isoformat()} and the "
+                "callback returned an awaitable; ManualScheduler is synchronous: give it a "
+                "sync callback, or use AsyncioScheduler for async code"
+            )
+        return ids

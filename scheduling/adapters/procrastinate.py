@@ -65,9 +65,10 @@ from prana import InvalidSettingsError
 from scheduling._checks import check_schema_name
 from scheduling._errors import StoreError
 from scheduling.adapters._common import SchedulerStateError, require_aware
+from scheduling.adapters._procrastinate_batch import fire_and_go_on, missing_alarms
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator, Mapping
+    from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
     from procrastinate.app import WorkerOptions
 
@@ -86,7 +87,8 @@ TASK_NAME = "prana_resume"
 """The name of the one procrastinate task every alarm is a job of."""
 
 _FIRE_KEY = "prana_fire"
-"""Where the worker's ``additional_context`` holds the fire callback."""
+"""Where the worker's ``additional_context`` holds the fire callback (and the scheduler)."""
+_SCHEDULER_KEY = "prana_scheduler"
 
 _REPLACE_ATTEMPTS = 10
 """How often ``schedule`` retries when a concurrent re-arm of the same id wins the race."""
@@ -96,10 +98,10 @@ _SETUP_LOCK = 0x70_72_6F_63_72  # one advisory lock so concurrent setups do not 
 _DELETE_QUEUED = "DELETE FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'"
 
 _ARMED = (
-    "SELECT 1 FROM procrastinate_jobs"
-    " WHERE queueing_lock = %s AND status = 'todo' AND scheduled_at = %s"
+    "SELECT 1 FROM procrastinate_jobs WHERE queueing_lock = %(key)s AND ((status = 'todo'"
+    " AND scheduled_at = %(due)s) OR (status = 'doing' AND scheduled_at >= %(due)s))"
 )
-"""The alarm is queued already, for that due time."""
+"""The alarm is queued already for that due time, or one due then or later is firing."""
 
 _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 """Re-arms of one id wait for each other (until the transaction ends) instead of racing."""
@@ -172,6 +174,10 @@ def prana_resume(context: JobContext, execution_id: str) -> None:
     (or ``Runner.rearm_due``, which ``prana worker`` calls every ``--poll``) finds it.
     """
     fire: Fire | None = context.additional_context.get(_FIRE_KEY)
+    scheduler: ProcrastinateScheduler | None = context.additional_context.get(_SCHEDULER_KEY)
+    if scheduler is not None and fire is not None and scheduler.batch > 1:
+        fire_and_go_on(scheduler, fire, execution_id, context.job.worker_id)
+        return
     if fire is None:
         logger.warning(
             "the alarm of execution %r ran in a worker without a prana fire callback; dropped "
@@ -295,8 +301,10 @@ class ProcrastinateScheduler:
     ``async_job_commits`` (on by default) lets the worker's own bookkeeping (taking a job,
     recording its end, beating) commit without waiting for the disk: a crash of the
     server may then fire an alarm again, which the store's compare-and-set makes a no-op,
-    and nothing the store says is ever lost (see ``_ASYNC_COMMIT``);
-    ``worker_options`` are passed on to procrastinate's ``Worker`` (they win over ours).
+    and nothing the store says is ever lost (see ``_ASYNC_COMMIT``); ``batch``: a job fires
+    its own alarm, then takes and fires due ones up to ``batch`` in all
+    (``_procrastinate_batch``; 1: one per job); ``worker_options`` go to procrastinate's
+    ``Worker`` (they win over ours).
 
     Errors reaching the database from this scheduler's own connections (``setup``,
     ``schedule``, ``cancel``) are one-line ``StoreError``s; ``schedule`` and ``cancel``
@@ -326,6 +334,7 @@ class ProcrastinateScheduler:
         shutdown_timeout: float = 30.0,
         stalled_after_seconds: float = 30.0,
         async_job_commits: bool = True,
+        batch: int = 32,
         worker_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(dsn, str) or not dsn:
@@ -359,7 +368,8 @@ class ProcrastinateScheduler:
                 raise InvalidSettingsError(
                     f"ProcrastinateScheduler({field}={value!r}): use a number of seconds > 0"
                 )
-        for field, count in (("concurrency", concurrency), ("max_connections", max_connections)):
+        counts = {"concurrency": concurrency, "max_connections": max_connections, "batch": batch}
+        for field, count in counts.items():
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise InvalidSettingsError(
                     f"ProcrastinateScheduler({field}={count!r}): use a whole number >= 1"
@@ -378,6 +388,7 @@ class ProcrastinateScheduler:
         self.stalled_after_seconds = float(stalled_after_seconds)
         self.worker_options: dict[str, Any] = dict(worker_options or {})
         self.async_job_commits = bool(async_job_commits)
+        self.batch = batch
         if app is None:
             worker_conninfo = self.conninfo
             if self.async_job_commits:
@@ -551,11 +562,20 @@ class ProcrastinateScheduler:
         require_aware(due_at, f"ProcrastinateScheduler.schedule({execution_id!r})")
 
         def arm(conn: psycopg.Connection[Any]) -> None:
-            if conn.execute(_ARMED, (self.lock_key(execution_id), due_at)).fetchone():
+            if conn.execute(_ARMED, {"key": self.lock_key(execution_id), "due": due_at}).fetchone():
                 return
             self._replace(conn, execution_id, due_at, own=True)
 
         self._run(f"arming the alarm of {execution_id!r}", arm)
+
+    def schedule_many(self, alarms: Sequence[tuple[str, datetime]]) -> None:
+        """``schedule`` each alarm whose job is not queued (or firing) for it already.
+
+        One query reads the jobs of all of them; only the missing ones are armed, each in
+        its own transaction as ``schedule`` arms it (``scheduling.abc.BulkScheduler``).
+        """
+        for execution_id, due_at in missing_alarms(self, alarms):
+            self.schedule(execution_id, due_at)
 
     def schedule_in(
         self, conn: psycopg.Connection[Any], execution_id: str, due_at: datetime
@@ -837,6 +857,7 @@ class ProcrastinateScheduler:
                 "additional_context": {
                     **self.worker_options.get("additional_context", {}),
                     _FIRE_KEY: fire,
+                    _SCHEDULER_KEY: self,
                 },
             },
         )

@@ -11,11 +11,18 @@ connection, so per-thread connections would not see each other's data there). Ea
 is a single statement, ``UPDATE ... WHERE id = ? AND version = ?``, so the version check
 and the write are one atomic step, also between processes sharing the file; reads that
 must agree with a following write (``save_workflow``) run under ``BEGIN IMMEDIATE``.
+
+Groups (``scheduling.abc.GroupingStore``): inside ``grouped()`` a thread's saves run in one
+``BEGIN IMMEDIATE`` transaction, opened by the first of them and committed by
+``commit_group`` or the end of the block. The thread keeps the store's lock from that first
+save to the commit (its connection is everyone's), so no other thread's statement joins
+or sees the open transaction, and other processes wait for the file's write lock.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import sqlite3
 import threading
@@ -52,7 +59,7 @@ from scheduling.stores._sql import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from datetime import datetime
     from types import TracebackType
 
@@ -141,6 +148,14 @@ class _Guard:
     def __enter__(self) -> None:
         self._lock.acquire()
 
+    def hold(self) -> None:
+        """Take the lock once more: an open group keeps it until its commit."""
+        self._lock.acquire()
+
+    def release(self) -> None:
+        """Give back the hold of an open group."""
+        self._lock.release()
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -205,6 +220,10 @@ class SQLiteStore(BaseStore):
         """The version this store upgraded the database from when it opened, if it did."""
         self._closed = False
         self._lock = _Guard(self)
+        self._grouping = threading.local()
+        """``depth``: how many ``grouped()`` blocks this thread is inside."""
+        self._group_owner: int | None = None
+        """The thread whose group transaction is open (it holds the lock), if any."""
         super().__init__()
         self._parsed = ParsedCache(cache_size)
         self._conn = self._connect()
@@ -326,6 +345,8 @@ class SQLiteStore(BaseStore):
         updated_at = _micros_or_none(execution.updated_at)
         status = execution.status.value
         with self._lock:
+            if self._group_owner is None and getattr(self._grouping, "depth", 0) > 0:
+                self._open_group()
             if expected_version is None:
                 try:
                     self._conn.execute(
@@ -361,6 +382,42 @@ class SQLiteStore(BaseStore):
                 raise stale(execution_id, expected_version, self._stored_version(execution_id))
             self._parsed.put(execution_id, data, execution)
         return expected_version + 1
+
+    @contextlib.contextmanager
+    def grouped(self) -> Iterator[None]:
+        """Group this thread's saves in one transaction until the block ends (``GroupingStore``)."""
+        local = self._grouping
+        depth = getattr(local, "depth", 0)
+        local.depth = depth + 1
+        try:
+            yield
+        finally:
+            local.depth = depth
+            if not depth:
+                self.commit_group()
+
+    def commit_group(self) -> None:
+        """Commit this thread's grouped saves so far; a failed commit rolls them all back."""
+        if self._group_owner != threading.get_ident():
+            return
+        try:
+            with self._lock:
+                try:
+                    self._conn.execute("COMMIT")
+                except sqlite3.Error:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                    self._parsed.clear()  # it may hold records that were never stored
+                    raise
+        finally:
+            self._group_owner = None
+            self._lock.release()
+
+    def _open_group(self) -> None:
+        """Begin this thread's group transaction and keep the lock (the caller holds it)."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._lock.hold()
+        self._group_owner = threading.get_ident()
 
     def _stored_version(self, execution_id: str) -> int | None:
         row = self._conn.execute(_VERSION, (execution_id,)).fetchone()
@@ -411,6 +468,11 @@ class SQLiteStore(BaseStore):
 
     def _insert_workflow(self, key: tuple[str, int], text: str) -> str | bytes | None:
         with self._lock:
+            if self._group_owner is not None:  # this thread's open group: write inside it
+                row = self._conn.execute(_WORKFLOW, key).fetchone()
+                if row is None:
+                    self._conn.execute(_INSERT_WORKFLOW, (*key, text))
+                return None if row is None else cast("str | bytes", row[0])
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 row = self._conn.execute(_WORKFLOW, key).fetchone()

@@ -1,0 +1,460 @@
+"""Batches: alarms due at one instant handed over at once, their saves grouped in the store.
+
+Three parts: the ``GroupingStore`` conformance suite (every store that offers it), the
+``BatchingScheduler`` conformance suite (every scheduler that offers it), and a ``Runner``
+that resumes a batch in one group, keeping its durability rules (a claim is durable before
+its action runs; settling waits for the commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from doubles import T0, flaky_node, sub_node, workflow
+from test_stores import execution, retry
+
+from prana import ActionContext, ExecutionStatus, Node, Registry, Suspend, cancel_execution
+from prana.testing import ManualClock
+from scheduling import Runner, StaleVersionError
+from scheduling.abc import BatchingScheduler, GroupingStore
+from scheduling.adapters.apscheduler import BUCKET_ID_PREFIX, APSchedulerAdapter
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from pathlib import Path
+
+UTC = timezone.utc
+TIMEOUT = 10.0
+
+
+# -- GroupingStore: every store that offers it ---------------------------------------------
+
+
+class SQLiteGroup:
+    """A ``SQLiteStore`` on a file, and a second store on the same file (another connection)."""
+
+    name = "sqlite"
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "grouped.sqlite3"
+        self.store = SQLiteStore(self.path)
+        self.other = SQLiteStore(self.path, cache_size=0)
+
+    def close(self) -> None:
+        self.store.close()
+        self.other.close()
+
+
+GROUPING = [SQLiteGroup]
+
+
+@pytest.fixture(params=GROUPING, ids=lambda g: g.name)
+def grouping(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    group = request.param(tmp_path)
+    yield group
+    group.close()
+
+
+def stored_version(store: SQLiteStore, eid: str) -> int:
+    return store.load(eid)[1]
+
+
+def test_every_grouping_store_satisfies_the_protocol(grouping: Any) -> None:
+    assert isinstance(grouping.store, GroupingStore)
+
+
+def test_grouped_saves_are_seen_elsewhere_only_from_the_commit(grouping: Any) -> None:
+    """Inside a group each save returns its version; other connections see them at the commit."""
+    store, other = grouping.store, grouping.other
+    for eid in ("a", "b"):
+        store.save(retry(eid, T0), None)
+    with store.grouped():
+        assert store.save(retry("a", T0 + timedelta(seconds=1)), 1) == 2
+        assert store.save(retry("b", T0 + timedelta(seconds=1)), 1) == 2
+        assert store.load("a")[1] == 2  # the thread's own loads see its saves
+        seen: list[int] = []
+        reader = threading.Thread(target=lambda: seen.append(stored_version(other, "a")))
+        reader.start()  # another connection: it sees the last commit
+        reader.join(TIMEOUT)
+        assert seen == [1]
+        store.commit_group()
+        assert stored_version(other, "a") == 2
+        assert stored_version(other, "b") == 2
+        assert store.save(retry("a", T0 + timedelta(seconds=2)), 2) == 3
+    assert stored_version(other, "a") == 3  # leaving the block commits the rest
+
+
+def test_a_grouped_save_checks_its_compare_and_set_at_once(grouping: Any) -> None:
+    store, other = grouping.store, grouping.other
+    store.save(retry("a", T0), None)
+    with store.grouped():
+        store.save(retry("a", T0 + timedelta(seconds=1)), 1)
+        with pytest.raises(StaleVersionError):
+            store.save(retry("a", T0 + timedelta(seconds=2)), 1)
+        store.save(execution("c"), None)
+        with pytest.raises(StaleVersionError):
+            store.save(execution("c"), None)
+    assert stored_version(other, "a") == 2
+    assert stored_version(other, "c") == 1
+
+
+def test_leaving_a_group_by_an_error_still_commits_what_it_saved(grouping: Any) -> None:
+    store, other = grouping.store, grouping.other
+    store.save(retry("a", T0), None)
+
+    def fail_inside() -> None:
+        with store.grouped():
+            store.save(retry("a", T0 + timedelta(seconds=1)), 1)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        fail_inside()
+    assert stored_version(other, "a") == 2
+
+
+def test_groups_nest_into_the_outer_one_and_other_threads_are_not_grouped(
+    grouping: Any,
+) -> None:
+    """An inner block commits nothing; a save from another thread commits on its own."""
+    store, other = grouping.store, grouping.other
+    store.save(retry("a", T0), None)
+    store.save(retry("b", T0), None)
+    with store.grouped():
+        with store.grouped():
+            store.save(retry("a", T0 + timedelta(seconds=1)), 1)
+        assert stored_version(store, "a") == 2
+        store.commit_group()  # so the other thread's save does not wait for this one
+        writer = threading.Thread(target=lambda: store.save(retry("b", T0), 1))
+        writer.start()
+        writer.join(TIMEOUT)
+        assert stored_version(other, "b") == 2
+    assert stored_version(other, "a") == 2
+
+
+def test_a_definition_saved_inside_a_group_joins_it(grouping: Any) -> None:
+    store, other = grouping.store, grouping.other
+    definition = workflow(wid="grouped")
+    with store.grouped():
+        store.save(execution("a"), None)
+        store.save_workflow(definition)
+        assert store.load_workflow("grouped", 1) == definition
+    assert other.load_workflow("grouped", 1) == definition
+    assert stored_version(other, "a") == 1
+
+
+# -- BatchingScheduler: every scheduler that offers it ------------------------------------
+
+
+class Batches:
+    """Records ``fire`` and ``fire_many`` calls; ``wait(n)`` until ``n`` ids were handed over."""
+
+    def __init__(self) -> None:
+        self.singles: list[str] = []
+        self.batches: list[list[str]] = []
+        self._cond = threading.Condition()
+
+    def fire(self, eid: str) -> None:
+        with self._cond:
+            self.singles.append(eid)
+            self._cond.notify_all()
+
+    def fire_many(self, ids: Sequence[str]) -> None:
+        with self._cond:
+            self.batches.append(list(ids))
+            self._cond.notify_all()
+
+    def count(self) -> int:
+        return len(self.singles) + sum(len(b) for b in self.batches)
+
+    def wait(self, n: int) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.count() >= n, timeout=TIMEOUT)
+
+
+class ManualBatching:
+    name = "manual-batches"
+
+    def __init__(self) -> None:
+        self.clock = ManualClock(T0)
+        self.scheduler = ManualScheduler(self.clock, batches=True)
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def let_fire(self, batches: Batches, n: int) -> None:
+        self.scheduler.advance(60)
+        assert batches.count() >= n
+
+    def close(self) -> None:
+        self.scheduler.shutdown()
+
+
+class APSBatching:
+    name = "apscheduler-background"
+
+    def __init__(self) -> None:
+        self.scheduler = APSchedulerAdapter()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def let_fire(self, batches: Batches, n: int) -> None:
+        assert batches.wait(n), f"only {batches.count()} of {n} fired"
+
+    def close(self) -> None:
+        self.scheduler.shutdown()
+
+
+BATCHING = [ManualBatching, APSBatching]
+
+
+@pytest.fixture(params=BATCHING, ids=lambda h: h.name)
+def batching(request: pytest.FixtureRequest) -> Iterator[Any]:
+    harness = request.param()
+    yield harness
+    harness.close()
+
+
+def test_every_batching_scheduler_satisfies_the_protocol(batching: Any) -> None:
+    assert isinstance(batching.scheduler, BatchingScheduler)
+
+
+def test_alarms_due_at_one_instant_are_handed_over_in_one_call(batching: Any) -> None:
+    """In arming order, each once; a cancelled one is left out, a re-armed one moves."""
+    recorded = Batches()
+    due = batching.now() + timedelta(milliseconds=300)
+    scheduler = batching.scheduler
+    scheduler.start_batched(recorded.fire, recorded.fire_many)
+    for eid in ("a", "b", "c", "d", "e"):
+        scheduler.schedule(eid, due)
+    scheduler.schedule("b", due)  # armed again for the same instant: once, last
+    scheduler.cancel("c")
+    scheduler.schedule("d", due + timedelta(milliseconds=50))  # moved to its own instant
+    batching.let_fire(recorded, 4)
+    assert recorded.singles == []
+    assert recorded.batches == [["a", "e", "b"], ["d"]]
+
+
+def test_an_id_armed_again_after_its_batch_fired_fires_again(batching: Any) -> None:
+    recorded = Batches()
+    scheduler = batching.scheduler
+    due = batching.now() + timedelta(milliseconds=100)
+    scheduler.start_batched(recorded.fire, recorded.fire_many)
+    scheduler.schedule("a", due)
+    batching.let_fire(recorded, 1)
+    scheduler.schedule("a", due)  # now overdue: it fires at once
+    batching.let_fire(recorded, 2)
+    assert recorded.batches == [["a"], ["a"]]
+
+
+def test_a_bucket_cancelled_whole_fires_nothing(batching: Any) -> None:
+    recorded = Batches()
+    scheduler = batching.scheduler
+    scheduler.start_batched(recorded.fire, recorded.fire_many)
+    now = batching.now()
+    scheduler.schedule("gone", now + timedelta(milliseconds=50))
+    scheduler.cancel("gone")
+    scheduler.schedule("kept", now + timedelta(milliseconds=150))
+    batching.let_fire(recorded, 1)
+    assert recorded.batches == [["kept"]]
+
+
+def test_aps_keeps_one_job_per_instant_when_batched() -> None:
+    """10 ids at one instant are one APScheduler job; shutdown removes it."""
+    adapter = APSchedulerAdapter()
+    recorded = Batches()
+    adapter.start_batched(recorded.fire, recorded.fire_many)
+    try:
+        due = datetime.now(UTC) + timedelta(hours=1)
+        for i in range(10):
+            adapter.schedule(f"x{i}", due)
+        jobs = adapter.scheduler.get_jobs()
+        assert [job.id for job in jobs] == [BUCKET_ID_PREFIX + due.isoformat()]
+        assert all(isinstance(arg, str) for arg in jobs[0].args)
+    finally:
+        adapter.shutdown()
+    assert adapter.scheduler.get_jobs() == []
+
+
+def test_aps_with_a_jobstore_keeps_a_job_per_execution_when_batched() -> None:
+    from apscheduler.jobstores.memory import MemoryJobStore
+
+    adapter = APSchedulerAdapter(jobstore=MemoryJobStore())
+    recorded = Batches()
+    adapter.start_batched(recorded.fire, recorded.fire_many)
+    try:
+        due = datetime.now(UTC) + timedelta(hours=1)
+        adapter.schedule("x", due)
+        assert [job.id for job in adapter.scheduler.get_jobs(jobstore="prana")] == ["prana:x"]
+    finally:
+        adapter.shutdown()
+
+
+def test_aps_asyncio_mode_awaits_a_batch() -> None:
+    async def main() -> list[list[str]]:
+        done = asyncio.Event()
+        seen: list[list[str]] = []
+
+        async def fire_many(ids: Sequence[str]) -> None:
+            seen.append(list(ids))
+            done.set()
+
+        adapter = APSchedulerAdapter(mode="asyncio")
+        adapter.start_batched(lambda eid: None, fire_many)
+        due = datetime.now(UTC) + timedelta(milliseconds=50)
+        adapter.schedule("a", due)
+        adapter.schedule("b", due)
+        await asyncio.wait_for(done.wait(), TIMEOUT)
+        adapter.shutdown()
+        await asyncio.sleep(0)
+        return seen
+
+    assert asyncio.run(main()) == [["a", "b"]]
+
+
+def test_manual_batches_must_be_a_bool() -> None:
+    from prana import InvalidSettingsError
+
+    with pytest.raises(InvalidSettingsError, match="batches="):
+        ManualScheduler(ManualClock(T0), batches="yes")  # type: ignore[arg-type]
+
+
+# -- the Runner: a batch in one store group ------------------------------------------------
+
+
+def fails_first_attempt(params: Any, ctx: ActionContext) -> Any:
+    if ctx.attempt == 1:
+        raise ConnectionError("down")
+    return {"attempt": ctx.attempt}
+
+
+def batch_runner(
+    store: SQLiteStore, action: Callable[[Any, ActionContext], Any], *, batches: bool = True
+) -> tuple[Runner[ManualScheduler], ManualClock]:
+    clock = ManualClock(T0)
+    registry = Registry()
+    registry.register("test.flaky", action)
+    return Runner(registry, store, ManualScheduler(clock, batches=batches)), clock
+
+
+@pytest.mark.parametrize("batches", [True, False], ids=["batched", "one-by-one"])
+def test_a_batch_resumes_every_retry_once_each_claim_committed_before_its_action(
+    tmp_path: Path, batches: bool
+) -> None:
+    """Each action sees its own claim, and the previous step's final save, committed.
+
+    The same as one alarm at a time: same outcomes, same number of saves (versions).
+    """
+    path = tmp_path / "batch.sqlite3"
+    watch = sqlite3.connect(path, check_same_thread=False)
+    seen: list[tuple[str, str, int]] = []
+
+    def action(params: Any, ctx: ActionContext) -> Any:
+        if ctx.attempt == 2:  # the retry, run from the batch
+            rows = dict(watch.execute("SELECT id, status FROM prana_executions").fetchall())
+            done = sum(1 for status in rows.values() if status == "completed")
+            seen.append((ctx.execution_id, rows[ctx.execution_id], done))
+        return fails_first_attempt(params, ctx)
+
+    store = SQLiteStore(path)
+    runner, _ = batch_runner(store, action, batches=batches)
+    try:
+        with runner:
+            wf = workflow(flaky_node(attempts=3, delay=5))
+            ids = [runner.start(wf) for _ in range(5)]  # all due at T0 + 5 s
+            assert runner.scheduler.advance(10) == ids
+            for eid in ids:
+                execution = runner.get(eid)
+                assert execution.status is ExecutionStatus.COMPLETED
+                assert len(execution.node_executions["r"][-1].attempts) == 2
+            # one version per save: create, claim, suspend, claim, complete
+            assert {store.load(eid)[1] for eid in ids} == {5}
+    finally:
+        store.close()
+        watch.close()
+    assert [eid for eid, _, _ in seen] == ids
+    assert [(status, done) for _, status, done in seen] == [("running", k) for k in range(5)]
+
+
+def test_a_batch_settles_after_its_commit_and_arms_the_next_retries(tmp_path: Path) -> None:
+    """Failing again, each execution is armed for its next retry; listeners hear each save."""
+    store = SQLiteStore(tmp_path / "batch.sqlite3")
+    heard: list[str] = []
+
+    def always_fails(params: Any, ctx: ActionContext) -> Any:
+        raise ConnectionError("down")
+
+    runner, _ = batch_runner(store, always_fails)
+    try:
+        with runner:
+            wf = workflow(flaky_node(attempts=3, delay=5))
+            ids = [runner.start(wf) for _ in range(3)]
+            runner.subscribe(heard.append)
+            assert runner.scheduler.advance(5) == ids
+            assert heard == ids
+            pending = runner.scheduler.pending()
+            assert [eid for eid, _ in pending] == ids
+            assert {due for _, due in pending} == {T0 + timedelta(seconds=10)}
+            assert runner.scheduler.advance(5) == ids
+            for eid in ids:
+                assert runner.get(eid).status is ExecutionStatus.FAILED
+    finally:
+        store.close()
+
+
+def test_a_batch_member_cancelled_elsewhere_is_dropped_and_the_rest_go_on(
+    tmp_path: Path,
+) -> None:
+    """One execution cancelled by another process: its fire is a no-op, the others resume."""
+    path = tmp_path / "batch.sqlite3"
+    store = SQLiteStore(path)
+    other = SQLiteStore(path, cache_size=0)
+    runner, clock = batch_runner(store, fails_first_attempt)
+    try:
+        with runner:
+            wf = workflow(flaky_node(attempts=3, delay=5))
+            ids = [runner.start(wf) for _ in range(3)]
+            moved, version = other.load(ids[1])
+            other.save(cancel_execution(moved, "elsewhere", clock=clock), version)
+            assert runner.scheduler.advance(5) == ids
+            assert runner.get(ids[0]).status is ExecutionStatus.COMPLETED
+            assert runner.get(ids[1]).status is ExecutionStatus.CANCELLED
+            assert runner.get(ids[2]).status is ExecutionStatus.COMPLETED
+            assert runner.scheduler.pending() == []
+    finally:
+        store.close()
+        other.close()
+
+
+def test_a_batch_starts_async_sub_workflows_after_its_group(tmp_path: Path) -> None:
+    """A parent's sub-workflow alarm in a batch starts its child once the group committed."""
+    store = SQLiteStore(tmp_path / "batch.sqlite3")
+    clock = ManualClock(T0)
+    registry = Registry()
+
+    def pause(params: Any, ctx: ActionContext) -> Any:
+        return Suspend("approval", {})
+
+    registry.register("test.pause", pause, lambda params, ctx, data: data)
+    child = workflow(Node(key="p", type="test.pause"), wid="child")
+    parent = workflow(sub_node("child", "async"), wid="parent")
+    runner = Runner(
+        registry, store, ManualScheduler(clock, batches=True), workflows=[child, parent]
+    )
+    try:
+        with runner:
+            parents = [runner.start(parent) for _ in range(3)]
+            runner.scheduler.advance(0)
+            children = [row.id for row in store.list(workflow_id="child")]
+            assert len(children) == 3
+            for eid in parents:
+                assert runner.get(eid).status is ExecutionStatus.SUSPENDED
+    finally:
+        store.close()
