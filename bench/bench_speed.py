@@ -209,7 +209,8 @@ def profiled(name: str, enabled: bool) -> Iterator[None]:
         profile.disable()
         out = io.StringIO()
         stats = pstats.Stats(profile, stream=out)
-        stats.sort_stats(os.environ.get("PRANA_BENCH_SORT", "tottime")).print_stats(int(os.environ.get("PRANA_BENCH_LINES", "18")))
+        order = os.environ.get("PRANA_BENCH_SORT", "tottime")  # e.g. cumtime
+        stats.sort_stats(order).print_stats(int(os.environ.get("PRANA_BENCH_LINES", "18")))
         PROFILES[name] = _trim_profile(out.getvalue())
 
 
