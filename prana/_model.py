@@ -154,10 +154,20 @@ class NodeSettings:
     timeout: float | None = attrs.field(default=None, converter=_convert_timeout)
 
 
+MAX_NAME_LENGTH: Final = 1000
+"""The longest workflow id, node key, node type or port name: each is copied into ids and
+records (a sub-workflow's id holds its parent's and the node key), so a long one multiplies."""
+
+
 def _nonempty_str(owner: str, field: str) -> Any:
     def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, str) or not value:
             raise InvalidSettingsError(f"{owner}.{field}={value!r}: use a non-empty string")
+        if len(value) > MAX_NAME_LENGTH:
+            raise InvalidSettingsError(
+                f"{owner}.{field}={value[:40]!r}... is {len(value):,} characters long; use at "
+                f"most {MAX_NAME_LENGTH:,}"
+            )
 
     return check
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
-from doubles import T0, workflow
+from doubles import T0, conn, workflow
 
 from prana import (
     Activation,
@@ -67,6 +67,23 @@ def test_a_workflow_version_no_store_can_hold_is_refused(version: int) -> None:
                 "connections": [],
             }
         )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda name: Node(key=name, type="data.set_data"),
+        lambda name: Node(key="k", type=name),
+        lambda name: workflow(wid=name),
+        lambda name: conn("start", "x", from_port=name),
+    ],
+)
+def test_a_name_longer_than_a_thousand_characters_is_refused(make: Any) -> None:
+    """Was: a 100,000-character node key in a workflow that starts itself made 33 ids
+    of 52,803,696 characters in all (each child's id holds its parent's and the key)."""
+    make("k" * 1000)
+    with pytest.raises(InvalidSettingsError, match="1,001 characters long; use at most 1,000"):
+        make("k" * 1001)
 
 
 def test_the_largest_version_is_stored_and_read_back(sqlite_store: SQLiteStore) -> None:
