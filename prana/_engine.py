@@ -48,6 +48,7 @@ from prana._jsoncheck import json_problem, json_size
 from prana._limits import (
     DEFAULT_LIMITS,
     Limits,
+    attempts_exceeded,
     node_runs_exceeded,
     recorded_size,
     size_problem,
@@ -663,6 +664,8 @@ class Run(Frontier):
                 cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"
             )
             decision = explanation.decision
+            if decision is not None and number >= self.limits.max_attempts:
+                decision, error = None, attempts_exceeded(key, error, self.limits)
             if decision is None:  # (a decision's reason is RETRY: neither set below holds it)
                 exhausted = explanation.reason in RAN_OUT
                 if explanation.reason in CONDITION_FAILED:

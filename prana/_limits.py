@@ -45,6 +45,9 @@ class Limits:
     update, and of the workflow input.
     ``max_record_size``: the size of everything the execution keeps (the input, every node
     run's params and output, state updates), which is what its record holds.
+    ``max_attempts``: attempts of one node run, whatever its retry policy says (a policy
+    of ``max_attempts: 10**18`` with no delay retried for ever, its record growing with
+    every attempt); past it the node fails, and ``on_error`` decides what follows.
     ``max_sub_workflow_depth``: how deep sub-workflows may nest (a child of a top-level
     execution is at depth 1); a workflow that starts itself stops there, its deepest
     ``workflow.execute_workflow`` node failing (the shell checks it when it starts a child).
@@ -57,6 +60,7 @@ class Limits:
     max_node_runs: int = attrs.field(default=10_000, validator=_positive("max_node_runs"))
     max_value_size: int = attrs.field(default=10_000_000, validator=_positive("max_value_size"))
     max_record_size: int = attrs.field(default=50_000_000, validator=_positive("max_record_size"))
+    max_attempts: int = attrs.field(default=10_000, validator=_positive("max_attempts"))
     max_sub_workflow_depth: int = attrs.field(
         default=32, validator=_positive("max_sub_workflow_depth")
     )
@@ -78,6 +82,16 @@ def sub_workflow_too_deep(workflow_id: str, limits: Limits) -> str:
         f"Limits.max_sub_workflow_depth={most} (does a workflow start itself?); "
         f"{_raise_it('max_sub_workflow_depth')}"
     )
+
+
+def attempts_exceeded(key: str, error: ErrorInfo, limits: Limits) -> ErrorInfo:
+    """Node ``key`` failed an attempt its policy would retry, but the run has had enough."""
+    message = (
+        f"node {key!r} would make attempt {limits.max_attempts + 1:,} of one run, past "
+        f"Limits.max_attempts={limits.max_attempts:,}, a ceiling its retry policy cannot "
+        f"lift; {_raise_it('max_attempts')}. The last attempt: {error.type}: {error.message}"
+    )
+    return prana_error(ErrorCode.LIMIT_EXCEEDED, message, key, "LimitExceeded")
 
 
 def node_runs_exceeded(key: str, limits: Limits) -> ErrorInfo:

@@ -283,3 +283,45 @@ def test_sub_workflows_up_to_the_depth_limit_run() -> None:
     ) as runner:
         execution = runner.get(runner.start(top))
     assert execution.status is ExecutionStatus.COMPLETED, execution.error
+
+
+# -- retries ------------------------------------------------------------------------------
+
+
+def test_a_policy_cannot_retry_past_the_attempts_limit() -> None:
+    """Was: ``max_attempts: 10**18`` with no delay retried for ever, the record growing with
+    every attempt (27,785 attempts and a 6 MB record in 20 seconds, each save slower)."""
+    registry = Registry(limits=Limits(max_attempts=5))
+
+    def fail(params: Any, ctx: Any) -> Any:
+        raise ConnectionError("boom")
+
+    registry.register("t.fail", fail)
+    wf = loads_workflow(
+        {
+            "id": "wf",
+            "nodes": [
+                {"key": "start", "type": "manual.trigger"},
+                {
+                    "key": "f",
+                    "type": "t.fail",
+                    "settings": {
+                        "retry": {"max_attempts": 10**18, "initial_delay": 0, "max_delay": 0}
+                    },
+                },
+            ],
+            "connections": [{"from_node": "start", "to_node": "f"}],
+        }
+    )
+    clock = ManualClock(T0)
+    outcome = execute_workflow(wf, registry=registry, clock=clock)
+    for _ in range(10):
+        if not isinstance(outcome, Suspend):
+            break
+        outcome = resume_workflow(outcome.execution, workflow=wf, registry=registry, clock=clock)
+    assert isinstance(outcome, Failed)
+    assert outcome.error.code == ErrorCode.LIMIT_EXCEEDED
+    assert "Limits.max_attempts=5" in outcome.error.message
+    assert "ConnectionError: boom" in outcome.error.message
+    (run,) = outcome.execution.node_executions["f"]
+    assert len(run.attempts) == 5
