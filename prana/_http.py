@@ -13,6 +13,12 @@ status-code handling of its own:
 - any other 4xx is ``NonRetryable``, recording the status and a short body excerpt;
 - every attempt sends ``Idempotency-Key: <ctx.idempotency_key>`` (stable across retries of
   a node run) unless ``idempotency_key`` is ``false`` or a header of that name is given;
+- each attempt has a total deadline, its ``timeout``: a server that answers a byte at a
+  time, each read inside httpx's per-read timeout, is cut off there all the same;
+- it connects to public addresses only, checked on every address the host resolves to and
+  on the address connected to; redirects are not followed. The application, never the
+  definition, may allow more (``register_http(registry, allow_private_hosts=True)`` or
+  ``allow_networks=[...]``; see ``prana._egress``);
 - the body is read streamed and counted as decoded (so a gzip bomb counts what it inflates
   to, a bounded step at a time): past ``max_response_bytes`` (1 MiB unless the params say,
   at most 64 MiB) the node fails at once, non-retryably, and an error status reads only
@@ -25,16 +31,21 @@ Output: ``{"status": int, "headers": {...}, "json": ...}`` when the response is 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import functools
 import importlib.util
 import json
 import math
+import socket
 import sys
+import threading
+import time
 import zlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from prana._egress import EgressPolicy
 from prana._errors import NonRetryable, RetryAfter, rebuilt_exception
 
 if TYPE_CHECKING:
@@ -112,16 +123,29 @@ def http_available() -> bool:
     return importlib.util.find_spec("httpx") is not None
 
 
-def register_http(registry: Registry, *, transport: Any = None) -> None:
-    """Register ``http.request`` on ``registry`` if httpx is installed.
+def register_http(
+    registry: Registry,
+    *,
+    transport: Any = None,
+    allow_private_hosts: bool = False,
+    allow_networks: Iterable[Any] = (),
+) -> None:
+    """Register (or replace) ``http.request`` on ``registry`` if httpx is installed.
 
     ``transport`` (an httpx transport, e.g. ``httpx.MockTransport(handler)`` in tests) is
-    handed to every client the action opens; ``None`` uses the network.
+    handed to every client the action opens; ``None`` uses the network. By default the
+    action reaches public addresses only; ``allow_networks`` (addresses or networks such
+    as ``"10.1.0.0/16"``) opens those, ``allow_private_hosts=True`` lifts the rule. That
+    choice is the application's: nothing in a workflow definition can make it.
     """
     if http_available():
         registry.register(
             "http.request",
-            HTTPRequestAction(transport=transport),
+            HTTPRequestAction(
+                transport=transport,
+                allow_private_hosts=allow_private_hosts,
+                allow_networks=allow_networks,
+            ),
             output_ports=("main",),
             side_effects=True,
             uses_idempotency_key=True,
@@ -284,10 +308,11 @@ def _text(response: httpx.Response, body: bytes) -> str:
     return body.decode("utf-8" if slow else encoding, errors="replace")
 
 
-def _take(chunks: Iterator[bytes], limit: int) -> tuple[bytes, bool]:
+def _take(chunks: Iterator[bytes], limit: int, guard: _Guard) -> tuple[bytes, bool]:
     """Up to ``limit`` bytes from ``chunks``, and whether there was more."""
     body = bytearray()
     for chunk in chunks:
+        guard.check()
         body += chunk
         if len(body) > limit:
             return bytes(body[:limit]), True
@@ -355,7 +380,7 @@ class HTTPRequestAction:
 
     Params (templated like any): ``url`` (``http://`` or ``https://``, required),
     ``method`` (default ``GET``), ``headers`` (names to string values), ``json`` (a JSON
-    body) or ``body`` (text), ``timeout`` (seconds per attempt, default 30) and
+    body) or ``body`` (text), ``timeout`` (seconds per attempt in total, default 30) and
     ``idempotency_key`` (``true``, the default, sends ``Idempotency-Key:
     <ctx.idempotency_key>``; ``false`` sends none; a string is sent as given) and
     ``max_response_bytes`` (default 1 MiB, at most 64 MiB: a longer body, counted as
@@ -363,7 +388,8 @@ class HTTPRequestAction:
     ``{"status", "headers", "json"}`` for a JSON response, ``{"status", "headers",
     "text"}`` otherwise. Connection errors, timeouts, 408, 425, 429 and 5xx retry under the
     node's policy (``Retry-After`` sets the next delay); any other 4xx fails at once, its
-    status and a body excerpt in the error's ``details``.
+    status and a body excerpt in the error's ``details``. Public addresses only, unless
+    the application passes ``allow_private_hosts``/``allow_networks`` (``prana._egress``).
 
     Sync under ``execute_workflow`` (or in a worker thread); inside a running event loop
     (``aexecute_workflow``) a call returns a coroutine that uses ``httpx.AsyncClient``.
@@ -371,28 +397,129 @@ class HTTPRequestAction:
     classification retries.
     """
 
-    __slots__ = ("transport",)
+    __slots__ = ("egress", "transport")
 
-    def __init__(self, *, transport: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        transport: Any = None,
+        allow_private_hosts: bool = False,
+        allow_networks: Iterable[Any] = (),
+    ) -> None:
         self.transport = transport
+        self.egress = EgressPolicy(
+            allow_private_hosts=allow_private_hosts, allow_networks=allow_networks
+        )
 
     def __repr__(self) -> str:
-        return f"HTTPRequestAction(transport={self.transport!r})"
+        return f"HTTPRequestAction(transport={self.transport!r}, egress={self.egress!r})"
 
     def __call__(self, params: Any, ctx: ActionContext) -> Any:
         request, timeout, cap = _build(params, ctx)
         import httpx
 
-        options: dict[str, Any] = {"timeout": httpx.Timeout(timeout)}
+        url = httpx.URL(request["url"])
+        if url.scheme not in ("http", "https") or not url.host:
+            raise _fail("url", f"{request['url']!r} is not an http:// or https:// URL")
+        options: dict[str, Any] = {"timeout": httpx.Timeout(timeout), "follow_redirects": False}
         if self.transport is not None:
             options["transport"] = self.transport
+        guard = _Guard(self.egress, url, timeout, request["method"])
         aio = sys.modules.get("asyncio")  # no asyncio imported: no loop is running
         if aio is not None and aio._get_running_loop() is not None:
-            return _arequest(httpx, options, request, cap, ctx)
-        with httpx.Client(**options) as client, client.stream(**request) as response:
-            limit = _limit(response.status_code, cap)
-            body, over = _take(_decoded(response), limit)
+            return _arequest(httpx, options, request, cap, ctx, guard, self.transport is None)
+        self.egress.check_literal(url.host)
+        if self.transport is None:
+            try:
+                self.egress.resolve(url.host, guard.port)
+            except socket.gaierror as exc:
+                raise httpx.ConnectError(f"{url.host}: {exc}") from None
+        request["extensions"] = {"trace": guard.trace}
+        timer = threading.Timer(guard.remaining(), guard.expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            with httpx.Client(**options) as client, client.stream(**request) as response:
+                limit = _limit(response.status_code, cap)
+                body, over = _take(_decoded(response), limit, guard)
+        except httpx.HTTPError:
+            if guard.expired:
+                raise guard.timeout_error() from None
+            raise
+        finally:
+            timer.cancel()
         return _outcome(response, body, over, cap, ctx)
+
+
+class _Guard:
+    """One attempt's egress check at connect time and its total deadline.
+
+    httpx's timeouts bound each read, not the whole: a server sending a byte every few
+    seconds keeps an attempt alive for ever. Async attempts run under ``wait_for``; a sync
+    one has a timer that, at the deadline, shuts the socket down (waking the blocked read),
+    and the body loop checks the deadline between chunks.
+    """
+
+    def __init__(self, egress: EgressPolicy, url: httpx.URL, timeout: float, method: str) -> None:
+        self.egress = egress
+        self.host = url.host
+        self.raw_host = url.raw_host.decode("ascii").lower()
+        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.timeout = timeout
+        self.described = f"{method} {url}"
+        self.deadline = time.monotonic() + timeout
+        self.expired = False
+        self.connecting: str | None = None
+        self.sock: socket.socket | None = None
+        self.lock = threading.Lock()
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def timeout_error(self) -> Exception:
+        import httpx
+
+        return httpx.ReadTimeout(
+            f"http.request: {self.described}: no complete response within the attempt's "
+            f"timeout of {self.timeout:g}s (counted in total, not per read)"
+        )
+
+    def check(self) -> None:
+        """Raise once the deadline has passed (between body chunks)."""
+        if time.monotonic() >= self.deadline:
+            self.expired = True
+            raise self.timeout_error()
+
+    def expire(self) -> None:
+        """At the deadline (the timer's thread): wake the blocked read by shutting down."""
+        with self.lock:
+            self.expired = True
+            sock = self.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):  # closed meanwhile: nothing left to wake
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def trace(self, name: str, info: dict[str, Any]) -> None:
+        """httpcore's ``trace`` hook: check the address connected to; keep the socket."""
+        if name == "connection.connect_tcp.started":
+            self.connecting = str(info.get("host", "")).lower()
+        elif name == "connection.connect_tcp.complete":
+            stream = info["return_value"]
+            if self.connecting == self.raw_host:
+                self.egress.check_peer(self.host, stream)
+            sock = stream.get_extra_info("socket")
+            with self.lock:
+                self.sock = sock
+                late = self.expired
+            if late:
+                self.expire()
+
+    async def atrace(self, name: str, info: dict[str, Any]) -> None:
+        """``trace`` for ``httpx.AsyncClient`` (the deadline is ``wait_for``'s there)."""
+        if name == "connection.connect_tcp.started":
+            self.connecting = str(info.get("host", "")).lower()
+        elif name == "connection.connect_tcp.complete" and self.connecting == self.raw_host:
+            await self.egress.acheck_peer(self.host, info["return_value"])
 
 
 async def _arequest(
@@ -401,11 +528,29 @@ async def _arequest(
     request: dict[str, Any],
     cap: int,
     ctx: ActionContext,
+    guard: _Guard,
+    resolve: bool,
 ) -> dict[str, Any]:
-    async with (
-        httpx_module.AsyncClient(**options) as client,
-        client.stream(**request) as response,
-    ):
-        limit = _limit(response.status_code, cap)
-        body, over = await _atake(_adecoded(response), limit)
-    return _outcome(response, body, over, cap, ctx)
+    import asyncio
+
+    async def attempt() -> dict[str, Any]:
+        guard.egress.check_literal(guard.host)
+        if resolve and not guard.egress.allow_private_hosts:
+            loop = asyncio.get_running_loop()
+            try:
+                infos = await loop.getaddrinfo(guard.host, guard.port, type=socket.SOCK_STREAM)
+            except socket.gaierror as exc:
+                raise httpx_module.ConnectError(f"{guard.host}: {exc}") from None
+            guard.egress.check_resolved(guard.host, infos)
+        async with (
+            httpx_module.AsyncClient(**options) as client,
+            client.stream(**request, extensions={"trace": guard.atrace}) as response,
+        ):
+            limit = _limit(response.status_code, cap)
+            body, over = await _atake(_adecoded(response), limit)
+        return _outcome(response, body, over, cap, ctx)
+
+    try:
+        return await asyncio.wait_for(attempt(), guard.remaining())
+    except asyncio.TimeoutError:
+        raise guard.timeout_error() from None

@@ -68,6 +68,13 @@ def _mock(handler: Callable[[httpx.Request], httpx.Response]) -> Registry:
     return registry
 
 
+def _loopback() -> Registry:
+    """A registry whose application lets http.request reach this machine (a test server)."""
+    registry = Registry()
+    register_http(registry, allow_networks=["127.0.0.0/8"])
+    return registry
+
+
 def test_every_registry_has_http_request() -> None:
     """With httpx installed, a plain Registry() knows http.request."""
     assert "http.request" in Registry()
@@ -409,11 +416,11 @@ def real_server() -> Iterator[str]:
 def test_real_server_success_sync_and_async(real_server: str) -> None:
     """A real GET and POST over the loopback, sync and async."""
     workflow = _workflow({"url": real_server + "/ok"})
-    outcome = execute_workflow(workflow)
+    outcome = execute_workflow(workflow, registry=_loopback())
     assert isinstance(outcome, Completed)
     assert outcome.output["json"] == {"hello": "world"}
     posted = _workflow({"url": real_server + "/echo", "method": "POST", "json": {"n": 1}})
-    done = asyncio.run(aexecute_workflow(posted))
+    done = asyncio.run(aexecute_workflow(posted, registry=_loopback()))
     assert isinstance(done, Completed)
     assert done.output["json"] == {"method": "POST", "body": {"n": 1}}
 
@@ -422,10 +429,12 @@ def test_real_server_retries_until_success(real_server: str) -> None:
     """Two 503s then a 200: two retries, one idempotency key seen three times by the server."""
     clock = ManualClock()
     workflow = _workflow({"url": real_server + "/flaky"})
-    outcome = execute_workflow(workflow, clock=clock)
+    outcome = execute_workflow(workflow, clock=clock, registry=_loopback())
     while isinstance(outcome, Suspend):
         clock.advance(60)
-        outcome = resume_workflow(_execution(outcome), workflow=workflow, clock=clock)
+        outcome = resume_workflow(
+            _execution(outcome), workflow=workflow, clock=clock, registry=_loopback()
+        )
     assert isinstance(outcome, Completed)
     assert outcome.output["json"]["calls"] == 3
     assert outcome.output["json"]["key"] == outcome.execution.id + ":call:0"
@@ -433,11 +442,11 @@ def test_real_server_retries_until_success(real_server: str) -> None:
 
 def test_real_server_retry_after_and_not_found(real_server: str) -> None:
     """A real 429 with Retry-After gives a 5 s hint; a real 404 fails without retry."""
-    limited = execute_workflow(_workflow({"url": real_server + "/limited"}))
+    limited = execute_workflow(_workflow({"url": real_server + "/limited"}), registry=_loopback())
     assert isinstance(limited, Suspend)
     assert isinstance(limited.data, RetryData)
     assert limited.data.retry_delay_ms == 5000
-    missing = execute_workflow(_workflow({"url": real_server + "/missing"}))
+    missing = execute_workflow(_workflow({"url": real_server + "/missing"}), registry=_loopback())
     assert isinstance(missing, Failed)
     assert detail(missing.error, "status") == 404
     assert detail(missing.error, "body") == "not here"
@@ -451,7 +460,9 @@ def test_real_connection_refused_retries() -> None:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()  # bound then closed: nothing listens there now
-    outcome = execute_workflow(_workflow({"url": f"http://127.0.0.1:{port}/", "timeout": 5}))
+    outcome = execute_workflow(
+        _workflow({"url": f"http://127.0.0.1:{port}/", "timeout": 5}), registry=_loopback()
+    )
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
     assert outcome.data.original_error.type == "ConnectError"
