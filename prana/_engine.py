@@ -669,11 +669,15 @@ class Run(Frontier):
             if decision is None:  # (a decision's reason is RETRY: neither set below holds it)
                 exhausted = explanation.reason in RAN_OUT
                 if explanation.reason in CONDITION_FAILED:
-                    # no retry, and a user reads why: the attempt's error, node_failed, a log
-                    error = with_detail(error, "retry_condition_failed", explanation.text)
+                    # no retry, and a user reads why: the attempt's error, node_failed, a log;
+                    # the condition may quote the raw exception, so its text is redacted too
+                    text = explanation.text
+                    if self.issued:
+                        text = redact_tokens(text, self.issued.values())
+                    error = with_detail(error, "retry_condition_failed", text)
                     _retry_log.warning(
                         "execution %s: node %r: %s (attempt %d); the attempt does not retry",
-                        *(self.id, key, explanation.text, number),
+                        *(self.id, key, text, number),
                         extra={"execution_id": self.id, "node_key": key, "attempt": number},
                     )
             else:

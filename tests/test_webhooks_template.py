@@ -248,3 +248,46 @@ def test_custom_suspension_data_is_redacted_in_the_record_only() -> None:
     assert stored is not None
     assert stored.data == {"asked": {"link": f"https://example.test/prana/hooks/{REDACTED}"}}
     assert _TOKEN_IN_TEXT.search(dumps(outcome.execution)) is None
+
+
+def test_a_retry_condition_that_raises_quoting_the_error_keeps_no_token(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A retry_when that raises, quoting the exception (which holds the link): the text the
+    attempt's error records (retry_condition_failed), the node error and the log line are
+    redacted like every other error."""
+    registry = Registry()
+    registry.register("chat.send", _quoting_error)
+
+    @registry.condition("picky")
+    def picky(view: Any) -> bool:
+        raise ValueError(f"cannot judge {view.exception}")
+
+    workflow = _notify_may_fail(retries=3)
+    nodes = [
+        attrs.evolve(
+            node,
+            settings=attrs.evolve(
+                node.settings,
+                retry=RetryPolicy(max_attempts=3, initial_delay=1, retry_when="picky"),
+            ),
+        )
+        if node.key == "notify"
+        else node
+        for node in workflow.nodes
+    ]
+    with caplog.at_level("WARNING", logger="prana"):
+        outcome = execute_workflow(attrs.evolve(workflow, nodes=nodes), registry=registry)
+    assert outcome.execution is not None
+    error = outcome.execution.node("notify").error  # type: ignore[union-attr]
+    assert error is not None
+    assert isinstance(error.details, dict)
+    said = error.details["retry_condition_failed"]
+    assert isinstance(said, str)
+    assert "cannot judge chat server refused" in said
+    assert REDACTED in said
+    text = dumps(outcome.execution)
+    assert _TOKEN_IN_TEXT.search(text) is None
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "cannot judge" in logged
+    assert _TOKEN_IN_TEXT.search(logged) is None
