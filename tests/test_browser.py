@@ -102,6 +102,13 @@ def _advance(scheduler: ManualScheduler, seconds: float) -> None:
     assert not worker.is_alive()
 
 
+def expect(locator: Any) -> Any:
+    """Playwright's ``expect`` (imported late: the module is collected without Playwright)."""
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
 def _attempts(page: Page) -> int:
     return page.locator("div.node[data-node=call] tr.attempt").count()
 
@@ -137,9 +144,8 @@ def test_list_and_live_execution_page(browser: Any, tmp_path: Path) -> None:
             assert "ConnectionError" in first.inner_text()
 
             _advance(scheduler, 5)  # the first retry falls due and fails again
-            page.wait_for_function(
-                "document.querySelectorAll('div.node[data-node=call] tr.attempt').length === 2",
-                timeout=TIMEOUT_MS,
+            expect(page.locator("div.node[data-node=call] tr.attempt")).to_have_count(
+                2, timeout=TIMEOUT_MS
             )
             second = page.locator("div.node[data-node=call] tr.attempt").nth(1)
             assert "↻" in second.inner_text()

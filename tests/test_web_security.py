@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import re
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -10,8 +12,15 @@ from servers import serve
 from test_web import OPERATOR, make_runner, waiting
 
 from prana import ExecutionStatus
+from prana.testing import ManualClock
 from scheduling import HookGone, HookNotFound
 from scheduling.web import create_app
+from scheduling.web._app import (
+    LOGIN_CLIENTS,
+    LOGIN_FAILURES,
+    LOGIN_WINDOW_SECONDS,
+    SESSION_SECONDS,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -75,3 +84,191 @@ def test_http_statuses_leak_nothing_without_the_secret(runner: Runner) -> None:
         assert answers == {(404, '{"error":"no webhook wait answers to this token"}')}
         assert client.post(done_path, json={"approved": True}).status_code == 404
     assert runner.get(done_id).status is ExecutionStatus.COMPLETED
+
+
+# --- operator sign-in: rate limit, session cookie, security headers ---------------------------
+
+
+def _asgi(app: Any, client: str = "198.51.100.1", scheme: str = "http") -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, client=(client, 4000))
+    return httpx.AsyncClient(
+        transport=transport, base_url=f"{scheme}://127.0.0.1:8000", follow_redirects=False
+    )
+
+
+def _clock(runner: Runner) -> ManualClock:
+    clock = runner.clock
+    assert isinstance(clock, ManualClock)
+    return clock
+
+
+def test_failed_sign_ins_are_limited_per_client(runner: Runner) -> None:
+    """Past five failures a client gets 429 with Retry-After, even with the right token;
+    another client is unaffected; the window's end lets it try again."""
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> None:
+        async with _asgi(app) as attacker, _asgi(app, "198.51.100.2") as operator:
+            for _ in range(LOGIN_FAILURES):
+                wrong = await attacker.post("/login", data={"token": "guess-" * 4})
+                assert wrong.status_code == 401
+            locked = await attacker.post("/login", data={"token": OPERATOR})
+            assert locked.status_code == 429
+            assert int(locked.headers["retry-after"]) == LOGIN_WINDOW_SECONDS
+            assert "too many failed sign-ins" in locked.json()["error"]
+            bearer = await attacker.get("/api/executions", headers=_bearer(OPERATOR))
+            assert bearer.status_code == 429
+            ok = await operator.post("/login", data={"token": OPERATOR})
+            assert ok.status_code == 303
+            _clock(runner).advance(LOGIN_WINDOW_SECONDS)
+            again = await attacker.post("/login", data={"token": OPERATOR})
+            assert again.status_code == 303
+
+    asyncio.run(main())
+
+
+def test_wrong_bearer_tokens_count_as_failed_sign_ins(runner: Runner) -> None:
+    """Guessing through the Authorization header is limited the same way."""
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> list[int]:
+        async with _asgi(app) as client:
+            return [
+                (
+                    await client.get("/api/executions", headers=_bearer(f"guess-{n:012d}"))
+                ).status_code
+                for n in range(LOGIN_FAILURES + 1)
+            ]
+
+    assert asyncio.run(main()) == [401] * LOGIN_FAILURES + [429]
+
+
+def test_the_limiter_remembers_a_bounded_number_of_clients(runner: Runner) -> None:
+    """Failures from many addresses keep at most LOGIN_CLIENTS entries."""
+    app = create_app(runner, token=OPERATOR)
+    limiter = app.state.sign_in_limiter
+    for n in range(LOGIN_CLIENTS + 500):
+        limiter.failed(f"client-{n}")
+    assert len(limiter.failures) == LOGIN_CLIENTS
+    assert "client-0" not in limiter.failures
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_the_session_cookie_expires_and_is_locked_down(runner: Runner, scheme: str) -> None:
+    """HttpOnly, SameSite=Strict, a Max-Age, Secure over https; refused past its expiry."""
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> None:
+        async with _asgi(app, scheme=scheme) as client:
+            login = await client.post("/login", data={"token": OPERATOR})
+            assert login.status_code == 303
+            cookie = login.headers["set-cookie"].lower()
+            assert "httponly" in cookie
+            assert "samesite=strict" in cookie
+            assert f"max-age={SESSION_SECONDS}" in cookie
+            assert ("secure" in cookie.split("; ")) is (scheme == "https")
+            value = login.cookies["prana_operator"]
+            assert OPERATOR not in value
+            client.cookies.clear()
+
+            async def with_cookie(cookie: str) -> int:
+                headers = {"cookie": f"prana_operator={cookie}"}
+                return (await client.get("/api/executions", headers=headers)).status_code
+
+            assert await with_cookie(value) == 200
+            later = value.replace(value.split(".")[0], str(10**12))
+            assert await with_cookie(later) == 401  # the expiry is signed, not editable
+            _clock(runner).advance(SESSION_SECONDS)
+            assert await with_cookie(value) == 401
+
+    asyncio.run(main())
+
+
+def test_pages_carry_security_headers_and_no_inline_script(runner: Runner) -> None:
+    """CSP without inline script, no framing, no sniffing, no Referer; the script is a file."""
+    execution_id, _ = waiting(runner)
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> None:
+        async with _asgi(app) as client:
+            for path in ("/login", "/executions", f"/executions/{execution_id}"):
+                page = await client.get(path, headers=_bearer(OPERATOR))
+                assert page.status_code == 200, path
+                csp = page.headers["content-security-policy"]
+                script_src = next(d for d in csp.split(";") if d.strip().startswith("script-src"))
+                assert "'unsafe-inline'" not in script_src
+                assert "frame-ancestors 'none'" in csp
+                assert page.headers["x-frame-options"] == "DENY"
+                assert page.headers["x-content-type-options"] == "nosniff"
+                assert page.headers["referrer-policy"] == "no-referrer"
+                assert re.findall(r"<script(?![^>]*\bsrc=)", page.text) == []
+            script = await client.get("/assets/view.js")
+            assert script.status_code == 200
+            assert script.headers["content-type"].startswith("text/javascript")
+            assert "EventSource" in script.text
+            hook = await client.post("/hooks/nope", json={})
+            assert hook.headers["referrer-policy"] == "no-referrer"
+
+    asyncio.run(main())
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+# --- event streams: a cap per app and a lifetime each -----------------------------------------
+
+
+def test_event_streams_are_capped_per_app(runner: Runner) -> None:
+    """Past max_streams open streams, /events answers 503; a closed one frees its place."""
+    execution_id, _ = waiting(runner)
+    app = create_app(runner, token=OPERATOR, max_streams=2, poll_seconds=0.02)
+    path = f"/executions/{execution_id}/events"
+    with (
+        serve(app) as url,
+        httpx.Client(base_url=url, headers=_bearer(OPERATOR), timeout=10) as client,
+        client.stream("GET", path) as first,
+    ):
+        assert first.status_code == 200
+        with client.stream("GET", path) as second:
+            assert second.status_code == 200
+            assert app.state.event_streams.wait_for(2, 10)
+            third = client.get(path)
+            assert third.status_code == 503
+            assert third.headers["retry-after"] == "5"
+            assert "at most 2 event streams" in third.json()["error"]
+        assert app.state.event_streams.wait_for(1, 10)  # the server saw the client leave
+        with client.stream("GET", path) as again:
+            assert again.status_code == 200
+
+
+def test_an_event_stream_ends_at_its_lifetime(runner: Runner) -> None:
+    """An idle stream on a waiting execution ends once max_stream_seconds have passed."""
+    execution_id, _ = waiting(runner)
+    app = create_app(runner, token=OPERATOR, max_stream_seconds=60, poll_seconds=0.02)
+    with (
+        serve(app) as url,
+        httpx.stream(
+            "GET",
+            f"{url}/executions/{execution_id}/events",
+            headers=_bearer(OPERATOR),
+            timeout=10,
+        ) as response,
+    ):
+        lines = response.iter_lines()
+        assert next(lines) == "event: execution"
+        _clock(runner).advance(60)
+        rest = list(lines)  # ends: the read timeout bounds the test if it did not
+        assert ": stream lifetime reached; reconnect" in rest
+        assert not any(line.startswith("event: end") for line in rest)
+    assert app.state.event_streams.wait_for(0, 10)
+
+
+def test_create_app_checks_the_stream_limits(runner: Runner) -> None:
+    """A bad cap or lifetime is refused in one line naming it."""
+    from prana import PranaError
+
+    with pytest.raises(PranaError, match="max_streams"):
+        create_app(runner, max_streams=0)
+    with pytest.raises(PranaError, match="max_stream_seconds"):
+        create_app(runner, max_stream_seconds=0)

@@ -10,10 +10,12 @@ Routes (relative to where the app is mounted):
 ``GET  /executions/{id}``                   operator    HTML timeline (``?fragment=1``: part)
 ``GET  /executions/{id}/events``            operator    SSE: ``execution`` events, ``end``
 ``GET|POST /login``                         -           operator token form (sets a cookie)
+``GET  /assets/view.js``                    -           the pages' script (no inline script)
 ==========================================  ==========  ===================================
 
 The operator credential is a bearer token (``Authorization: Bearer ...``, or the cookie
-the login form sets, holding an HMAC of it). With no token configured, operator routes
+the login form sets: an expiry and an HMAC of it, keyed by the token). Failed sign-ins are
+limited per client (429 past ``LOGIN_FAILURES``). With no token configured, operator routes
 answer loopback clients only, and the app says so at startup.
 """
 
@@ -25,12 +27,16 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import math
 import os
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode
 
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.responses import (
     HTMLResponse,
     JSONResponse,
@@ -46,9 +52,10 @@ from scheduling.web import _html
 from scheduling.web._views import FINAL, execution_view, summary_view
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 
     from starlette.requests import Request
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from scheduling._runner import Runner
 
@@ -62,7 +69,33 @@ MAX_PAGE = 200
 """The most rows one list request returns."""
 HEARTBEAT_SECONDS = 15.0
 """An SSE comment is sent this often, so proxies keep an idle stream open."""
+DEFAULT_MAX_STREAMS = 100
+"""Event streams one app serves at once; past it ``/events`` answers 503."""
+DEFAULT_MAX_STREAM_SECONDS = 3600.0
+"""How long one event stream lasts (runner clock); then it ends and the client reconnects."""
 COOKIE = "prana_operator"
+SESSION_SECONDS = 12 * 3600
+"""How long a login cookie is good for; after it the operator signs in again."""
+LOGIN_FAILURES = 5
+"""Failed sign-ins (login form or bearer token) a client may make per window..."""
+LOGIN_WINDOW_SECONDS = 300.0
+"""...after which its sign-ins are refused (429) until the window, from its first failure, ends."""
+LOGIN_CLIENTS = 4096
+"""The most clients whose failures are remembered (the oldest are forgotten first)."""
+SECURITY_HEADERS = (
+    (
+        b"content-security-policy",
+        (
+            b"default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; img-src 'self'; "
+            b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        ),
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+)
+"""Sent with every response: no inline or foreign script, no framing, no sniffing, and no
+``Referer``, so a page's URL (an execution id, a ``next`` path) never leaves in one."""
 TOKEN_ENV = "PRANA_WEB_TOKEN"  # noqa: S105 - the name of the variable, not a secret
 MIN_TOKEN_CHARS = 16
 TOKEN_ADVICE = (
@@ -104,34 +137,156 @@ def _names_loopback(request: Request) -> bool:
 
 
 class _Operator:
-    """Checks the operator credential: a bearer token, or the login cookie (its HMAC)."""
+    """Checks the operator credential: a bearer token, or an unexpired login cookie.
 
-    def __init__(self, token: str | None) -> None:
+    The cookie is ``<expiry, unix seconds>.<HMAC of it, keyed by the token>``: it never
+    holds the token, and stops working at its expiry even if copied out of the browser.
+    ``now`` is the runner's clock, as unix seconds.
+    """
+
+    def __init__(self, token: str | None, now: Callable[[], float]) -> None:
         self.token = token
-        self.cookie_value = (
-            None
-            if token is None
-            else hmac.new(token.encode(), b"prana-operator-cookie", hashlib.sha256).hexdigest()
-        )
+        self.now = now
 
     def check_token(self, candidate: str) -> bool:
         return self.token is not None and hmac.compare_digest(
             candidate.encode(), self.token.encode()
         )
 
+    def _mac(self, expires: str) -> str:
+        assert self.token is not None
+        message = f"prana-operator-cookie:{expires}".encode()
+        return hmac.new(self.token.encode(), message, hashlib.sha256).hexdigest()
+
+    def new_cookie(self) -> str:
+        expires = str(int(self.now()) + SESSION_SECONDS)
+        return f"{expires}.{self._mac(expires)}"
+
+    def cookie_ok(self, cookie: str | None) -> bool:
+        if cookie is None or self.token is None:
+            return False
+        expires, _, mac = cookie.partition(".")
+        if not expires.isascii() or not expires.isdigit() or int(expires) <= self.now():
+            return False
+        return hmac.compare_digest(mac.encode(), self._mac(expires).encode())
+
+    def bearer(self, request: Request) -> str | None:
+        """The bearer token the request presents, if any."""
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        return value.strip() if scheme.lower() == "bearer" else None
+
     def allowed(self, request: Request) -> bool:
         if self.token is None:
             client = request.client.host if request.client else None
             return _is_loopback(client) and _names_loopback(request)
-        header = request.headers.get("authorization", "")
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() == "bearer" and self.check_token(value.strip()):
+        presented = self.bearer(request)
+        if presented is not None and self.check_token(presented):
             return True
-        cookie = request.cookies.get(COOKIE)
-        assert self.cookie_value is not None
-        return cookie is not None and hmac.compare_digest(
-            cookie.encode(), self.cookie_value.encode()
+        return self.cookie_ok(request.cookies.get(COOKIE))
+
+
+class _SignInLimiter:
+    """Failed sign-ins per client: ``LOGIN_FAILURES`` per window, in bounded memory.
+
+    A client past the limit is refused without its guess being checked until the window
+    (``LOGIN_WINDOW_SECONDS`` from its first failure) ends; at most ``LOGIN_CLIENTS``
+    clients are remembered, the least recently failing forgotten first.
+    """
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
+        self.failures: OrderedDict[str, tuple[float, int]] = OrderedDict()
+
+    def _current(self, client: str) -> tuple[float, int] | None:
+        entry = self.failures.get(client)
+        if entry is not None and self.now() - entry[0] >= LOGIN_WINDOW_SECONDS:
+            del self.failures[client]
+            return None
+        return entry
+
+    def retry_after(self, client: str) -> int | None:
+        """Seconds until ``client`` may try again, or ``None`` when it may now."""
+        entry = self._current(client)
+        if entry is None or entry[1] < LOGIN_FAILURES:
+            return None
+        return max(1, math.ceil(entry[0] + LOGIN_WINDOW_SECONDS - self.now()))
+
+    def failed(self, client: str) -> None:
+        start, count = self._current(client) or (self.now(), 0)
+        self.failures[client] = (start, count + 1)
+        self.failures.move_to_end(client)
+        while len(self.failures) > LOGIN_CLIENTS:
+            self.failures.popitem(last=False)
+
+    def refusal(self, client: str) -> Response | None:
+        wait = self.retry_after(client)
+        if wait is None:
+            return None
+        return _error(
+            429,
+            f"too many failed sign-ins from this address; try again in {wait} s",
+            **{"Retry-After": str(wait)},
         )
+
+
+class _Streams:
+    """How many event streams are open, against the app's cap (read by tests' waits)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.open = 0
+        self.changed = threading.Condition()
+
+    def take(self) -> bool:
+        with self.changed:
+            if self.open >= self.cap:
+                return False
+            self.open += 1
+            return True
+
+    def release(self) -> None:
+        with self.changed:
+            self.open -= 1
+            self.changed.notify_all()
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        """Wait until exactly ``count`` streams are open; ``False`` if ``timeout`` passed."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.open == count, timeout)
+
+
+class _CountedStream(StreamingResponse):
+    """A streaming response that gives its place back however it ends (a disconnect
+    before the first byte included, when the body's own ``finally`` never runs)."""
+
+    def __init__(self, content: AsyncIterator[bytes], streams: _Streams, **options: Any) -> None:
+        super().__init__(content, **options)
+        self.streams = streams
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.streams.release()
+
+
+class _SecurityHeaders:
+    """ASGI middleware adding ``SECURITY_HEADERS`` to every response of the app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def create_app(
@@ -142,6 +297,8 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     poll_seconds: float = 0.5,
     open_runner: bool = False,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    max_stream_seconds: float = DEFAULT_MAX_STREAM_SECONDS,
 ) -> Starlette:
     """The Starlette app for ``runner``: mount it in FastAPI/Starlette or serve it alone.
 
@@ -149,7 +306,9 @@ def create_app(
     and the API; without one they answer loopback clients only. ``view=False`` serves only
     ``POST /hooks/{token}``. ``poll_seconds`` is how often an SSE stream re-reads the
     store for progress made by other processes; this runner's own saves wake it at once
-    (``Runner.subscribe``). ``open_runner=True`` opens the runner
+    (``Runner.subscribe``). ``max_streams`` caps the event streams open at once (503
+    past it), ``max_stream_seconds`` each one's lifetime (it then ends, and an
+    ``EventSource`` reconnects). ``open_runner=True`` opens the runner
     when the app starts and closes it when the app stops (``prana serve`` does this).
     """
     source = "create_app(token=...)"
@@ -170,7 +329,21 @@ def create_app(
         or poll_seconds <= 0
     ):
         raise PranaError(f"create_app(poll_seconds={poll_seconds!r}): use seconds > 0")
-    operator = _Operator(token)
+    if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
+        raise PranaError(f"create_app(max_streams={max_streams!r}): use a whole number >= 1")
+    if (
+        isinstance(max_stream_seconds, bool)
+        or not isinstance(max_stream_seconds, int | float)
+        or not max_stream_seconds > 0
+    ):
+        raise PranaError(f"create_app(max_stream_seconds={max_stream_seconds!r}): use seconds > 0")
+    streams = _Streams(max_streams)
+
+    def unix_now() -> float:
+        return runner.clock().timestamp()
+
+    operator = _Operator(token, unix_now)
+    limiter = _SignInLimiter(unix_now)
 
     def root(request: Request) -> str:
         return str(request.scope.get("root_path", "")).rstrip("/")
@@ -221,8 +394,16 @@ def create_app(
         handler: Callable[[Request], Awaitable[Response]], *, html: bool
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
+            presented = operator.bearer(request) if operator.token is not None else None
+            client = _client(request) or "-"
+            if presented is not None:
+                refused = limiter.refusal(client)
+                if refused is not None:
+                    return refused
             if operator.allowed(request):
                 return await handler(request)
+            if presented is not None:
+                limiter.failed(client)
             if operator.token is None:
                 return _error(
                     403,
@@ -353,6 +534,13 @@ def create_app(
         except (RecordError, StoreError) as exc:
             return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
         last_seen = request.headers.get("last-event-id")
+        if not streams.take():
+            return _error(
+                503,
+                f"this app serves at most {max_streams} event streams at once; try again later",
+                **{"Retry-After": "5"},
+            )
+        ends_at = unix_now() + max_stream_seconds
 
         async def stream() -> AsyncIterator[bytes]:
             loop = asyncio.get_running_loop()
@@ -388,6 +576,9 @@ def create_app(
                         yield b": keep-alive\n\n"
                     if await request.is_disconnected():
                         return
+                    if unix_now() >= ends_at:  # bounded: an idle client cannot hold it for ever
+                        yield b": stream lifetime reached; reconnect\n\n"
+                        return
                     try:
                         view = await asyncio.to_thread(load_view, execution_id)
                     except (RecordError, StoreError):  # gone, or the store failed: end
@@ -395,10 +586,19 @@ def create_app(
             finally:
                 unsubscribe()
 
-        return StreamingResponse(
+        return _CountedStream(
             stream(),
+            streams,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def script(request: Request) -> Response:
+        del request
+        return Response(
+            _html.SCRIPT,
+            media_type="text/javascript",
+            headers={"Cache-Control": "public, max-age=3600"},
         )
 
     async def home(request: Request) -> Response:
@@ -410,6 +610,10 @@ def create_app(
             return HTMLResponse(
                 _html.login_page(root=root(request), next_path=next_path, failed=False)
             )
+        client = _client(request) or "-"
+        refused = limiter.refusal(client)
+        if refused is not None:
+            return refused
         raw = await request.body()
         if len(raw) > 4096:
             return _error(413, "the login form is over 4096 bytes")
@@ -419,16 +623,17 @@ def create_app(
         if not next_path.startswith("/") or next_path.startswith("//"):
             next_path = f"{root(request)}/executions"
         if not operator.check_token(candidate):
+            limiter.failed(client)
             logger.warning("operator login refused", extra={"client": _client(request)})
             return HTMLResponse(
                 _html.login_page(root=root(request), next_path=next_path, failed=True),
                 status_code=401,
             )
         response = RedirectResponse(next_path, status_code=303)
-        assert operator.cookie_value is not None
         response.set_cookie(
             COOKIE,
-            operator.cookie_value,
+            operator.new_cookie(),
+            max_age=SESSION_SECONDS,
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
@@ -439,6 +644,7 @@ def create_app(
     if view:
         routes += [
             Route("/", guarded(home, html=True)),
+            Route("/assets/view.js", script),
             Route("/api/executions", guarded(api_list, html=False)),
             Route("/api/executions/{execution_id}", guarded(api_one, html=False)),
             Route("/executions", guarded(page_list, html=True)),
@@ -465,9 +671,11 @@ def create_app(
             if open_runner:
                 await asyncio.to_thread(runner.close)
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_SecurityHeaders)])
     app.state.runner = runner
     app.state.operator_token_configured = token is not None
+    app.state.sign_in_limiter = limiter
+    app.state.event_streams = streams
     return app
 
 
