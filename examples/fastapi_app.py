@@ -8,7 +8,9 @@ Run it (from the repository root)::
 Then ``curl -X POST -H 'Content-Type: application/json' -d '{"item": "book"}'
 http://127.0.0.1:8000/orders`` starts an order; the answer holds the path that approves it
 (``POST /prana/hooks/<token>``), and ``/prana/executions`` shows it live (loopback only
-unless ``PRANA_WEB_TOKEN`` is set).
+unless ``PRANA_WEB_TOKEN`` is set). The approval path is a secret: it goes only to the
+caller that started the order, and uvicorn's access log shows it as
+``/prana/hooks/[webhook-token]`` (``create_app`` redacts it).
 """
 
 from __future__ import annotations

@@ -14,11 +14,12 @@ START_TIMEOUT_SECONDS = 20.0
 
 
 @contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
+def serve(app: Any, *, log_level: str = "warning") -> Iterator[str]:
     """Serve the ASGI ``app`` on 127.0.0.1 (a free port); yield its base URL, then stop it.
 
     The socket is bound before the thread starts, and the server's own startup sets an
     event, so the URL is live when this yields; leaving waits for a clean shutdown.
+    ``log_level="info"`` turns uvicorn's access log on (as ``uvicorn`` run by hand has it).
     """
     import uvicorn
 
@@ -33,7 +34,7 @@ def serve(app: Any) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=2)
     server = _Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
-import re
 import threading
 from typing import TYPE_CHECKING
 
@@ -49,27 +47,6 @@ def register(add: AddCommand) -> None:
     serve.set_defaults(handler=_cmd_serve)
 
 
-_HOOK_PATH = re.compile(r"/hooks/[^/?#\s]+")
-
-
-class _RedactHookPaths(logging.Filter):
-    """Keep resume tokens out of the access log: ``/hooks/<token>`` is logged redacted.
-
-    A delivery refused before it resumed anything (415, 422, 413) leaves its token valid,
-    and whoever reads the log must not gain the power to resume the wait with it.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(
-                _HOOK_PATH.sub("/hooks/[webhook-token]", arg) if isinstance(arg, str) else arg
-                for arg in record.args
-            )
-        elif isinstance(record.msg, str):
-            record.msg = _HOOK_PATH.sub("/hooks/[webhook-token]", record.msg)
-        return True
-
-
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -84,7 +61,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from scheduling.web import create_app
-        from scheduling.web._app import MIN_TOKEN_CHARS, TOKEN_ADVICE
+        from scheduling.web._app import MIN_TOKEN_CHARS, TOKEN_ADVICE, redact_access_log
     except ImportError:
         raise CLIError(_NEEDS_WEB) from None
     token = os.environ.get("PRANA_WEB_TOKEN") or None
@@ -106,7 +83,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         access = "operator token required" if token else "no operator token: loopback only"
         print(f"prana serve on http://{args.host}:{args.port} over {where(args)} ({access})")
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
-        logging.getLogger("uvicorn.access").addFilter(_RedactHookPaths())  # after its config
+        redact_access_log()  # again after uvicorn's logging config, whatever it did
         # Like `prana worker`: work other processes left due without an alarm (a `prana run`
         # stopped in backoff, a dead process's lease) is re-armed every second.
         stop = threading.Event()

@@ -29,6 +29,7 @@ import ipaddress
 import logging
 import math
 import os
+import re
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -229,6 +230,45 @@ class _SignInLimiter:
         )
 
 
+_HOOK_PATH = re.compile(r"/hooks/[^/?#\s\"']+")
+_REDACTED_PATH = "/hooks/[webhook-token]"
+ACCESS_LOGGERS = ("uvicorn.access", "hypercorn.access", "gunicorn.access")
+"""The servers' access loggers that ``create_app`` redacts resume tokens from."""
+
+
+class _RedactHookPaths(logging.Filter):
+    """Keep resume tokens out of the access log: ``/hooks/<token>`` is logged redacted.
+
+    A delivery refused before it resumed anything (415, 422, 413) leaves its token valid,
+    and whoever reads the log must not gain the power to resume the wait with it.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        def clean(value: Any) -> Any:
+            return _HOOK_PATH.sub(_REDACTED_PATH, value) if isinstance(value, str) else value
+
+        if isinstance(record.args, tuple):
+            record.args = tuple(clean(arg) for arg in record.args)
+        elif isinstance(record.args, dict):  # gunicorn's access "atoms"
+            record.args = {key: clean(arg) for key, arg in record.args.items()}
+        record.msg = clean(record.msg)
+        return True
+
+
+def redact_access_log() -> None:
+    """Add the redacting filter to the known servers' access loggers (once each).
+
+    Done when the app is built, so it holds however it is served: alone, or mounted in a
+    FastAPI/Starlette app under uvicorn (a mounted app's own lifespan never runs). A
+    logging configuration applied later keeps it: ``dictConfig`` replaces handlers, not
+    a logger's filters.
+    """
+    for name in ACCESS_LOGGERS:
+        access = logging.getLogger(name)
+        if not any(isinstance(f, _RedactHookPaths) for f in access.filters):
+            access.addFilter(_RedactHookPaths())
+
+
 class _Streams:
     """How many event streams are open, against the app's cap (read by tests' waits)."""
 
@@ -338,6 +378,7 @@ def create_app(
     ):
         raise PranaError(f"create_app(max_stream_seconds={max_stream_seconds!r}): use seconds > 0")
     streams = _Streams(max_streams)
+    redact_access_log()
 
     def unix_now() -> float:
         return runner.clock().timestamp()
