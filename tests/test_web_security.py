@@ -272,3 +272,38 @@ def test_create_app_checks_the_stream_limits(runner: Runner) -> None:
         create_app(runner, max_streams=0)
     with pytest.raises(PranaError, match="max_stream_seconds"):
         create_app(runner, max_stream_seconds=0)
+
+
+# --- sub-workflows: a child's webhook wait has its own token ----------------------------------
+
+
+def test_a_sub_workflows_webhook_wait_has_its_own_token() -> None:
+    """The child's wait mints a token naming the child; the parent has none to hand out,
+    and the child's token resumes the child (which then resumes its parent)."""
+    from doubles import Harness, sub_node, webhook_node, workflow
+
+    from prana._hooks import parse_token
+    from scheduling.stores.memory import MemoryStore
+
+    h = Harness(MemoryStore(serialize=True))
+    h.runner.register_workflow(workflow(webhook_node(), wid="child"))
+    with h.runner as runner:
+        parent_id = runner.start(workflow(sub_node("child", "sync"), wid="parent"))
+        parent = runner.get(parent_id)
+        assert parent.suspension is not None
+        assert parent.suspension.kind == "sub_workflow"
+        children = [runner.get(row.id) for row in runner.store.list(None, limit=10)]
+        (child_id,) = [
+            c.id for c in children if c.parent is not None and c.parent.execution_id == parent_id
+        ]
+        assert runner.hook_path(parent_id) is None
+        path = runner.hook_path(child_id)
+        assert path is not None
+        parsed = parse_token(path.removeprefix("/hooks/"))
+        assert parsed is not None
+        assert parsed[0] == child_id
+        with pytest.raises(HookNotFound):  # the child's secret names nothing in the parent
+            runner.deliver_hook(f"{_forged(parent_id).split('.')[0]}.{parsed[1]}", {"ok": 1})
+        runner.deliver_hook(path.removeprefix("/hooks/"), {"ok": True})
+        assert runner.get(child_id).status is ExecutionStatus.COMPLETED
+        assert runner.get(parent_id).status is ExecutionStatus.COMPLETED
