@@ -169,3 +169,56 @@ def test_list_and_live_execution_page(browser: Any, tmp_path: Path) -> None:
             assert again.status_code == 404
             page.close()
     store.close()
+
+
+def test_a_late_answer_for_an_older_change_never_overwrites_a_newer_one(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The likely cause of this file's old flakiness: each SSE event fetched the fragment at
+    once and whichever answer came last was shown, so a slow answer for the checkpoint saved
+    before an attempt could replace the page showing the attempt's end. Here the first
+    fragment request is held, and answered with the fragment as it was after the first
+    retry only once the page has heard of the last change: the page must still end there."""
+    clock = ManualClock()
+    scheduler = ManualScheduler(clock=clock)
+    registry = Registry()
+    registry.register("test.flaky", Flaky(fails=2))
+    store = SQLiteStore(tmp_path / "web.sqlite3")
+    runner = Runner(registry=registry, store=store, scheduler=scheduler)
+    held: list[Any] = []
+
+    def hold_the_first(route: Any) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    with runner:
+        execution_id = runner.start(_workflow(), {"order": 1})
+        app = create_app(runner, token=OPERATOR_TOKEN, poll_seconds=0.05)
+        auth = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+        with serve(app) as url:
+            page = browser.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.set_extra_http_headers(auth)
+            page.goto(f"{url}/executions/{execution_id}")
+            page.wait_for_selector("#live:text('live')")
+            page.route("**/executions/*?fragment=1", hold_the_first)
+            with page.expect_request("**/executions/*?fragment=1"):
+                _advance(scheduler, 5)  # the first retry fails; the page asks (held)
+            fragment = f"{url}/executions/{execution_id}?fragment=1"
+            stale = httpx.get(fragment, headers=auth).text  # as it is after the first retry
+            _advance(scheduler, 5)  # the second succeeds; the workflow waits for approval
+            final = str(store.load(execution_id)[1])
+            page.wait_for_selector(f"#execution[data-heard='{final}']")
+            assert f'data-version="{final}"' not in stale
+            held[0].fulfill(status=200, content_type="text/html", body=stale)
+            page.wait_for_selector(f"dl.meta[data-version='{final}']")  # the content's own
+            page.wait_for_selector("dl.meta[data-status=suspended] >> text=webhook")
+            outcomes = [
+                a.get_attribute("data-outcome")
+                for a in page.locator("div.node[data-node=call] tr.attempt").all()
+            ]
+            assert outcomes == ["failed", "failed", "completed"]
+            page.close()
+    store.close()

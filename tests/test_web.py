@@ -638,7 +638,7 @@ def test_sse_streams_each_change_then_ends() -> None:
             # only the last, depending on when it reads: wait for the wait, in order.
             second = _next_execution(events, lambda view: view["waiting"] is not None
                                      and view["waiting"]["kind"] == "webhook")  # fmt: skip
-            assert second["version"] > first["version"]
+            assert second["record_version"] > first["record_version"]
             assert len(second["nodes"][1]["attempts"]) == 2
             path = runner.hook_path(execution_id)
             assert path is not None
@@ -671,7 +671,7 @@ def test_sse_wakes_on_the_runners_own_save_without_waiting_for_the_poll() -> Non
             scheduler.advance(5)  # this runner resumes the retry and saves
             name, second = next(events)
             assert name == "execution"
-            assert second["version"] > first["version"]
+            assert second["record_version"] > first["record_version"]
             runner.cancel(execution_id)
             assert [next(events)[0] for _ in range(2)] == ["execution", "end"]
 

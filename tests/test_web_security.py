@@ -307,3 +307,25 @@ def test_a_sub_workflows_webhook_wait_has_its_own_token() -> None:
         runner.deliver_hook(path.removeprefix("/hooks/"), {"ok": True})
         assert runner.get(child_id).status is ExecutionStatus.COMPLETED
         assert runner.get(parent_id).status is ExecutionStatus.COMPLETED
+
+
+def test_the_api_names_the_record_version_as_the_cli_does(runner: Runner) -> None:
+    """``record_version`` in the list, the one-execution view and the SSE id, like --json."""
+    from scheduling._cli._json import summary_json
+
+    execution_id, _ = waiting(runner)
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> tuple[Any, Any]:
+        async with _asgi(app) as client:
+            listed = (await client.get("/api/executions", headers=_bearer(OPERATOR))).json()
+            one = await client.get(f"/api/executions/{execution_id}", headers=_bearer(OPERATOR))
+            return listed["items"][0], one.json()
+
+    item, view = asyncio.run(main())
+    _, stored = runner.store.load(execution_id)
+    assert item["record_version"] == view["record_version"] == stored
+    assert "version" not in item
+    assert "version" not in view
+    row = runner.store.list(None, limit=1)[0]
+    assert "record_version" in summary_json(row)

@@ -598,7 +598,7 @@ def create_app(
                 sent = last_seen
                 quiet_since = loop.time()
                 while True:
-                    version = str(view["version"])
+                    version = str(view["record_version"])
                     if version != sent:
                         sent = version
                         quiet_since = loop.time()

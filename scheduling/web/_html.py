@@ -69,17 +69,40 @@ const live = document.querySelector('[data-events]');
 if (live && window.EventSource) {
   const status = document.getElementById('live');
   const source = new EventSource(live.dataset.events);
-  let shown = live.dataset.version;
-  source.addEventListener('execution', async (ev) => {
-    const view = JSON.parse(ev.data);
-    if (String(view.version) === shown) return;
-    shown = String(view.version);
-    const res = await fetch(live.dataset.fragment, {credentials: 'same-origin'});
-    if (res.ok) {
-      live.innerHTML = await res.text();
-      live.dataset.version = shown;
-      localTimes(live);
+  // Fragments are applied in version order, one fetch at a time: the answer to an older
+  // change, arriving late, never overwrites a newer one (data-heard: the newest announced).
+  let shown = Number(live.dataset.version);
+  let heard = shown;
+  let fetching = false;
+  async function catchUp() {
+    if (fetching) return;
+    fetching = true;
+    try {
+      while (heard > shown) {
+        const options = {credentials: 'same-origin', cache: 'no-store'};
+        const res = await fetch(live.dataset.fragment, options);
+        if (!res.ok) break;
+        const box = document.createElement('template');
+        box.innerHTML = await res.text();
+        const meta = box.content.querySelector('[data-version]');
+        const version = meta ? Number(meta.dataset.version) : NaN;
+        if (!(version > shown)) break;
+        live.replaceChildren(box.content);
+        live.dataset.version = String(version);
+        shown = version;
+        localTimes(live);
+      }
+    } finally {
+      fetching = false;
     }
+  }
+  source.addEventListener('execution', (ev) => {
+    const version = Number(JSON.parse(ev.data).record_version);
+    if (version > heard) {
+      heard = version;
+      live.dataset.heard = String(version);
+    }
+    catchUp();
   });
   source.addEventListener('end', () => { source.close(); status.textContent = 'final'; });
   source.onopen = () => { status.textContent = 'live'; };
@@ -325,7 +348,7 @@ def execution_fragment(view: dict[str, Any]) -> str:
     cards = "".join(_node_card(node, origin, span_s) for node in view["nodes"])
     return (
         f'<dl class="meta card" data-status="{escape(view["status"])}" '
-        f'data-version="{view["version"]}">{meta}</dl>{cards}'
+        f'data-version="{view["record_version"]}">{meta}</dl>{cards}'
     )
 
 
@@ -336,7 +359,7 @@ def execution_page(view: dict[str, Any], *, root: str) -> str:
     body = (
         f"<h1>Execution <code>{escape(view['id'])}</code> "
         f"<span id=live class=live>{'final' if final else 'connecting…'}</span></h1>"
-        f'<div id=execution data-version="{view["version"]}"'
+        f'<div id=execution data-version="{view["record_version"]}"'
         f"{'' if final else f' data-events={chr(34)}{base}/events{chr(34)}'}"
         f' data-fragment="{base}?fragment=1">{execution_fragment(view)}</div>'
     )

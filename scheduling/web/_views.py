@@ -44,13 +44,14 @@ def _error(error: ErrorInfo | None) -> dict[str, Any] | None:
 
 
 def summary_view(row: ExecutionSummary) -> dict[str, Any]:
-    """One row of the list: id, workflow, status, store version and times."""
+    """One row of the list: id, workflow, status, the record's version (``record_version``,
+    as ``prana list --json`` names it) and times."""
     return {
         "id": row.id,
         "workflow_id": row.workflow_id,
         "workflow_version": row.workflow_version,
         "status": row.status.value,
-        "version": row.version,
+        "record_version": row.version,
         "due_at": _iso(row.due_at),
         "updated_at": _iso(row.updated_at),
     }
@@ -170,7 +171,7 @@ def execution_view(
         "workflow_version": execution.workflow_version,
         "workflow_name": workflow.name if workflow is not None else "",
         "status": execution.status.value,
-        "version": version,
+        "record_version": version,
         "started_at": _iso(execution.started_at),
         "updated_at": _iso(execution.updated_at),
         "completed_at": _iso(execution.completed_at),
