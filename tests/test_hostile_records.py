@@ -325,3 +325,40 @@ def test_a_policy_cannot_retry_past_the_attempts_limit() -> None:
     assert "ConnectionError: boom" in outcome.error.message
     (run,) = outcome.execution.node_executions["f"]
     assert len(run.attempts) == 5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "attacker: sub-workflow fan-out is bounded only per execution and by depth, not per "
+        "tree (3 fire_and_forget children per level made 46,886 executions in 15 s at the "
+        "default depth of 32); owner: shell sub-workflows / prana.Limits"
+    ),
+)
+def test_a_tree_of_sub_workflows_is_bounded_by_its_root_limits() -> None:
+    """Each execution starts three copies of itself: depth alone allows 3**depth of them.
+
+    Suggested bound: the node runs of a whole tree count against its root's
+    ``Limits.max_node_runs`` (a budget handed down with ``ParentRef``), so the tree stops
+    when the budget is spent however wide it grows.
+    """
+    clock = ManualClock(T0)
+    children = [
+        Node(
+            key=key,
+            type="workflow.execute_workflow",
+            params={"workflow_id": "fan", "mode": "fire_and_forget"},
+        )
+        for key in "abc"
+    ]
+    fan = workflow(*children, wid="fan")
+    store = MemoryStore()
+    registry = Registry(limits=Limits(max_node_runs=50, max_sub_workflow_depth=6))
+    with Runner(registry, store, ManualScheduler(clock), clock, workflows=[fan]) as runner:
+        runner.start(fan)
+    node_runs = sum(
+        len(runs)
+        for row in store.list(limit=10**6)
+        for runs in store.load(row.id)[0].node_executions.values()
+    )
+    assert node_runs <= 50, f"{len(store.list(limit=10**6))} executions, {node_runs} node runs"
