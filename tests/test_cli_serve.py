@@ -115,6 +115,8 @@ def test_run_prints_the_path_and_serve_resumes_it_once(tmp_path: Path) -> None:
     found = re.search(r"(/hooks/[A-Za-z0-9_\-.]+)", run.stdout)
     assert found is not None, run.stdout
     path = found.group(1)
+    # The printed URL is the default address; the line says where a user's serve differs.
+    assert "prana serve at its --host and --port" in run.stdout, run.stdout
 
     port = _free_port()
     serve = subprocess.Popen(

@@ -331,8 +331,9 @@ def finish(runner: Runner, execution_id: str, view: ConsoleView) -> int:
         path = runner.hook_path(execution.id)
         if path is not None:
             print(
-                f"or over HTTP, once (prana serve): curl -X POST -H 'Content-Type: "
-                f"application/json' -d JSON http://127.0.0.1:8000{path}"
+                f"or over HTTP, once, to prana serve at its --host and --port (127.0.0.1:8000 "
+                f"by default): curl -X POST -H 'Content-Type: application/json' -d JSON "
+                f"http://127.0.0.1:8000{path}"
             )
     print(view.summary())
     print(f"execution {execution.id}: {execution.status.value}")
