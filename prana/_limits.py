@@ -51,6 +51,12 @@ class Limits:
     ``max_sub_workflow_depth``: how deep sub-workflows may nest (a child of a top-level
     execution is at depth 1); a workflow that starts itself stops there, its deepest
     ``workflow.execute_workflow`` node failing (the shell checks it when it starts a child).
+    ``max_tree_executions``: how many executions one tree of sub-workflows may hold, its
+    root included; depth alone does not bound width (three children per level make
+    ``3**depth`` executions), so a child that would start with the tree already this big fails
+    its parent's node instead. The shell counts the tree in the store before each child
+    starts, so runners in several processes racing may overshoot by one child each; a
+    store without ``count_tree`` (``scheduling.abc.TreeCountingStore``) is not held to it.
 
     Sizes count the characters of every string (keys included) plus one for each number,
     bool, null, list item and dict entry; a value named twice counts twice, as the record
@@ -63,6 +69,9 @@ class Limits:
     max_attempts: int = attrs.field(default=10_000, validator=_positive("max_attempts"))
     max_sub_workflow_depth: int = attrs.field(
         default=32, validator=_positive("max_sub_workflow_depth")
+    )
+    max_tree_executions: int = attrs.field(
+        default=1_000, validator=_positive("max_tree_executions")
     )
 
 
@@ -81,6 +90,16 @@ def sub_workflow_too_deep(workflow_id: str, limits: Limits) -> str:
         f"sub-workflow {workflow_id!r} would run {most + 1} levels deep, past "
         f"Limits.max_sub_workflow_depth={most} (does a workflow start itself?); "
         f"{_raise_it('max_sub_workflow_depth')}"
+    )
+
+
+def sub_workflow_tree_too_big(workflow_id: str, root_id: str, limits: Limits) -> str:
+    """The message of a sub-workflow that would start in a tree already at the limit."""
+    most = limits.max_tree_executions
+    return (
+        f"sub-workflow {workflow_id!r} would be execution {most + 1:,} of the tree of "
+        f"{root_id!r}, past Limits.max_tree_executions={most:,} (do sub-workflows fan out "
+        f"without end?); {_raise_it('max_tree_executions')}"
     )
 
 

@@ -52,13 +52,14 @@ from prana import (
     resume_workflow,
     validate,
 )
-from prana._limits import sub_workflow_too_deep
+from prana._limits import sub_workflow_too_deep, sub_workflow_tree_too_big
 from scheduling._batch import Batch, on_alarms
 from scheduling._definitions import Definitions
 from scheduling._errors import ExecutionNotFound, StaleVersionError, WorkflowNotFound
 from scheduling._eventlog import log_event, wanted
 from scheduling._leases import Claim, Leases
-from scheduling.abc import TracePropagator
+from scheduling.abc import TracePropagator, TreeCountingStore
+from scheduling.stores._sql import MAX_LIMIT
 
 if TYPE_CHECKING:
     from prana import Event
@@ -742,13 +743,13 @@ class Steps:
             child = None
         started = child is None
         if child is None:
-            limits = self.registry.limits
-            if self._depth(parent, limits.max_sub_workflow_depth) > limits.max_sub_workflow_depth:
+            too_much = self._over_limits(parent, data.workflow_id)
+            if too_much is not None:
                 error = {
                     "code": ErrorCode.LIMIT_EXCEEDED.value,
                     "type": "LimitExceeded",
                     "module": "prana",
-                    "message": sub_workflow_too_deep(data.workflow_id, limits),
+                    "message": too_much,
                 }
                 self._resume_parent(parent.id, key, child_id, {"status": "failed", "error": error})
                 return
@@ -802,12 +803,15 @@ class Steps:
         elif data.expires_at is not None:
             self.scheduler.schedule(parent.id, data.expires_at)  # the parent's deadline
 
-    def _depth(self, parent: WorkflowExecution, most: int) -> int:
-        """The depth ``parent``'s child would run at (a top-level parent's: 1), up to ``most + 1``.
+    def _over_limits(self, parent: WorkflowExecution, workflow_id: str) -> str | None:
+        """Why ``parent`` may not start its child: too deep, or its tree too big; else None.
 
-        Counted by loading the ancestors, at most ``most`` of them: a chain of parent
-        references that loops (a record edited by hand) ends the count too.
+        The depth is counted by loading the ancestors, at most ``max_sub_workflow_depth``
+        of them (a chain of parent references that loops, a record edited by hand, ends
+        the count too); the last one loaded is the root, whose tree the store counts.
         """
+        limits = self.registry.limits
+        most = limits.max_sub_workflow_depth
         depth, current = 1, parent
         while current.parent is not None and depth <= most:
             try:
@@ -815,7 +819,13 @@ class Steps:
             except (ExecutionNotFound, RecordError):
                 break
             depth += 1
-        return depth
+        if depth > most:
+            return sub_workflow_too_deep(workflow_id, limits)
+        if isinstance(self.store, TreeCountingStore):
+            most = min(limits.max_tree_executions, MAX_LIMIT)
+            if self.store.count_tree(current.id, most) >= most:
+                return sub_workflow_tree_too_big(workflow_id, current.id, limits)
+        return None
 
     def _report_to_parent(self, child: WorkflowExecution) -> None:
         """Resume the parent of an ended child with its output or its error."""

@@ -5,7 +5,8 @@ Optional ones name what some backends can do more: a scheduler that keeps the ti
 and a scheduler on one database that arm each alarm inside the save that implies it
 (``TransactionalStore``, ``TransactionalScheduler``); a scheduler that hands over every
 alarm due at one instant in one call (``BatchingScheduler``) and a store that commits
-several saves of one thread together (``GroupingStore``); an observer that keeps each
+several saves of one thread together (``GroupingStore``); a store that counts a tree of
+sub-workflow executions (``TreeCountingStore``); an observer that keeps each
 execution in one trace (``TracePropagator``). The ``Runner`` finds every capability through these
 protocols and looks for nothing else.
 
@@ -27,6 +28,9 @@ Invariants every backend keeps (see the docs' Stores and schedulers page):
 - A ``GroupingStore``'s grouped save checks its compare-and-set at once, but is durable
   and visible to other connections only from the group's next commit, together with
   every grouped save before it; a failed commit loses them all, nothing else.
+- A ``TreeCountingStore``'s ``count_tree(root_id, most)`` counts the stored executions
+  whose id is ``root_id`` or starts with ``root_id + ":"`` (matched exactly: no wildcards,
+  case-sensitive), stopping at ``most``.
 - An execution's ``trace_context`` is set once, at its start, and every later step of it,
   by any runner in any process, runs inside ``TracePropagator.resume`` of that context.
 """
@@ -265,6 +269,21 @@ class GroupingStore(Protocol):
 
     def commit_group(self) -> None:
         """Commit this thread's grouped saves so far (nothing open: nothing to do)."""
+
+
+@runtime_checkable
+class TreeCountingStore(Protocol):
+    """A store that counts the executions of one tree of sub-workflows (every built-in store).
+
+    A child's id is its parent's id, ``":"`` and more (``child_execution_id``), so a tree
+    is its root's id and every id that starts with it followed by ``":"``. The ``Runner``
+    counts before it starts a child, to hold the tree to ``Limits.max_tree_executions``;
+    a store without this method is not held to that limit.
+    """
+
+    def count_tree(self, root_id: str, most: int) -> int:
+        """How many stored executions are ``root_id`` or start with ``root_id + ":"``,
+        up to ``most`` (a count that reaches ``most`` stops there)."""
 
 
 @runtime_checkable

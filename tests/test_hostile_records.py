@@ -327,21 +327,9 @@ def test_a_policy_cannot_retry_past_the_attempts_limit() -> None:
     assert len(run.attempts) == 5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "attacker: sub-workflow fan-out is bounded only per execution and by depth, not per "
-        "tree (3 fire_and_forget children per level made 46,886 executions in 15 s at the "
-        "default depth of 32); owner: shell sub-workflows / prana.Limits"
-    ),
-)
 def test_a_tree_of_sub_workflows_is_bounded_by_its_root_limits() -> None:
-    """Each execution starts three copies of itself: depth alone allows 3**depth of them.
-
-    Suggested bound: the node runs of a whole tree count against its root's
-    ``Limits.max_node_runs`` (a budget handed down with ``ParentRef``), so the tree stops
-    when the budget is spent however wide it grows.
-    """
+    """Was: each execution started three copies of itself, so depth alone allowed 3**depth
+    of them (46,886 executions in 15 s at the default depth of 32)."""
     clock = ManualClock(T0)
     children = [
         Node(
@@ -353,12 +341,41 @@ def test_a_tree_of_sub_workflows_is_bounded_by_its_root_limits() -> None:
     ]
     fan = workflow(*children, wid="fan")
     store = MemoryStore()
-    registry = Registry(limits=Limits(max_node_runs=50, max_sub_workflow_depth=6))
+    registry = Registry(limits=Limits(max_tree_executions=20, max_sub_workflow_depth=6))
     with Runner(registry, store, ManualScheduler(clock), clock, workflows=[fan]) as runner:
-        runner.start(fan)
-    node_runs = sum(
-        len(runs)
-        for row in store.list(limit=10**6)
-        for runs in store.load(row.id)[0].node_executions.values()
-    )
-    assert node_runs <= 50, f"{len(store.list(limit=10**6))} executions, {node_runs} node runs"
+        root = runner.start(fan)
+    rows = store.list(limit=10**6)
+    assert len(rows) == 20  # 1 + 3 + 9 + 27 + ... would be 1,093 at depth 6
+    assert store.count_tree(root, 10**6) == 20
+    said = [  # the node runs whose child was refused, as the depth limit fails them
+        run.error.message
+        for e in (store.load(row.id)[0] for row in rows)
+        for runs in e.node_executions.values()
+        for run in runs
+        if run.error is not None
+    ]
+    assert said
+    assert all(
+        f"of the tree of {root!r}, past Limits.max_tree_executions=20" in m
+        and "Registry(limits=Limits(max_tree_executions=...))" in m
+        for m in said
+    ), said
+
+
+def test_a_tree_of_sub_workflows_up_to_the_limit_runs() -> None:
+    """A root and three children waited on make four executions: at a limit of four, all run."""
+    clock = ManualClock(T0)
+    leaf = workflow(Node(key="v", type="data.set_data", params={"value": 7}), wid="leaf")
+    children = [
+        Node(key=key, type="workflow.execute_workflow", params={"workflow_id": "leaf"})
+        for key in "abc"
+    ]
+    fan = workflow(*children, wid="fan")
+    store = MemoryStore()
+    registry = Registry(limits=Limits(max_tree_executions=4))
+    with Runner(registry, store, ManualScheduler(clock), clock, workflows=[leaf]) as runner:
+        execution = runner.get(runner.start(fan))
+    assert execution.status is ExecutionStatus.COMPLETED, execution.error
+    rows = store.list()
+    assert len(rows) == 4
+    assert {row.status for row in rows} == {ExecutionStatus.COMPLETED}

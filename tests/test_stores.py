@@ -50,6 +50,7 @@ from scheduling import (
     WorkflowConflictError,
     WorkflowNotFound,
 )
+from scheduling.abc import TreeCountingStore
 from scheduling.stores.memory import MemoryStore
 from scheduling.stores.postgres import PostgresStore
 from scheduling.stores.sqlite import SQLiteStore
@@ -528,6 +529,27 @@ def test_bad_arguments_raise_a_clear_error(
     with pytest.raises(InvalidSettingsError, match=field.replace("(", r"\(")):
         call(store)
     assert list(store.list()) == []
+
+
+def test_count_tree_counts_a_root_and_the_ids_under_it(store: ExecutionStore) -> None:
+    """``count_tree`` matches the id and ``id + ":"`` exactly: no wildcards, no case folding."""
+    assert isinstance(store, TreeCountingStore)
+    ids = ["r_1", "r_1:a:0:1", "r_1:a:0:1:b:0:1", "r_1:c:0:1"]
+    others = ["r_1x:a", "r%1:a", "rx1:a", "R_1:a", "r_1;a", "r_", "r_10", "r_1x"]
+    for eid in ids + others:
+        store.save(execution(eid), None)
+    assert store.count_tree("r_1", 100) == 4
+    assert store.count_tree("r_1", 3) == 3  # stops at ``most``
+    assert store.count_tree("r_1:a:0:1", 100) == 2
+    assert store.count_tree("r%1", 100) == 1
+    assert store.count_tree("r_", 100) == 1
+    assert store.count_tree("nobody", 100) == 0
+    store.save(execution("lone:child"), None)  # a tree whose root is not stored
+    assert store.count_tree("lone", 100) == 1
+    with pytest.raises(InvalidSettingsError, match=r"count_tree\(most\)=0"):
+        store.count_tree("r_1", 0)
+    with pytest.raises(InvalidSettingsError, match="root_id=7"):
+        store.count_tree(7, 10)  # type: ignore[arg-type]
 
 
 def test_a_stale_save_keeps_the_due_time_and_status(store: ExecutionStore) -> None:

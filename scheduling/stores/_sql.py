@@ -70,6 +70,13 @@ def check_limit(limit: Any, field: str = "limit") -> int:
     return limit
 
 
+def check_tree_args(root_id: Any, most: Any) -> int:
+    """``most`` if ``count_tree``'s arguments are of the right kind, else a clear error."""
+    if not isinstance(root_id, str):
+        raise InvalidSettingsError(f"count_tree(root_id={root_id!r}): use an execution id (str)")
+    return check_limit(most, "count_tree(most)")
+
+
 def check_save(execution: Any, expected_version: Any) -> None:
     """Refuse a save whose arguments are of the wrong kind, before anything is written."""
     if not isinstance(execution, WorkflowExecution):

@@ -21,6 +21,7 @@ from scheduling.stores._sql import (
     check_list_args,
     check_save,
     check_status,
+    check_tree_args,
     cursor_not_found,
     read_execution,
     stale,
@@ -61,6 +62,8 @@ class MemoryStore(BaseStore):
         self._due: dict[str, datetime] = {}
         self._workflows: dict[tuple[str, int], str] = {}
         self._seq = count(1)
+        # How many ids start with each prefix followed by ":" (what count_tree reads).
+        self._under: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore(serialize={self.serialize}) with {len(self._rows)} execution(s)"
@@ -82,6 +85,8 @@ class MemoryStore(BaseStore):
                 if row is not None:
                     raise stale(execution_id, None, row[0])
                 rows[execution_id] = (1, next(self._seq), record, execution)
+                if ":" in execution_id:
+                    self._count_prefixes(execution_id)
             else:
                 if row is None or row[0] != expected_version:
                     raise stale(execution_id, expected_version, None if row is None else row[0])
@@ -91,6 +96,21 @@ class MemoryStore(BaseStore):
             else:
                 self._due[execution_id] = due_at
         return 1 if expected_version is None else expected_version + 1
+
+    def _count_prefixes(self, execution_id: str) -> None:
+        under = self._under
+        at = execution_id.find(":")
+        while at >= 0:
+            prefix = execution_id[:at]
+            under[prefix] = under.get(prefix, 0) + 1
+            at = execution_id.find(":", at + 1)
+
+    def count_tree(self, root_id: str, most: int) -> int:
+        """Executions with id ``root_id`` or starting ``root_id + ":"``, up to ``most``."""
+        most = check_tree_args(root_id, most)
+        with self._lock:
+            found = (root_id in self._rows) + self._under.get(root_id, 0)
+        return min(found, most)
 
     def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
         """The execution and its version; ``ExecutionNotFound`` if there is none."""

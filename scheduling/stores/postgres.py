@@ -56,6 +56,7 @@ from scheduling.stores._sql import (
     check_list_args,
     check_save,
     check_status,
+    check_tree_args,
     cursor_not_found,
     list_query,
     stale,
@@ -476,6 +477,18 @@ class PostgresStore(BaseStore):
             raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
         return self._parsed.read(execution_id, row[0]), int(row[1])
 
+    def count_tree(self, root_id: str, most: int) -> int:
+        """Executions with id ``root_id`` or starting ``root_id + ":"``, up to ``most``."""
+        most = check_tree_args(root_id, most)
+        escaped = root_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        row = self._read(
+            f"count of the tree of {root_id!r}",
+            self._q["count_tree"],
+            (root_id, escaped + ":%", most),
+            one=True,
+        )
+        return int(row[0])
+
     def find_due(self, now: datetime, limit: int = 100) -> Sequence[tuple[str, datetime]]:
         """Suspended executions due at or before ``now``, earliest first (ties: oldest first).
 
@@ -640,6 +653,8 @@ def _queries(schema: str | None) -> dict[str, str]:
         " WHERE id = %s AND version = %s",
         "version": "SELECT version FROM {executions} WHERE id = %s",
         "load": "SELECT data, version FROM {executions} WHERE id = %s",
+        "count_tree": "SELECT COUNT(*) FROM (SELECT 1 FROM {executions}"
+        " WHERE id = %s OR id LIKE %s ESCAPE '\\' LIMIT %s) AS tree",
         "find_due": "SELECT id, due_at FROM {executions}"
         " WHERE due_at IS NOT NULL AND due_at <= %s ORDER BY due_at, seq LIMIT %s",
         "alarms": "SELECT id, due_at FROM {executions}"

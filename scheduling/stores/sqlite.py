@@ -50,6 +50,7 @@ from scheduling.stores._sql import (
     check_list_args,
     check_save,
     check_status,
+    check_tree_args,
     cursor_not_found,
     from_micros,
     list_query,
@@ -119,6 +120,11 @@ _UPDATE = (
 )
 _VERSION = "SELECT version FROM prana_executions WHERE id = ?"
 _LOAD = "SELECT data, version FROM prana_executions WHERE id = ?"
+# A range of the id's (binary) index: every id starting "<root>:" sorts from it to "<root>;".
+_COUNT_TREE = (
+    "SELECT COUNT(*) FROM (SELECT 1 FROM prana_executions"
+    " WHERE id = ? OR (id >= ? AND id < ?) LIMIT ?)"
+)
 _FIND_DUE = (
     "SELECT id, due_at FROM prana_executions WHERE due_at IS NOT NULL AND due_at <= ?"
     " ORDER BY due_at, seq LIMIT ?"
@@ -430,6 +436,15 @@ class SQLiteStore(BaseStore):
         if row is None:
             raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
         return self._parsed.read(execution_id, row[0]), row[1]
+
+    def count_tree(self, root_id: str, most: int) -> int:
+        """Executions with id ``root_id`` or starting ``root_id + ":"``, up to ``most``."""
+        most = check_tree_args(root_id, most)
+        with self._lock:
+            row = self._conn.execute(
+                _COUNT_TREE, (root_id, root_id + ":", root_id + ";", most)
+            ).fetchone()
+        return int(row[0])
 
     def find_due(self, now: datetime, limit: int = 100) -> Sequence[tuple[str, datetime]]:
         """Suspended executions due at or before ``now``, earliest first (ties: oldest first)."""
