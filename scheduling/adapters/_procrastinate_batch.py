@@ -68,7 +68,7 @@ def fire_and_go_on(
     scheduler: ProcrastinateScheduler, fire: Fire, execution_id: str, worker_id: int | None
 ) -> None:
     """Fire ``execution_id``, then due jobs taken one by one, up to ``scheduler.batch`` in all."""
-    _fire(fire, execution_id)
+    fire_one(fire, execution_id)
     if worker_id is None:
         return
     done: int | None = None
@@ -84,7 +84,7 @@ def fire_and_go_on(
             return
         done, next_id = taken
         try:
-            _fire(fire, next_id)
+            fire_one(fire, next_id)
         except Exception:
             logger.exception("the alarm of execution %r failed; it stays as stored", next_id)
     if done is not None:
@@ -95,7 +95,7 @@ def fire_and_go_on(
             _give_up(scheduler, f"could not record the end of a job ({error})")
 
 
-def _fire(fire: Fire, execution_id: str) -> None:
+def fire_one(fire: Fire, execution_id: str) -> None:
     """``fire`` one alarm; a ``StoreError`` is one line (it stays due in the store)."""
     try:
         result = fire(execution_id)

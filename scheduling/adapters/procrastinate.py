@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import math
 import signal
@@ -65,10 +64,10 @@ from prana import InvalidSettingsError
 from scheduling._checks import check_schema_name
 from scheduling._errors import StoreError
 from scheduling.adapters._common import SchedulerStateError, require_aware
-from scheduling.adapters._procrastinate_batch import fire_and_go_on, missing_alarms
+from scheduling.adapters._procrastinate_batch import fire_and_go_on, fire_one, missing_alarms
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from procrastinate.app import WorkerOptions
 
@@ -151,10 +150,6 @@ def _broken(exc: BaseException, conn: psycopg.Connection[Any] | None) -> bool:
     )
 
 
-async def _await(awaitable: Awaitable[object]) -> object:
-    return await awaitable
-
-
 async def _wait_for_event(event: asyncio.Event, seconds: float) -> None:
     """Return when ``event`` is set or ``seconds`` have passed, whichever comes first."""
     waiting = asyncio.ensure_future(event.wait())
@@ -185,17 +180,7 @@ def prana_resume(context: JobContext, execution_id: str) -> None:
             execution_id,
         )
         return
-    try:
-        result = fire(execution_id)
-        if inspect.isawaitable(result):
-            asyncio.run(_await(result))
-    except StoreError as error:
-        logger.warning(
-            "the alarm of execution %r could not be handled: %s; it stays due in the store "
-            "and is re-armed from there",
-            execution_id,
-            error,
-        )
+    fire_one(fire, execution_id)
 
 
 @attrs.define
