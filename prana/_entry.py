@@ -137,19 +137,23 @@ def prepare_recover(
     return graph, key
 
 
-def _compiled_for(
-    execution: WorkflowExecution, workflow: Workflow, registry: Registry | None
-) -> CompiledGraph:
-    """The workflow ``execution`` started with, compiled; a different one is refused."""
+def check_same_workflow(execution: WorkflowExecution, workflow: object, verb: str) -> None:
+    """Refuse a ``workflow=`` that is not the definition ``execution`` ``verb`` with."""
     if not isinstance(workflow, Workflow):
         raise ResumeError(f"workflow= must be a prana.Workflow, got {type(workflow).__name__}")
     if (workflow.id, workflow.version) != (execution.workflow_id, execution.workflow_version):
         raise ResumeError(
             f"execution {execution.id!r} belongs to workflow {execution.workflow_id!r} version "
             f"{execution.workflow_version}, but workflow {workflow.id!r} version "
-            f"{workflow.version} "
-            "was given; pass the definition it started with"
+            f"{workflow.version} was given; pass the definition it {verb} with"
         )
+
+
+def _compiled_for(
+    execution: WorkflowExecution, workflow: Workflow, registry: Registry | None
+) -> CompiledGraph:
+    """The workflow ``execution`` started with, compiled; a different one is refused."""
+    check_same_workflow(execution, workflow, "started")
     return compile_workflow(workflow, registry if registry is not None else default_registry())
 
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import attrs
 
 from prana._engine import Clock
-from prana._entry import check_clock, check_execution, checked_call
+from prana._entry import check_clock, check_execution, check_same_workflow, checked_call
 from prana._errors import ResumeError
 from prana._events import Event, EventType, Observer, emit
 from prana._model import (
@@ -95,14 +95,7 @@ def redrive_execution(
         raise ResumeError(
             f"execution {execution.id!r} is {execution.status.value}: cannot redrive it; {refusal}"
         )
-    if not isinstance(workflow, Workflow):
-        raise ResumeError(f"workflow= must be a prana.Workflow, got {type(workflow).__name__}")
-    if (workflow.id, workflow.version) != (execution.workflow_id, execution.workflow_version):
-        raise ResumeError(
-            f"execution {execution.id!r} belongs to workflow {execution.workflow_id!r} version "
-            f"{execution.workflow_version}, but workflow {workflow.id!r} version "
-            f"{workflow.version} was given; pass the definition it ran with"
-        )
+    check_same_workflow(execution, workflow, "ran")
     parent = execution.parent
     if parent is not None and parent.mode != "fire_and_forget":
         raise ResumeError(
