@@ -30,7 +30,7 @@ from prana._entry import (
     prepare_recover,
     running_node,
 )
-from prana._errors import InvalidSettingsError, ResumeError
+from prana._errors import ResumeError
 from prana._events import Event, EventType, Observer, emit
 from prana._model import (
     AttemptOutcome,
@@ -43,7 +43,7 @@ from prana._model import (
     Workflow,
     WorkflowExecution,
 )
-from prana._recovery import recover
+from prana._recovery import check_max_interruptions, recover
 from prana._registry import Registry
 from prana._state import ATTEMPT_TRANSITIONS, check_node_transition, check_transition
 
@@ -156,15 +156,7 @@ def _recovering_run(
     checked_registry, checked_clock, checked_env, checked_observers = checked_call(
         registry, clock, env, observers
     )
-    if (
-        isinstance(max_interruptions, bool)
-        or not isinstance(max_interruptions, int)
-        or max_interruptions < 1
-    ):
-        raise InvalidSettingsError(
-            f"max_interruptions={max_interruptions!r}: use a whole number >= 1 (how often "
-            "in a row an attempt may be interrupted before it fails)"
-        )
+    check_max_interruptions(max_interruptions)
     graph, key = prepare_recover(execution, workflow, checked_registry)
     run = Run.from_execution(
         graph,

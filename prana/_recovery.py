@@ -14,10 +14,22 @@ from collections.abc import Generator
 import attrs
 
 from prana._engine import Call, Result, Run
+from prana._errors import InvalidSettingsError
 from prana._events import EventType
 from prana._model import AttemptOutcome, ErrorCode, ExecutionStatus, Outcome, WorkflowExecution
 from prana._noderun import NodeRun, prana_error
 from prana._state import check_attempt_transition, check_transition
+
+
+def check_max_interruptions(value: object, call: str = "") -> int:
+    """``value`` as a ``max_interruptions`` (a whole number >= 1), or an error naming ``call``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        given = f"max_interruptions={value!r}"
+        raise InvalidSettingsError(
+            f"{f'{call}({given})' if call else given}: use a whole number >= 1 (how often in a "
+            "row an attempt may be interrupted before it fails)"
+        )
+    return value
 
 
 def recover(

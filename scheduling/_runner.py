@@ -44,6 +44,7 @@ from prana import (
 from prana._durations import is_aware
 from prana._hooks import parse_token
 from prana._hooks import verify as verify_token
+from prana._recovery import check_max_interruptions
 from scheduling._errors import (
     ExecutionNotFound,
     HookConflict,
@@ -256,15 +257,7 @@ class Runner(Steps, Generic[SchedulerT]):
                 "long a running execution stays its process's before another runner takes "
                 "it up)"
             )
-        if (
-            isinstance(max_interruptions, bool)
-            or not isinstance(max_interruptions, int)
-            or max_interruptions < 1
-        ):
-            raise InvalidSettingsError(
-                f"Runner(max_interruptions={max_interruptions!r}): use a whole number >= 1 "
-                "(how often in a row an attempt may be interrupted before it fails)"
-            )
+        check_max_interruptions(max_interruptions, "Runner")
         scheduler_clock = scheduler.clock if isinstance(scheduler, ClockedScheduler) else None
         if clock is None:
             clock = scheduler_clock if callable(scheduler_clock) else _utcnow
