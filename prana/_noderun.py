@@ -77,19 +77,19 @@ class NodeRun:
         self.budget_start = started_at
 
     @classmethod
-    def resumed(cls, last: NodeExecution) -> NodeRun:
+    def resumed(cls, last: NodeExecution, attempts: list[AttemptRecord] | None = None) -> NodeRun:
         """The run of ``last``, a suspended node's record, running again (``recorded``: its
-        record is replaced when it settles)."""
+        record is replaced when it settles); ``attempts`` replace its ledger when given."""
         node_run = cls(
             last.node_key,
             last.execution_index,
             last.run_index,
             last.started_at,
-            list(last.attempts),
+            list(last.attempts) if attempts is None else attempts,
             last.params,
             recorded=True,
         )
-        for attempt in reversed(last.attempts):
+        for attempt in reversed(node_run.attempts):
             if attempt.redrive and attempt.number == 1:  # a redrive reset the budget here
                 node_run.budget_start = attempt.started_at
                 break

@@ -62,19 +62,7 @@ def recover(
     interrupted = attrs.evolve(
         open_attempt, ended_at=now, outcome=AttemptOutcome.INTERRUPTED, error=error
     )
-    node_run = NodeRun(
-        key,
-        last.execution_index,
-        last.run_index,
-        last.started_at,
-        [*closed, interrupted],
-        last.params,
-        recorded=True,
-    )
-    for attempt in reversed(node_run.attempts):
-        if attempt.redrive and attempt.number == 1:  # a redrive reset the budget here
-            node_run.budget_start = attempt.started_at
-            break
+    node_run = NodeRun.resumed(last, [*closed, interrupted])
     node_run.attempt_redrive = open_attempt.redrive
     streak = 0
     for attempt in reversed(node_run.attempts):
