@@ -13,11 +13,12 @@ from scheduling._errors import (
     SchedulerStateError,
     StaleVersionError,
     StoreError,
+    UnreadableRowsError,
     WorkflowConflictError,
     WorkflowNotFound,
 )
 from scheduling._runner import Runner
-from scheduling.abc import ExecutionStore, ExecutionSummary, Fire, Scheduler
+from scheduling.abc import ExecutionStore, ExecutionSummary, Fire, Scheduler, UnreadableRow
 
 __prana_shell__ = True  # tells this package from the unrelated PyPI `scheduling` (_ownership)
 _ownership.check()
@@ -39,6 +40,8 @@ __all__ = [
     "SchedulerStateError",
     "StaleVersionError",
     "StoreError",
+    "UnreadableRow",
+    "UnreadableRowsError",
     "WorkflowConflictError",
     "WorkflowNotFound",
 ]

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from prana import PranaError
+from typing import TYPE_CHECKING
+
+from prana import PranaError, RecordError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from scheduling.abc import ExecutionSummary, UnreadableRow
 
 
 class StoreError(PranaError):
@@ -18,6 +25,24 @@ class StaleVersionError(StoreError):
 
 class ExecutionNotFound(StoreError, LookupError):  # noqa: N818 - reads as what happened
     """No execution with that id is stored."""
+
+
+class UnreadableRowsError(RecordError):
+    """``ExecutionStore.list`` found rows it cannot read (a hand-edited status, say).
+
+    The message names each such row and what is wrong with it. ``rows`` is the page it
+    would have returned, in order, each unreadable row as an ``UnreadableRow``: a listing
+    shows those by id and lists the rest, instead of refusing the whole page.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        problems: Sequence[str],
+        rows: Sequence[ExecutionSummary | UnreadableRow],
+    ) -> None:
+        super().__init__(message, problems)
+        self.rows = tuple(rows)
 
 
 class WorkflowNotFound(StoreError, LookupError):  # noqa: N818 - reads as what happened

@@ -96,6 +96,18 @@ class ExecutionSummary:
     updated_at: datetime | None
 
 
+@attrs.frozen(kw_only=True)
+class UnreadableRow:
+    """A row ``ExecutionStore.list`` found but could not read (a hand-edited status).
+
+    It stands in that row's place in ``UnreadableRowsError.rows``, so a listing can show it
+    by its id, with ``problem`` (``"field: message"``), beside every row that could be read.
+    """
+
+    id: str
+    problem: str
+
+
 @runtime_checkable
 class ExecutionStore(Protocol):
     """Where executions and workflow definitions live; the single source of truth."""
@@ -132,7 +144,9 @@ class ExecutionStore(Protocol):
         the page holds the matching executions created before it. Creation order never
         changes, so pages neither skip nor repeat rows when newer executions arrive or
         statuses change between reads. An ``after`` that names no stored execution raises
-        ``ExecutionNotFound``.
+        ``ExecutionNotFound``. A row that cannot be read makes it raise
+        ``UnreadableRowsError`` (a ``RecordError`` naming the row), which holds the whole
+        page in order, that row as an ``UnreadableRow``.
         """
 
     def save_workflow(self, workflow: Workflow) -> None:

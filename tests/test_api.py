@@ -34,7 +34,8 @@ SCHEDULING_PUBLIC = {
     "ConsoleView", "ExecutionNotFound", "ExecutionStore", "ExecutionSummary", "Fire",
     "HookConflict", "HookError", "HookGone", "HookNotFound",
     "RetryStats", "Runner", "Scheduler", "SchedulerStateError", "StaleVersionError",
-    "StoreError", "WorkflowConflictError", "WorkflowNotFound",
+    "StoreError", "UnreadableRow", "UnreadableRowsError", "WorkflowConflictError",
+    "WorkflowNotFound",
 }  # fmt: skip
 
 

@@ -98,7 +98,7 @@ def test_list_and_show_json_have_stable_documented_fields(
     (row,) = doc["executions"]
     assert set(row) == {
         "id", "workflow_id", "workflow_version", "status", "record_version", "due_at",
-        "updated_at", "failure",
+        "updated_at", "failure", "problem",
     }  # fmt: skip
     assert row["failure"] is None  # set on failed executions only
     assert (row["workflow_id"], row["status"], row["due_at"]) == ("op", "completed", None)

@@ -469,7 +469,7 @@ def resolve_id(store: ExecutionStore, given: str) -> str:
     ``NoSuchExecutionError`` when none matches; a ``CLIError`` listing a few candidates when the
     prefix is ambiguous.
     """
-    from scheduling._errors import ExecutionNotFound
+    from scheduling._errors import ExecutionNotFound, UnreadableRowsError
 
     try:
         store.load(given)
@@ -477,7 +477,11 @@ def resolve_id(store: ExecutionStore, given: str) -> str:
         pass
     else:
         return given
-    found = [row.id for row in store.list(None, limit=PREFIX_SCAN_LIMIT) if matches(row.id, given)]
+    try:
+        ids = [row.id for row in store.list(None, limit=PREFIX_SCAN_LIMIT)]
+    except UnreadableRowsError as exc:  # a bad row still has an id to match
+        ids = [row.id for row in exc.rows]
+    found = [eid for eid in ids if matches(eid, given)]
     if not found:
         raise NoSuchExecutionError(
             f"no execution {given!r} is stored (and no stored id starts with it)"

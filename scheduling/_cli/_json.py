@@ -17,7 +17,7 @@ import attrs
 
 if TYPE_CHECKING:
     from prana import WorkflowExecution
-    from scheduling.abc import ExecutionSummary
+    from scheduling.abc import ExecutionSummary, UnreadableRow
 
 LIST_FORMAT = 1
 """Bumped only if a field changes meaning or goes away (never so far)."""
@@ -39,7 +39,8 @@ def plain(value: Any) -> Any:
 
 
 def summary_json(row: ExecutionSummary, failure: Failure | None = None) -> dict[str, Any]:
-    """One ``prana list --json`` row; a failed execution's row carries its ``failure``."""
+    """One ``prana list --json`` row; a failed execution's row carries its ``failure``
+    (``problem`` is set only on a row the store could not read, see ``unreadable_json``)."""
     return {
         "id": row.id,
         "workflow_id": row.workflow_id,
@@ -49,6 +50,27 @@ def summary_json(row: ExecutionSummary, failure: Failure | None = None) -> dict[
         "due_at": plain(row.due_at),
         "updated_at": plain(row.updated_at),
         "failure": plain(failure),
+        "problem": None,
+    }
+
+
+UNREADABLE = "unreadable"
+"""The ``status`` of a listed row the store could not read; its ``problem`` says why."""
+
+
+def unreadable_json(row: UnreadableRow) -> dict[str, Any]:
+    """A ``prana list --json`` row the store could not read: its id, status ``unreadable``,
+    ``problem`` (``"field: message"``); the fields it could not read are ``null``."""
+    return {
+        "id": row.id,
+        "workflow_id": None,
+        "workflow_version": None,
+        "status": UNREADABLE,
+        "record_version": None,
+        "due_at": None,
+        "updated_at": None,
+        "failure": None,
+        "problem": row.problem,
     }
 
 

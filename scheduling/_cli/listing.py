@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus
@@ -14,7 +15,11 @@ from scheduling._cli._json import (
     execution_json,
     failure_of,
     summary_json,
+    unreadable_json,
 )
+from scheduling._console import printable
+from scheduling._errors import UnreadableRowsError
+from scheduling.abc import UnreadableRow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -64,12 +69,25 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 choices = ", ".join(s.value for s in ExecutionStatus)
                 raise CLIError(f"--status {args.status}: use one of {choices}") from None
         after = resolve_id(store, args.after) if args.after is not None else None
-        rows = store.list(status, limit=args.limit, workflow_id=args.workflow, after=after)
+        try:
+            rows: Sequence[ExecutionSummary | UnreadableRow] = store.list(
+                status, limit=args.limit, workflow_id=args.workflow, after=after
+            )
+        except UnreadableRowsError as exc:
+            rows = exc.rows
+            for problem in exc.problems:
+                warning = f"prana: warning: {printable(problem)}; listed as unreadable"
+                print(warning, file=sys.stderr)
         failures = _failures(store, rows)
     finally:
         store.close()
     if args.json:
-        executions = [summary_json(row, failures.get(row.id)) for row in rows]
+        executions = [
+            unreadable_json(row)
+            if isinstance(row, UnreadableRow)
+            else summary_json(row, failures.get(row.id))
+            for row in rows
+        ]
         print(json.dumps({"format": LIST_FORMAT, "executions": executions}, indent=2))
         return EXIT_OK
     if not rows:
@@ -82,13 +100,15 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _failures(store: ExecutionStore, rows: Sequence[ExecutionSummary]) -> dict[str, Failure]:
+def _failures(
+    store: ExecutionStore, rows: Sequence[ExecutionSummary | UnreadableRow]
+) -> dict[str, Failure]:
     """Each failed row's failure, read from its record (only failed rows are loaded)."""
     from scheduling._errors import ExecutionNotFound
 
     found: dict[str, Failure] = {}
     for row in rows:
-        if row.status is ExecutionStatus.FAILED:
+        if not isinstance(row, UnreadableRow) and row.status is ExecutionStatus.FAILED:
             try:
                 execution, _ = store.load(row.id)
             except ExecutionNotFound:  # deleted between the listing and the load
@@ -97,13 +117,18 @@ def _failures(store: ExecutionStore, rows: Sequence[ExecutionSummary]) -> dict[s
     return found
 
 
-def _print_dead_letters(rows: Sequence[ExecutionSummary], failures: dict[str, Failure]) -> None:
+def _print_dead_letters(
+    rows: Sequence[ExecutionSummary | UnreadableRow], failures: dict[str, Failure]
+) -> None:
     """The dead-letter view: where each failed execution failed, why, and after how many tries."""
     from scheduling._console import printable, short_id
 
     header = ("id", "workflow", "failed node", "error", "attempts", "failed at (UTC)")
     cells = []
     for row in rows:
+        if isinstance(row, UnreadableRow):  # its status is unreadable, so rarely "failed"
+            cells.append(_unreadable_cells(row, len(header)))
+            continue
         failure = failures.get(row.id)
         cells.append(
             (
@@ -122,13 +147,15 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
-def _print_table(rows: Sequence[ExecutionSummary]) -> None:
+def _print_table(rows: Sequence[ExecutionSummary | UnreadableRow]) -> None:
     """A table that fits the terminal: short ids (any unique prefix works), compact times."""
     from scheduling._console import printable, short_id
 
     header = ("id", "workflow", "status", "due (UTC)", "updated (UTC)")
     cells = [
-        (
+        _unreadable_cells(row, len(header))
+        if isinstance(row, UnreadableRow)
+        else (
             printable(short_id(row.id)),
             printable(f"{row.workflow_id} v{row.workflow_version}"),
             row.status.value,
@@ -138,6 +165,13 @@ def _print_table(rows: Sequence[ExecutionSummary]) -> None:
         for row in rows
     ]
     _table(header, cells)
+
+
+def _unreadable_cells(row: UnreadableRow, width: int) -> tuple[str, ...]:
+    """A row the store could not read: its id, ``?`` for the workflow, ``unreadable``."""
+    from scheduling._console import printable, short_id
+
+    return (printable(short_id(row.id)), "?", "unreadable", *("-",) * (width - 3))
 
 
 def _table(header: tuple[str, ...], cells: Sequence[tuple[str, ...]]) -> None:

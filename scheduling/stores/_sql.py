@@ -7,7 +7,7 @@ bad input with the same message and surface an unreadable record the same way.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -19,8 +19,8 @@ from prana import (
     loads,
 )
 from prana._durations import is_aware
-from scheduling._errors import ExecutionNotFound, StaleVersionError
-from scheduling.abc import ExecutionSummary
+from scheduling._errors import ExecutionNotFound, StaleVersionError, UnreadableRowsError
+from scheduling.abc import ExecutionSummary, UnreadableRow
 
 T = TypeVar("T")
 
@@ -243,6 +243,33 @@ class ParsedCache:
         """Forget everything."""
         with self._lock:
             self._entries.clear()
+
+
+def summaries_from_rows(
+    rows: Sequence[Any], read_time: Callable[[Any], datetime | None]
+) -> list[ExecutionSummary]:
+    """``list``'s page from its rows; ``UnreadableRowsError`` holding the whole page, each
+    unreadable row as an ``UnreadableRow``, when a row cannot be read."""
+    readable: list[ExecutionSummary] = []
+    page: list[ExecutionSummary | UnreadableRow] = []
+    problems: list[str] = []
+    for row in rows:
+        try:
+            summary = summary_from_row(row, read_time)
+        except RecordError as exc:
+            problem = "; ".join(exc.problems) or str(exc)
+            page.append(UnreadableRow(id=row[0], problem=problem))
+            problems.append(f"stored execution {row[0]!r}: {problem}")
+        else:
+            readable.append(summary)
+            page.append(summary)
+    if not problems:
+        return readable
+    raise UnreadableRowsError(
+        f"{len(problems)} listed execution(s) cannot be read",
+        problems,
+        page,
+    )
 
 
 def summary_from_row(row: Any, read_time: Callable[[Any], datetime | None]) -> ExecutionSummary:

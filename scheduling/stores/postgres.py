@@ -60,7 +60,7 @@ from scheduling.stores._sql import (
     cursor_not_found,
     list_query,
     stale,
-    summary_from_row,
+    summaries_from_rows,
 )
 
 if TYPE_CHECKING:
@@ -570,7 +570,7 @@ class PostgresStore(BaseStore):
             and self._read("list", q["version"], (after,), one=True) is None
         ):
             raise cursor_not_found(after)
-        return [summary_from_row(row, _utc) for row in rows]
+        return summaries_from_rows(rows, _utc)
 
     # -- workflow definitions ---------------------------------------------------------
 

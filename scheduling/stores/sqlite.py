@@ -55,7 +55,7 @@ from scheduling.stores._sql import (
     from_micros,
     list_query,
     stale,
-    summary_from_row,
+    summaries_from_rows,
     to_micros,
 )
 
@@ -479,7 +479,7 @@ class SQLiteStore(BaseStore):
             rows = self._conn.execute(query, params).fetchall()
             if not rows and after is not None and self._stored_version(after) is None:
                 raise cursor_not_found(after)
-        return [summary_from_row(row, _time_or_none) for row in rows]
+        return summaries_from_rows(rows, _time_or_none)
 
     def _insert_workflow(self, key: tuple[str, int], text: str) -> str | bytes | None:
         with self._lock:

@@ -48,17 +48,25 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from prana import ExecutionStatus, PranaError, RecordError, ResumeError
-from scheduling._errors import ExecutionNotFound, HookError, StoreError, WorkflowNotFound
+from scheduling._errors import (
+    ExecutionNotFound,
+    HookError,
+    StoreError,
+    UnreadableRowsError,
+    WorkflowNotFound,
+)
+from scheduling.abc import UnreadableRow
 from scheduling.web import _html
-from scheduling.web._views import FINAL, execution_view, summary_view
+from scheduling.web._views import FINAL, execution_view, summary_view, unreadable_view
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 
     from starlette.requests import Request
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from scheduling._runner import Runner
+    from scheduling.abc import ExecutionSummary
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
@@ -485,9 +493,19 @@ def create_app(
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page, filtered by the store, and the cursor of the next (``None``: the last)."""
         wanted = ExecutionStatus(status) if status else None
-        rows = runner.store.list(wanted, limit=limit + 1, workflow_id=workflow, after=after)
+        try:
+            rows: Sequence[ExecutionSummary | UnreadableRow] = runner.store.list(
+                wanted, limit=limit + 1, workflow_id=workflow, after=after
+            )
+        except UnreadableRowsError as exc:  # list the rest; the bad rows by id, as unreadable
+            logger.warning("listed as unreadable: %s", "; ".join(exc.problems))
+            rows = exc.rows
         page = rows[:limit]
-        return [summary_view(row) for row in page], page[-1].id if len(rows) > limit else None
+        items = [
+            unreadable_view(row) if isinstance(row, UnreadableRow) else summary_view(row)
+            for row in page
+        ]
+        return items, page[-1].id if len(rows) > limit else None
 
     async def page_or_400(
         status: str | None, workflow: str | None, limit: int, after: str | None

@@ -185,11 +185,16 @@ def list_page(
     body_rows = []
     for row in rows:
         link = f"{root}/executions/{escape(row['id'], quote=True)}"
+        workflow_cell = (
+            f"<td class=muted>{escape(row['problem'])}</td>"
+            if row["problem"] is not None  # a row the store could not read
+            else f"<td>{escape(row['workflow_id'])} "
+            f"<span class=muted>v{row['workflow_version']}</span></td>"
+        )
         body_rows.append(
             "<tr>"
             f'<td><a class="mono" href="{link}">{escape(row["id"])}</a></td>'
-            f"<td>{escape(row['workflow_id'])} <span class=muted>v{row['workflow_version']}</span>"
-            "</td>"
+            f"{workflow_cell}"
             f"<td>{_badge(row['status'])}</td>"
             f"<td>{_time(row['updated_at'])}</td>"
             f"<td>{_time(row['due_at'])}</td>"

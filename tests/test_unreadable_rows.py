@@ -1,0 +1,171 @@
+"""A stored row that cannot be read (a hand-edited status) is listed as unreadable, by its id,
+and every other row is listed as usual: by ``prana list`` and by the web list, JSON and HTML."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from prana import ExecutionStatus, RecordError
+from prana.testing import ManualClock
+from scheduling import Runner, UnreadableRow, UnreadableRowsError
+from scheduling._cli import main
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.sqlite import SQLiteStore
+from scheduling.web import create_app
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scheduling.abc import ExecutionStore
+
+from test_web import OPERATOR, approval, make_runner, waiting
+
+
+def three_with_one_bogus(db: Path) -> tuple[list[str], str]:
+    """Three stored executions (newest first) and the id of the one whose status was edited."""
+    with make_runner(SQLiteStore(db)) as runner:
+        ids = [waiting(runner, approval())[0] for _ in range(3)]
+    bad = ids[1]
+    with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+        connection.execute("UPDATE prana_executions SET status = 'bogus' WHERE id = ?", (bad,))
+    return ids[::-1], bad
+
+
+def test_the_store_error_carries_every_row_in_order(tmp_path: Path) -> None:
+    """``list`` still raises a RecordError naming the row, and the error holds the whole page:
+    readable rows as summaries, the bad one as an ``UnreadableRow`` with its id and problem."""
+    newest_first, bad = three_with_one_bogus(tmp_path / "prana.db")
+    store: ExecutionStore = SQLiteStore(tmp_path / "prana.db")
+    try:
+        with pytest.raises(UnreadableRowsError) as caught:
+            store.list()
+    finally:
+        store.close()
+    assert isinstance(caught.value, RecordError)
+    assert repr(bad) in str(caught.value)
+    assert "bogus" in str(caught.value)
+    rows = caught.value.rows
+    assert [row.id for row in rows] == newest_first
+    (unreadable,) = [row for row in rows if isinstance(row, UnreadableRow)]
+    assert unreadable.id == bad
+    assert "status: 'bogus' is not an execution status" in unreadable.problem
+    readable = [row for row in rows if not isinstance(row, UnreadableRow)]
+    assert [row.status for row in readable] == [ExecutionStatus.SUSPENDED] * 2
+
+
+def test_prana_list_shows_the_bad_row_as_unreadable_and_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana list`` exits 0, lists every readable row, shows the bad one as unreadable by
+    its id, and says on stderr which row could not be read and why."""
+    db = tmp_path / "prana.db"
+    newest_first, bad = three_with_one_bogus(db)
+    code = main(["list", "--db", str(db)])
+    out, err = capsys.readouterr()
+    assert code == 0
+    lines = out.splitlines()[1:]
+    assert len(lines) == 3
+    assert [line.split()[0] for line in lines] == [eid[:12] for eid in newest_first]
+    assert "unreadable" in lines[1]
+    assert lines[0].split()[3] == lines[2].split()[3] == "suspended"
+    assert bad in err
+    assert "bogus" in err
+    assert "\n" not in err.strip()
+
+
+def test_prana_list_json_marks_the_bad_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana list --json``: the bad row has status ``unreadable`` and a ``problem``."""
+    db = tmp_path / "prana.db"
+    newest_first, _ = three_with_one_bogus(db)
+    code = main(["list", "--db", str(db), "--json"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    rows = json.loads(out)["executions"]
+    assert [row["id"] for row in rows] == newest_first
+    assert rows[1]["status"] == "unreadable"
+    assert "bogus" in rows[1]["problem"]
+    assert rows[0]["status"] == "suspended"
+    assert rows[0]["problem"] is None
+
+
+def test_an_id_prefix_still_resolves_beside_a_bad_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana show PREFIX`` finds a readable execution though another row is unreadable."""
+    db = tmp_path / "prana.db"
+    newest_first, _ = three_with_one_bogus(db)
+    code = main(["show", newest_first[0][:12], "--db", str(db)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert newest_first[0] in out
+
+
+def _get(runner: Runner, *paths: str) -> list[httpx.Response]:
+    app = create_app(runner, token=OPERATOR)
+
+    async def calls() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 4000))
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1:8000"
+        ) as client:
+            client.headers["Authorization"] = f"Bearer {OPERATOR}"
+            return [await client.get(path) for path in paths]
+
+    return asyncio.run(calls())
+
+
+def _reopened(db: Path) -> Runner:
+    clock = ManualClock()
+    return Runner(
+        registry=make_runner().registry, store=SQLiteStore(db), scheduler=ManualScheduler(clock)
+    )
+
+
+def test_the_web_json_list_marks_the_bad_row_and_lists_the_rest(tmp_path: Path) -> None:
+    """``GET /api/executions`` answers 200: the bad row as ``unreadable`` with its problem."""
+    db = tmp_path / "prana.db"
+    newest_first, _ = three_with_one_bogus(db)
+    with _reopened(db) as runner:
+        (response,) = _get(runner, "/api/executions")
+    assert response.status_code == 200
+    items = response.json()["items"]
+    assert [item["id"] for item in items] == newest_first
+    assert items[1]["status"] == "unreadable"
+    assert "bogus" in items[1]["problem"]
+    assert items[0]["status"] == items[2]["status"] == "suspended"
+
+
+def test_the_web_json_list_pages_past_the_bad_row(tmp_path: Path) -> None:
+    """A page that ends on the bad row hands out its id as the next cursor, which works."""
+    db = tmp_path / "prana.db"
+    newest_first, _ = three_with_one_bogus(db)
+    with _reopened(db) as runner:
+        (first,) = _get(runner, "/api/executions?limit=2")
+        (second,) = _get(runner, f"/api/executions?limit=2&after={first.json()['next_after']}")
+    assert [item["id"] for item in first.json()["items"]] == newest_first[:2]
+    assert [item["id"] for item in second.json()["items"]] == newest_first[2:]
+
+
+def test_the_web_html_list_marks_the_bad_row_and_lists_the_rest(tmp_path: Path) -> None:
+    """``GET /`` (the executions page) answers 200 and shows every id, the bad one unreadable."""
+    db = tmp_path / "prana.db"
+    newest_first, bad = three_with_one_bogus(db)
+    with _reopened(db) as runner:
+        (response,) = _get(runner, "/executions")
+    assert response.status_code == 200, response.text
+    page = response.text
+    for eid in newest_first:
+        assert eid in page
+    row = page[page.index(f">{bad}<") :]
+    row = row[: row.index("</tr>")]
+    assert "unreadable" in row
+    assert "bogus" in row
