@@ -1,0 +1,296 @@
+"""The worker side of ``ProcrastinateScheduler``: running procrastinate workers until stopped.
+
+``ServingMixin`` runs one procrastinate worker after another (in a thread of its own or in
+the caller's, ``run_worker``) until ``shutdown()`` or a signal: a worker that loses the
+database is logged in one line and replaced after a backoff pause, and as often as it
+beats every live worker takes up the jobs of silent ones (``recover_stalled``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING, Any, cast
+
+import attrs
+import psycopg
+from procrastinate.exceptions import ConnectorException
+from procrastinate.worker import Worker
+
+from scheduling._errors import StoreError
+from scheduling.adapters._common import SchedulerStateError
+
+if TYPE_CHECKING:
+    from procrastinate import App
+    from procrastinate.app import WorkerOptions
+
+    from scheduling.abc import Fire
+
+__all__ = ["FIRE_KEY", "SCHEDULER_KEY", "ServingMixin", "broken", "one_line"]
+
+logger = logging.getLogger("scheduling.adapters.procrastinate")
+
+FIRE_KEY = "prana_fire"
+"""Where the worker's ``additional_context`` holds the fire callback (and the scheduler)."""
+SCHEDULER_KEY = "prana_scheduler"
+
+_RECONNECT_FIRST_PAUSE_SECONDS = 0.5
+_RECONNECT_MAX_SECONDS = 30.0
+
+
+def one_line(exc: BaseException) -> str:
+    """An error (or, for a procrastinate wrapper, its driver cause) on one line."""
+    cause = exc.__cause__ if isinstance(exc, ConnectorException) and exc.__cause__ else exc
+    if isinstance(cause, psycopg.Error) and cause.diag.message_primary:
+        return cause.diag.message_primary
+    text = "; ".join(line.strip() for line in str(cause).splitlines() if line.strip())
+    return text or type(cause).__name__
+
+
+def broken(exc: BaseException, conn: psycopg.Connection[Any] | None) -> bool:
+    """Whether ``exc`` came from a connection the server (or the network) ended."""
+    cause = exc.__cause__ if isinstance(exc, ConnectorException) else exc
+    return (
+        isinstance(cause, psycopg.OperationalError)
+        and conn is not None
+        and (conn.broken or conn.closed)
+    )
+
+
+async def _wait_for_event(event: asyncio.Event, seconds: float) -> None:
+    """Return when ``event`` is set or ``seconds`` have passed, whichever comes first."""
+    waiting = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiting}, timeout=seconds)
+    finally:
+        waiting.cancel()
+
+
+@attrs.define
+class _ServeState:
+    """How the current procrastinate worker of a ``ProcrastinateScheduler`` is doing."""
+
+    up: bool
+    """A worker came up once: later failures are retried, not raised."""
+    reached_database: bool = False
+    """The current worker reached the database (so the next start waits only briefly)."""
+    trouble: str | None = None
+    """Why the current worker stopped on its own, if it said."""
+
+
+class _Worker(Worker):
+    """procrastinate's worker, restarted when it cannot record the end of a job.
+
+    A job whose end could not be written (the connection went away at that moment) would
+    stay ``doing`` under a worker that still beats, holding its execution's lock for as
+    long as the worker lives. Stopping the worker instead (``ProcrastinateScheduler``
+    starts a new one) unregisters it, and the job is then taken up like any job of a
+    silent worker.
+    """
+
+    def __init__(self, *, state: _ServeState, **options: Any) -> None:
+        super().__init__(**options)
+        self.prana_state = state
+
+    async def _persist_job_status(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super()._persist_job_status(*args, **kwargs)
+        except ConnectorException as error:
+            self.prana_state.trouble = (
+                f"could not record the end of a job ({one_line(error)}): the job fires again"
+            )
+            self.stop()  # type: ignore[no-untyped-call]
+
+
+class ServingMixin:
+    """Runs the procrastinate worker of a ``ProcrastinateScheduler`` (its base class)."""
+
+    app: App
+    name: str
+    queue: str
+    run_in_thread: bool
+    concurrency: int
+    listen: bool
+    poll_interval: float
+    shutdown_timeout: float
+    stalled_after_seconds: float
+    worker_options: dict[str, Any]
+    stopped_by: signal.Signals | None
+    _fire: Fire | None
+    _lock: threading.Lock
+    _loop: asyncio.AbstractEventLoop | None
+    _worker: Worker | None
+    _wake: asyncio.Event | None
+    _stopping: threading.Event
+
+    def recover_stalled(self) -> int:
+        """Take up the jobs that silent workers left ``doing`` (the scheduler defines it)."""
+        raise NotImplementedError
+
+    def run_worker(self) -> signal.Signals | None:
+        """Run the worker in the calling thread until SIGINT, SIGTERM or ``shutdown()``.
+
+        Needs ``run_in_thread=False`` and ``start(fire)`` first (``with runner:`` does it).
+        Signal handlers are installed only in the main thread; ``shutdown()`` from another
+        thread also stops it. Alarms running when it stops finish first (up to
+        ``shutdown_timeout``). Returns the signal that stopped it (also ``stopped_by``), or
+        ``None`` after ``shutdown()``. Losing the database does not end it: it logs one
+        line and starts over with backoff.
+        """
+        fire = self._fire
+        if fire is None:
+            raise SchedulerStateError(
+                "ProcrastinateScheduler.run_worker: call start(fire) first "
+                "(entering `with runner:` does)"
+            )
+        if self.run_in_thread:
+            raise SchedulerStateError(
+                "ProcrastinateScheduler.run_worker: this scheduler already runs its worker in a "
+                "thread; create it with run_in_thread=False to run the worker here"
+            )
+        self.stopped_by = None
+        main = threading.current_thread() is threading.main_thread()
+        asyncio.run(self._serve(fire, None, install_signal_handlers=main))
+        return self.stopped_by
+
+    def _serve_in_thread(
+        self, fire: Fire, ready: threading.Event, failure: list[BaseException]
+    ) -> None:
+        try:
+            asyncio.run(self._serve(fire, ready, install_signal_handlers=False))
+        except BaseException as error:  # reported to start(), or logged once running
+            if ready.is_set():
+                logger.exception("the procrastinate worker %s stopped", self.name)
+            else:
+                failure.append(error)
+        finally:
+            ready.set()
+
+    def _stop_in_loop(self) -> None:
+        """Stop the worker and any backoff pause; runs on the worker's event loop."""
+        self._stopping.set()
+        if self._wake is not None:
+            self._wake.set()
+        worker = self._worker
+        if worker is not None:
+            worker.stop()  # type: ignore[no-untyped-call]
+
+    def _on_signal(self, signum: signal.Signals) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = signum
+        logger.debug("the procrastinate worker %s stops (%s)", self.name, signum.name)
+        self._stop_in_loop()
+
+    async def _serve(
+        self, fire: Fire, ready: threading.Event | None, *, install_signal_handlers: bool
+    ) -> None:
+        """Run procrastinate workers one after another until stopped.
+
+        A failure before the first worker is up is raised (``start`` reports it); any later
+        one (the database went away) is logged in one line, and a new worker starts after
+        a pause: 0.5 s after a worker that reached the database, then doubling up to
+        ``_RECONNECT_MAX_SECONDS`` while none does.
+        """
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        with self._lock:
+            self._loop = loop
+        signals = (signal.SIGINT, signal.SIGTERM) if install_signal_handlers else ()
+        for signum in signals:
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        state = _ServeState(up=ready is None)
+        pause = _RECONNECT_FIRST_PAUSE_SECONDS
+        try:
+            while not self._stopping.is_set():
+                state.reached_database = False
+                state.trouble = None
+                try:
+                    await self._serve_once(fire, ready, state)
+                except Exception as error:
+                    if not state.up:
+                        raise
+                    state.trouble = state.trouble or f"lost the database ({one_line(error)})"
+                if self._stopping.is_set():
+                    break
+                if state.reached_database:
+                    pause = _RECONNECT_FIRST_PAUSE_SECONDS
+                logger.warning(
+                    "the procrastinate worker %s %s; starting over in %.1fs",
+                    self.name,
+                    state.trouble or "stopped (the database is likely unreachable)",
+                    pause,
+                )
+                await _wait_for_event(self._wake, pause)
+                pause = min(2 * pause, _RECONNECT_MAX_SECONDS)
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+            with self._lock:
+                self._loop = None
+            self._wake = None
+
+    async def _serve_once(
+        self, fire: Fire, ready: threading.Event | None, state: _ServeState
+    ) -> None:
+        """One procrastinate worker, from opening the app's connections until it stops."""
+        options = cast(
+            "WorkerOptions",
+            {
+                "queues": [self.queue],
+                "name": self.name,
+                "concurrency": self.concurrency,
+                "listen_notify": self.listen,
+                "fetch_job_polling_interval": self.poll_interval,
+                "abort_job_polling_interval": max(self.poll_interval, 5.0),
+                "shutdown_graceful_timeout": self.shutdown_timeout,
+                "delete_jobs": "successful",
+                "update_heartbeat_interval": self.stalled_after_seconds / 3,
+                "stalled_worker_timeout": self.stalled_after_seconds,
+                **self.worker_options,
+                "install_signal_handlers": False,  # ours stop the backoff pause too
+                "additional_context": {
+                    **self.worker_options.get("additional_context", {}),
+                    FIRE_KEY: fire,
+                    SCHEDULER_KEY: self,
+                },
+            },
+        )
+        async with self.app.open_async():
+            self.app.perform_import_paths()  # type: ignore[no-untyped-call]
+            worker = _Worker(app=self.app, state=state, **options)
+            running = worker.run()  # type: ignore[no-untyped-call]
+            run = asyncio.create_task(running, name=f"procrastinate worker {self.name}")
+            await asyncio.sleep(0)  # run() has begun and reset its stop flag: stop() now holds
+            with self._lock:
+                self._worker = worker
+            if self._stopping.is_set():
+                worker.stop()  # type: ignore[no-untyped-call]
+            recovering = asyncio.create_task(
+                self._recover_while(run, state), name=f"prana recovery {self.name}"
+            )
+            if ready is not None:
+                ready.set()
+            state.up = True
+            try:
+                await run
+            finally:
+                with self._lock:
+                    self._worker = None
+                recovering.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await recovering
+
+    async def _recover_while(self, run: asyncio.Task[Any], state: _ServeState) -> None:
+        """Take up stalled jobs as often as the worker beats, until ``run`` ends."""
+        every = self.stalled_after_seconds / 3
+        while not run.done():
+            try:
+                await asyncio.to_thread(self.recover_stalled)
+            except StoreError as error:
+                logger.warning("the procrastinate worker %s: %s", self.name, error)
+            else:
+                state.reached_database = True
+            await asyncio.wait({run}, timeout=every)
