@@ -233,11 +233,13 @@ class BatchingScheduler(Protocol):
 
     ``start_batched(fire, fire_many)`` starts it as ``start(fire)`` would; from then on it
     may call ``fire_many(ids)`` for alarms due at the same instant instead of ``fire`` once
-    per id: each id once, in the order they were last armed. An id handed over counts as fired
-    (an alarm armed again for that instant afterwards fires again). The ``Runner`` starts
-    every scheduler that offers it this way and resumes a batch in one store group
-    (``GroupingStore``) when its store offers that; ``APSchedulerAdapter`` (one job per
-    due instant instead of one per execution) and ``ManualScheduler(batches=True)`` do.
+    per id: each id once, in the order they were last armed (``ProcrastinateScheduler``:
+    the alarms due by the time its job takes them, up to its ``batch``). An id handed over
+    counts as fired (an alarm armed again for that instant afterwards fires again). The
+    ``Runner`` starts every scheduler that offers it this way and resumes a batch in one
+    store group (``GroupingStore``) when its store offers that; ``APSchedulerAdapter`` (one
+    job per due instant instead of one per execution), ``ManualScheduler(batches=True)``
+    and ``ProcrastinateScheduler`` do.
     """
 
     def start_batched(self, fire: Fire, fire_many: FireMany) -> None:

@@ -36,7 +36,7 @@ from prana import (
     Workflow,
 )
 from scheduling import Runner, StoreError
-from scheduling.abc import BulkScheduler, Scheduler
+from scheduling.abc import BatchingScheduler, BulkScheduler, Scheduler
 from scheduling.adapters.procrastinate import (
     TASK_NAME,
     ProcrastinateScheduler,
@@ -46,7 +46,7 @@ from scheduling.adapters.procrastinate import (
 from scheduling.stores.postgres import PostgresStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
 pytestmark = pytest.mark.postgres
 
@@ -744,3 +744,99 @@ def test_schedule_many_arms_only_what_is_missing(env: Env) -> None:
             ("moved", due + timedelta(seconds=1)),
         ]
     )
+
+
+# -- batches handed to the runner (``start_batched``) ---------------------------------------
+
+
+class Handed:
+    """Records the batches ``fire_many`` gets, with the jobs ``doing`` while each fires."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.singles: list[str] = []
+        self.batches: list[list[str]] = []
+        self.doing: list[int] = []
+        self._cond = threading.Condition()
+
+    def fire(self, execution_id: str) -> None:
+        with self._cond:
+            self.singles.append(execution_id)
+            self._cond.notify_all()
+
+    def fire_many(self, ids: Sequence[str]) -> None:
+        doing = len(self.env.jobs("doing"))
+        with self._cond:
+            self.batches.append(list(ids))
+            self.doing.append(doing)
+            self._cond.notify_all()
+
+    def wait_for(self, count: int) -> bool:
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: sum(map(len, self.batches)) >= count, timeout=TIMEOUT
+            )
+
+
+def test_a_batching_scheduler(env: Env) -> None:
+    assert isinstance(env.scheduler(), BatchingScheduler)
+
+
+def test_started_batched_a_job_hands_the_due_alarms_over_batch_at_a_time(env: Env) -> None:
+    """One job takes the due jobs ``batch`` at a time, each batch in one ``fire_many`` call.
+
+    Every job of a batch is ``doing`` under the worker while it fires (a crash leaves them
+    to the stalled-job recovery), and all are deleted once fired.
+    """
+    scheduler = env.scheduler(concurrency=1, batch=3)
+    scheduler.setup()
+    for index in range(7):
+        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=1))
+    handed = Handed(env)
+    scheduler.start_batched(handed.fire, handed.fire_many)
+    assert handed.wait_for(7)
+    assert env.wait_until(lambda: env.jobs() == [])
+    assert handed.singles == []
+    assert handed.batches == [
+        ["exec-0", "exec-1", "exec-2"],
+        ["exec-3", "exec-4", "exec-5"],
+        ["exec-6"],
+    ]
+    assert handed.doing == [3, 1 + 3, 1 + 1]  # the job procrastinate fetched: doing to the end
+
+
+def test_started_batched_an_alarm_alone_is_a_batch_of_one(env: Env) -> None:
+    scheduler = env.scheduler(batch=1)
+    handed = Handed(env)
+    scheduler.start_batched(handed.fire, handed.fire_many)
+    scheduler.schedule("exec-1", now())
+    scheduler.schedule("exec-2", now())
+    assert handed.wait_for(2)
+    assert sorted(handed.batches) == [["exec-1"], ["exec-2"]]
+    assert env.wait_until(lambda: env.jobs() == [])
+
+
+def test_a_failing_batch_is_logged_and_the_next_ones_still_fire(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler = env.scheduler(concurrency=1, batch=2)
+    scheduler.setup()
+    for index in range(4):
+        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=1))
+    handed = Handed(env)
+
+    def fire_many(ids: Sequence[str]) -> None:
+        handed.fire_many(ids)
+        if "exec-0" in ids:
+            raise RuntimeError("boom")
+
+    scheduler.start_batched(handed.fire, fire_many)
+    assert handed.wait_for(4)
+    assert handed.batches == [["exec-0", "exec-1"], ["exec-2", "exec-3"]]
+    assert env.wait_until(lambda: env.jobs() == [])
+    assert "a batch of 2 alarms failed" in caplog.text
+
+
+def test_start_batched_needs_a_callable(env: Env) -> None:
+    with pytest.raises(InvalidSettingsError, match="fire_many="):
+        env.scheduler().start_batched(lambda eid: None, "nope")  # type: ignore[arg-type]

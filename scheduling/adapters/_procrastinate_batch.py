@@ -3,14 +3,22 @@
 Theory of operation. procrastinate costs about the same per job whatever the job does
 (fetching it, recording its end, the hand-offs between its event loop and the task's
 thread): with hundreds of alarms due at once, that cost, not the resumes, sets the pace.
-So the task of a job, once it fired its own alarm, takes the next due job of its queue
-itself and fires that one too, up to ``batch - 1`` more, until none is due: each taken
-the way procrastinate's own fetch takes one (``status = 'doing'`` under the same worker id,
-skipping a row another worker holds and a job whose execution has one ``doing`` already:
-the ``lock``), and deleted once fired, as procrastinate deletes a job that succeeded. The
-end of one and the taking of the next are one transaction, without waiting for the disk
-(like the worker's own bookkeeping, ``_ASYNC_COMMIT``). Every job in flight keeps doing
-so, so a burst is drained by as many threads as the workers' ``concurrency``.
+So the task of a job takes other due jobs of its queue itself, the way procrastinate's
+own fetch takes one (``status = 'doing'`` under the same worker id, skipping a row another
+worker holds and a job whose execution has one ``doing`` already: the ``lock``), and
+deletes them once fired, as procrastinate deletes a job that succeeded. The end of some
+and the taking of the next are one transaction, without waiting for the disk (like the
+worker's own bookkeeping, ``_ASYNC_COMMIT``). Two ways:
+
+- ``fire_batches`` (the scheduler was started with ``start_batched``: a ``Runner``): one
+  statement takes up to ``batch - 1`` due jobs, and the job's own alarm and theirs go to
+  the runner in one ``fire_many`` call, which resumes them as one batch; then the next
+  ``batch`` due ones, until none is due. A burst costs a few round trips per batch.
+- ``fire_and_go_on`` (``start(fire)``): the job fires its own alarm, then takes and fires
+  due ones one at a time, up to ``batch`` alarms in all.
+
+Every job in flight does so, so a burst is drained by as many threads as the workers'
+``concurrency``.
 
 Durability: a job taken so is an ordinary ``doing`` job of this worker. If the process
 dies, ``recover_stalled`` takes it up as any job of a silent worker (it fires again; the
@@ -38,10 +46,10 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from scheduling.abc import Fire
+    from scheduling.abc import Fire, FireMany
     from scheduling.adapters.procrastinate import ProcrastinateScheduler
 
-__all__ = ["fire_and_go_on", "missing_alarms"]
+__all__ = ["fire_and_go_on", "fire_batches", "missing_alarms"]
 
 logger = logging.getLogger("scheduling.adapters.procrastinate")
 
@@ -52,16 +60,20 @@ _TAKE = (
     " AND (job.scheduled_at IS NULL OR job.scheduled_at <= now())"
     " AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs AS other"
     "  WHERE other.lock = job.lock AND other.status = 'doing')"
-    " ORDER BY job.priority DESC, job.id LIMIT 1"
+    " ORDER BY job.priority DESC, job.id LIMIT %(limit)s"
     " FOR UPDATE OF job SKIP LOCKED)"
     " UPDATE procrastinate_jobs AS job SET status = 'doing', worker_id = %(worker)s"
     " FROM candidate WHERE job.id = candidate.id"
     " RETURNING job.id, job.args"
 )
-"""The next due job of the queue's task, taken as procrastinate's fetch takes one."""
+"""The next due jobs of the queue's task (up to ``limit``), taken as procrastinate's fetch
+takes one. Two jobs of one execution are never both ``todo`` (one ``queueing_lock``), so
+the jobs taken together are of distinct executions."""
 
-_FINISH = "DELETE FROM procrastinate_jobs WHERE id = %s AND status = 'doing' AND worker_id = %s"
-"""The end of a job taken: deleted, as procrastinate deletes a job that succeeded."""
+_FINISH = (
+    "DELETE FROM procrastinate_jobs WHERE id = ANY(%s) AND status = 'doing' AND worker_id = %s"
+)
+"""The end of jobs taken: deleted, as procrastinate deletes a job that succeeded."""
 
 
 def fire_and_go_on(
@@ -76,23 +88,78 @@ def fire_and_go_on(
         if scheduler._stopping.is_set():
             break
         try:
-            taken = _finish_and_take(scheduler, done, worker_id)
+            taken = _finish_and_take(scheduler, [] if done is None else [done], worker_id, 1)
         except (psycopg.Error, ConnectorException) as error:
             _give_up(scheduler, f"could not take the next due job ({error})")
             return
-        if taken is None:
+        if not taken:
             return
-        done, next_id = taken
+        done, next_id = taken[0]
         try:
             fire_one(fire, next_id)
         except Exception:
             logger.exception("the alarm of execution %r failed; it stays as stored", next_id)
     if done is not None:
+        _finish(scheduler, [done], worker_id)
+
+
+def fire_batches(
+    scheduler: ProcrastinateScheduler,
+    fire_many: FireMany,
+    execution_id: str,
+    worker_id: int | None,
+) -> None:
+    """Fire ``execution_id`` with the due jobs taken with it, ``scheduler.batch`` at most per
+    ``fire_many`` call; then the next due ones the same way, until none is due.
+
+    One statement takes a whole batch, and one transaction ends it and takes the next: a
+    burst costs a few round trips per batch, not per alarm. The runner resumes each batch
+    in one call (``scheduling.abc.BatchingScheduler``); the jobs taken are ``doing`` under
+    this worker until their batch has fired, so a crash leaves them to ``recover_stalled``.
+    """
+    if worker_id is None:
+        _fire_many_logged(fire_many, [execution_id])
+        return
+    done: list[int] = []
+    ids = [execution_id]
+    while True:
         try:
-            with scheduler._connection() as conn:
-                conn.execute(_FINISH, (done, worker_id))
+            taken = _finish_and_take(scheduler, done, worker_id, scheduler.batch - len(ids))
         except (psycopg.Error, ConnectorException) as error:
-            _give_up(scheduler, f"could not record the end of a job ({error})")
+            _give_up(scheduler, f"could not take the next due jobs ({error})")
+            return
+        done = [job_id for job_id, _ in taken]
+        ids += [next_id for _, next_id in taken]
+        if not ids:
+            return
+        _fire_many_logged(fire_many, ids)
+        ids = []
+        if not done or scheduler._stopping.is_set():
+            break
+    if done:
+        _finish(scheduler, done, worker_id)
+
+
+def _fire_many_logged(fire_many: FireMany, ids: list[str]) -> None:
+    """``fire_many`` one batch; what it raises is logged (its alarms stay due in the store)."""
+    try:
+        result = fire_many(ids)
+        if inspect.isawaitable(result):
+            asyncio.run(_await(result))
+    except Exception:
+        logger.exception(
+            "a batch of %d alarms failed; they stay due in the store and are re-armed from there",
+            len(ids),
+        )
+
+
+def _finish(scheduler: ProcrastinateScheduler, done: list[int], worker_id: int) -> None:
+    """Delete the jobs ``done`` (their alarms fired); on failure, the worker starts over."""
+    try:
+        with scheduler._connection() as conn:
+            conn.execute(_FINISH, (done, worker_id))
+    except (psycopg.Error, ConnectorException) as error:
+        _give_up(scheduler, f"could not record the end of a job ({error})")
 
 
 def fire_one(fire: Fire, execution_id: str) -> None:
@@ -111,20 +178,22 @@ def fire_one(fire: Fire, execution_id: str) -> None:
 
 
 def _finish_and_take(
-    scheduler: ProcrastinateScheduler, done: int | None, worker_id: int
-) -> tuple[int, str] | None:
-    """Delete job ``done`` (if any) and take the next due one, in one transaction."""
+    scheduler: ProcrastinateScheduler, done: list[int], worker_id: int, limit: int
+) -> list[tuple[int, str]]:
+    """Delete the jobs ``done`` and take up to ``limit`` due ones, in one transaction."""
     from scheduling.adapters.procrastinate import TASK_NAME
 
-    params = {"queue": scheduler.queue, "task": TASK_NAME, "worker": worker_id}
+    if limit < 1:
+        if done:
+            _finish(scheduler, done, worker_id)
+        return []
+    params = {"queue": scheduler.queue, "task": TASK_NAME, "worker": worker_id, "limit": limit}
     with scheduler._connection() as conn, conn.transaction():
         conn.execute("SET LOCAL synchronous_commit = off")  # bookkeeping: see the module
-        if done is not None:
+        if done:
             conn.execute(_FINISH, (done, worker_id))
-        row = conn.execute(_TAKE, params).fetchone()
-    if row is None:
-        return None
-    return int(row[0]), str(row[1]["execution_id"])
+        rows = conn.execute(_TAKE, params).fetchall()
+    return [(int(row[0]), str(row[1]["execution_id"])) for row in rows]
 
 
 def _give_up(scheduler: ProcrastinateScheduler, trouble: str) -> None:

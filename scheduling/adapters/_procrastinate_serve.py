@@ -27,14 +27,15 @@ if TYPE_CHECKING:
     from procrastinate import App
     from procrastinate.app import WorkerOptions
 
-    from scheduling.abc import Fire
+    from scheduling.abc import Fire, FireMany
 
-__all__ = ["FIRE_KEY", "SCHEDULER_KEY", "ServingMixin", "broken", "one_line"]
+__all__ = ["FIRE_KEY", "FIRE_MANY_KEY", "SCHEDULER_KEY", "ServingMixin", "broken", "one_line"]
 
 logger = logging.getLogger("scheduling.adapters.procrastinate")
 
 FIRE_KEY = "prana_fire"
 """Where the worker's ``additional_context`` holds the fire callback (and the scheduler)."""
+FIRE_MANY_KEY = "prana_fire_many"
 SCHEDULER_KEY = "prana_scheduler"
 
 _RECONNECT_FIRST_PAUSE_SECONDS = 0.5
@@ -120,6 +121,7 @@ class ServingMixin:
     worker_options: dict[str, Any]
     stopped_by: signal.Signals | None
     _fire: Fire | None
+    _fire_many: FireMany | None
     _lock: threading.Lock
     _loop: asyncio.AbstractEventLoop | None
     _worker: Worker | None
@@ -254,6 +256,7 @@ class ServingMixin:
                 "additional_context": {
                     **self.worker_options.get("additional_context", {}),
                     FIRE_KEY: fire,
+                    FIRE_MANY_KEY: self._fire_many,
                     SCHEDULER_KEY: self,
                 },
             },

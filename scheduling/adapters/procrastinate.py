@@ -63,9 +63,15 @@ from prana import InvalidSettingsError
 from scheduling._checks import check_schema_name
 from scheduling._errors import StoreError
 from scheduling.adapters._common import SchedulerStateError, require_aware
-from scheduling.adapters._procrastinate_batch import fire_and_go_on, fire_one, missing_alarms
+from scheduling.adapters._procrastinate_batch import (
+    fire_and_go_on,
+    fire_batches,
+    fire_one,
+    missing_alarms,
+)
 from scheduling.adapters._procrastinate_serve import (
     FIRE_KEY,
+    FIRE_MANY_KEY,
     SCHEDULER_KEY,
     ServingMixin,
     broken,
@@ -75,7 +81,7 @@ from scheduling.adapters._procrastinate_serve import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
 
-    from scheduling.abc import Fire
+    from scheduling.abc import Fire, FireMany
 
 __all__ = [
     "TASK_NAME",
@@ -136,9 +142,16 @@ def prana_resume(context: JobContext, execution_id: str) -> None:
     away) is logged in one line; any other error is logged by procrastinate and leaves the
     job ``failed``. Either way the execution stays due in the store, where a runner starting
     (or ``Runner.rearm_due``, which ``prana worker`` calls every ``--poll``) finds it.
+    Started with ``start_batched``, the job fires its alarm with the other due ones in
+    batches (``_procrastinate_batch.fire_batches``).
     """
-    fire: Fire | None = context.additional_context.get(FIRE_KEY)
-    scheduler: ProcrastinateScheduler | None = context.additional_context.get(SCHEDULER_KEY)
+    extra = context.additional_context
+    fire: Fire | None = extra.get(FIRE_KEY)
+    fire_many: FireMany | None = extra.get(FIRE_MANY_KEY)
+    scheduler: ProcrastinateScheduler | None = extra.get(SCHEDULER_KEY)
+    if scheduler is not None and fire_many is not None:
+        fire_batches(scheduler, fire_many, execution_id, context.job.worker_id)
+        return
     if scheduler is not None and fire is not None and scheduler.batch > 1:
         fire_and_go_on(scheduler, fire, execution_id, context.job.worker_id)
         return
@@ -323,6 +336,7 @@ class ProcrastinateScheduler(ServingMixin):
         self._pool: ConnectionPool | None = None
         self._ready = False
         self._fire: Fire | None = None
+        self._fire_many: FireMany | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Worker | None = None
@@ -433,6 +447,24 @@ class ProcrastinateScheduler(ServingMixin):
 
         Raises what connecting raised if the worker cannot reach the database.
         """
+        self._start(fire, None)
+
+    def start_batched(self, fire: Fire, fire_many: FireMany) -> None:
+        """``start``, handing alarms over in batches through ``fire_many`` (``BatchingScheduler``).
+
+        A job then fires its own alarm together with the other due ones it takes, up to
+        ``batch`` per call, and goes on with the next due ones until none is left: alarms
+        due by the time they are taken, not only those of one instant (each id once per
+        call, as ``fire`` would have had it).
+        """
+        if not callable(fire_many):
+            raise InvalidSettingsError(
+                f"ProcrastinateScheduler.start_batched(fire_many={fire_many!r}): pass a "
+                "callable taking a list of ids"
+            )
+        self._start(fire, fire_many)
+
+    def _start(self, fire: Fire, fire_many: FireMany | None) -> None:
         if not callable(fire):
             raise InvalidSettingsError(
                 f"ProcrastinateScheduler.start(fire={fire!r}): pass a callable taking an id"
@@ -442,13 +474,13 @@ class ProcrastinateScheduler(ServingMixin):
                 raise SchedulerStateError(
                     "ProcrastinateScheduler.start: already started; call shutdown() first"
                 )
-            self._fire = fire
+            self._fire, self._fire_many = fire, fire_many
             self._stopping.clear()
         if self.auto_setup:
             try:
                 self.setup()
             except BaseException:
-                self._fire = None
+                self._fire = self._fire_many = None
                 raise
         if not self.run_in_thread:
             return
@@ -466,7 +498,7 @@ class ProcrastinateScheduler(ServingMixin):
         if failure:
             thread.join(self.shutdown_timeout)
             self._thread = None
-            self._fire = None
+            self._fire = self._fire_many = None
             raise failure[0]
 
     def schedule(self, execution_id: str, due_at: datetime) -> None:
@@ -644,7 +676,7 @@ class ProcrastinateScheduler(ServingMixin):
                 logger.warning("the procrastinate worker %s did not stop in time", self.name)
         self._thread = None
         with self._lock:
-            self._fire = None
+            self._fire = self._fire_many = None
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
