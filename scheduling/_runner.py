@@ -651,12 +651,14 @@ class Runner(Steps, Generic[SchedulerT]):
         """Resume, in the caller, every execution the store says is due now; return their ids.
 
         For a cron-style worker, or a script with no scheduler running: each is handled
-        as if its alarm fired (a resume that loses the compare-and-set is dropped).
+        as if its alarm fired (a resume that loses the compare-and-set is dropped). One
+        that cannot be resumed here (an unreadable record, actions this runner lacks) is
+        logged, stays as stored and is left out of the ids.
         """
         handled: list[str] = []
         for execution_id, _ in self.store.find_due(self.clock(), limit=limit):
-            self._on_alarm(execution_id)
-            handled.append(execution_id)
+            if self._on_alarm(execution_id):
+                handled.append(execution_id)
         # A sub-workflow deadline is not a stored due time (the runner arms it with the child),
         # so parents past theirs are found among the suspended executions without one.
         now = self.clock()

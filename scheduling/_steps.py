@@ -517,11 +517,12 @@ class Steps:
         except Exception:
             logger.exception("the sub-workflow alarm of execution %r failed", parent.id)
 
-    def _on_alarm(self, execution_id: str) -> None:
+    def _on_alarm(self, execution_id: str) -> bool:
         """An alarm went off: resume the execution if it is still suspended and due.
 
         An unknown execution is logged and dropped; a resume that loses the
-        compare-and-set is dropped (another runner made the transition).
+        compare-and-set is dropped (another runner made the transition). ``False`` when
+        the execution could not be resumed here and stays as stored (said in the log).
         """
         try:
             self._step(execution_id, self._alarm_check)
@@ -531,8 +532,11 @@ class Steps:
             logger.debug("resume of %r lost the compare-and-set; dropped", execution_id)
         except InvalidWorkflowError as error:
             self._cannot_run(execution_id, error)
+            return False
         except (RecordError, ResumeError, WorkflowNotFound) as error:
             self._cannot_resume(execution_id, error)
+            return False
+        return True
 
     def _cannot_resume(self, execution_id: str, error: Exception) -> None:
         """An alarm of a record that cannot be read or resumed: say so once, leave it stored.

@@ -21,6 +21,7 @@ from prana import (
     Node,
     NodeSettings,
     RecordError,
+    Registry,
     RetryPolicy,
     Workflow,
     WorkflowExecution,
@@ -197,6 +198,39 @@ def test_worker_once_resumes_due_executions(
     assert (code, out.splitlines()[-1]) == (0, "resumed 1 due execution(s)")
     store = SQLiteStore(env["db"])
     assert store.load(eid)[0].status is ExecutionStatus.COMPLETED
+    store.close()
+
+
+def test_worker_once_counts_records_it_could_not_resume_apart(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--once`` reports an unresumable due record (edited by hand) apart from the ones it
+    resumed (was: "resumed 2 due execution(s)" for one resumed and one left as stored)."""
+    clock = ManualClock(datetime.now(timezone.utc) - timedelta(hours=1))
+    store = SQLiteStore(env["db"])
+    wf = Workflow(
+        id="due",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="w", type="wait.wait", params={"mode": "interval", "duration": 1}),
+        ],
+        connections=[Connection(from_node="start", to_node="w")],
+    )
+    runner = Runner(Registry(), store, ManualScheduler(clock))
+    good, bad = runner.start(wf), runner.start(wf)
+    store.close()
+    with sqlite3.connect(env["db"]) as conn:
+        conn.execute("UPDATE prana_executions SET data = '{' WHERE id = ?", (bad,))
+    conn.close()
+    code, out, err = run(["worker", "--once", "--db", env["db"]], capsys)
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        "resumed 1 due execution(s); 1 could not be resumed, left as stored (said above; "
+        "prana show ID, prana cancel ID)"
+    )
+    assert bad in err
+    store = SQLiteStore(env["db"])
+    assert store.load(good)[0].status is ExecutionStatus.COMPLETED
     store.close()
 
 

@@ -116,6 +116,12 @@ does not pay procrastinate's per-job round trips and hand-offs for every executi
 FETCH_POLL_SECONDS = 0.05
 """procrastinate notifies a worker when a job is deferred, never when a scheduled one
 comes due: a worker looks for due jobs this often (one cheap query when idle)."""
+_ONCE_LIMIT = 1000
+"""The most due executions ``--once`` resumes (the rest wait for the next run)."""
+_LEFT_AS_STORED = (
+    "could not be resumed, left as stored (said above; prana show ID, prana cancel ID)"
+)
+"""How ``--once`` reports due executions it found but could not resume (each is logged)."""
 _STOPPED = "worker stopped ({}): suspended executions stay in the store for the next worker"
 
 
@@ -148,8 +154,14 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             max_interruptions=args.max_interruptions,
         )
         if args.once:
-            handled = runner.run_due()
-            print(f"resumed {len(handled)} due execution(s)" + _leased_note(store, runner))
+            due = {eid for eid, _ in store.find_due(runner.clock(), limit=_ONCE_LIMIT)}
+            handled = runner.run_due(limit=_ONCE_LIMIT)
+            left = len(due - set(handled))
+            print(
+                f"resumed {len(handled)} due execution(s)"
+                + (f"; {left} {_LEFT_AS_STORED}" if left else "")
+                + _leased_note(store, runner)
+            )
             return EXIT_OK
         if args.scheduler == "procrastinate":
             return _procrastinate_worker(args, registry, store, view)
