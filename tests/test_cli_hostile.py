@@ -76,6 +76,29 @@ def test_yaml_aliases_that_expand_without_bound_are_refused(tmp_path: Path) -> N
     assert_one_line(prana(tmp_path, "run", str(path)), "laughs.yaml", "more than")
 
 
+@pytest.mark.parametrize(
+    ("where", "field"),
+    [("duration", "$.nodes[1].params.duration"), ("version", "$.version")],
+)
+def test_a_5000_digit_yaml_integer_names_the_file_and_field(
+    tmp_path: Path, where: str, field: str
+) -> None:
+    """A YAML integer of 5,000 digits is refused naming the file, the field and the limit
+    (was: Python's int-limit message alone, with neither file nor field)."""
+    big = "9" * 5000
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        f"id: big\nversion: {big if where == 'version' else 1}\nnodes:\n"
+        "  - {key: start, type: manual.trigger}\n"
+        "  - key: w\n    type: wait.wait\n    params:\n      mode: interval\n"
+        f"      duration: {big if where == 'duration' else 1}\n      unit: seconds\n"
+        "connections:\n  - {from_node: start, to_node: w}\n"
+    )
+    result = prana(tmp_path, "run", str(path))
+    assert_one_line(result, "big.yaml", field, "5000 digits", "line ")
+    assert "set_int_max_str_digits" not in result.stderr
+
+
 def test_dev_zero_as_a_workflow_is_refused(tmp_path: Path) -> None:
     """``/dev/zero`` is read up to the size limit, then refused: no hang, no memory blow-up."""
     assert_one_line(prana(tmp_path, "run", "/dev/zero"), "/dev/zero", "larger than")

@@ -7,6 +7,7 @@ real workflow or payload does, before a parser recurses, allocates or walks with
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -79,9 +80,11 @@ def load_yaml(text: str, what: str) -> Any:
     import yaml
 
     class Loader(yaml.SafeLoader):
-        """``SafeLoader`` that stops composing past ``MAX_NESTING`` levels."""
+        """``SafeLoader`` that stops composing past ``MAX_NESTING`` levels, and names the
+        field of an integer too long for Python to read."""
 
         depth = 0
+        root: Any = None
 
         def compose_node(self, parent: Any, index: Any) -> Any:
             self.depth += 1
@@ -92,9 +95,58 @@ def load_yaml(text: str, what: str) -> Any:
             finally:
                 self.depth -= 1
 
+        def construct_document(self, node: Any) -> Any:
+            self.root = node
+            return super().construct_document(node)
+
+        def construct_yaml_int(self, node: Any) -> Any:
+            try:
+                return super().construct_yaml_int(node)
+            except ValueError:  # longer than sys.get_int_max_str_digits()
+                raise ValueError(_long_integer(what, self.root, node)) from None
+
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+
     doc = yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
     _check_expansion(doc, what)
     return doc
+
+
+def _long_integer(what: str, root: Any, bad: Any) -> str:
+    """The one-line error for the YAML integer node ``bad``: file, field path, line, length."""
+    digits = sum(char.isdigit() for char in bad.value)
+    mark = bad.start_mark
+    return (
+        f"{what}: {_path_to(root, bad)} (line {mark.line + 1}, column {mark.column + 1}): "
+        f"an integer of {digits} digits; at most {sys.get_int_max_str_digits()} digits are "
+        "read, and no field of a workflow takes a number that long"
+    )
+
+
+def _path_to(root: Any, wanted: Any) -> str:
+    """Where ``wanted`` sits in the composed YAML tree under ``root``, as ``$.a[1].b``.
+
+    Each node is visited once (aliases share nodes), so the walk is bounded by the text.
+    """
+    import yaml
+
+    seen: set[int] = set()
+    pending: list[tuple[Any, str]] = [(root, "$")]
+    while pending:
+        node, path = pending.pop()
+        if node is wanted:
+            return path
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                pending.append((key, f"{path} (a key)"))
+                pending.append((value, f"{path}.{name}"))
+        elif isinstance(node, yaml.SequenceNode):
+            pending.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+    return "$"
 
 
 def _check_expansion(doc: Any, what: str) -> None:
