@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from prana._decision import check_conditions
 from prana._errors import InvalidWorkflowError
-from prana._jsoncheck import json_size, jsonable
+from prana._jsoncheck import MAX_INT, json_size, jsonable
 from prana._model import Connection, Node, Workflow
 from prana._policy import RetryPolicy
 from prana._registry import ActionSpec, Registry
@@ -197,8 +197,12 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
             continue
         compiled.policies, found = check_conditions(node, workflow, spec.retry, registry)
         problems.extend(f"node {node.key!r}: {problem}" for problem in found)
+        found = storable_policy_problems("settings.retry", node.settings.retry)
+        problems.extend(f"node {node.key!r}: {problem}" for problem in found)
         if spec.trigger:
             triggers.append(node.key)
+    for node_type, defaults in workflow.retry_defaults.items():
+        problems.extend(storable_policy_problems(f"retry_defaults[{node_type!r}]", defaults))
     known_keys = {n.key for n in workflow.nodes if isinstance(n, Node)}
     for index, conn in enumerate(workflow.connections):
         if not isinstance(conn, Connection):
@@ -251,6 +255,25 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
     if problems:
         raise InvalidWorkflowError(problems)
     return CompiledGraph(workflow, nodes, triggers[0])
+
+
+def storable_policy_problems(where: str, policies: Iterable[RetryPolicy] | None) -> list[str]:
+    """The policy fields a stored definition cannot hold: ``max_attempts`` past ``MAX_INT``.
+
+    A policy takes any whole number of attempts (``Limits.max_attempts`` caps what runs),
+    but the definition is saved before anything runs, and its serializer writes integers
+    up to ``MAX_INT`` only: refused here, naming the field, rather than at the save.
+    """
+    policies = tuple(policies or ())
+    return [
+        f"{where}{f'[{index}]' if len(policies) > 1 else ''}.max_attempts="
+        f"{policy.max_attempts}: use a whole number from 1 to {MAX_INT:,} (the most a "
+        "stored definition holds; Limits.max_attempts caps the attempts that run)"
+        for index, policy in enumerate(policies)
+        if isinstance(policy, RetryPolicy)
+        and policy.max_attempts is not None
+        and policy.max_attempts > MAX_INT
+    ]
 
 
 def closest_types(name: str, registry: Registry) -> list[str]:
