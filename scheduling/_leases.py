@@ -11,10 +11,18 @@ snapshot of the execution (``checkpoint=``). The runner saves it with a compare-
 - a process that dies inside an action leaves a ``running`` record whose alarm is its
   lease expiry: whichever runner fires it after that takes it up (``recover_execution``).
 
+A light claim (``light=True``, over a ``scheduling.abc.ClaimingStore``) is the same first
+save without the snapshot: the store sets the row's status, lease and claim time and keeps
+its record, the suspended execution the step resumes. The step asks for it only when that
+record says everything the snapshot would (a retry or a timer: the resume data is ignored;
+``scheduling._claims`` holds the rule and the reading back). Later checkpoints of the step
+save their snapshots as before (the record has moved on from what the claim stands on).
+
 While a step runs, a keeper thread renews every claim older than a third of the lease (a
-save of the same snapshot with a later lease), so a long action is not taken for a dead
-one. A claim lost meanwhile (another runner recovered it, or it was cancelled) makes the
-step's next save fail its compare-and-set, and the step is dropped as any lost one is.
+save of the same snapshot with a later lease, or the light claim again with the same claim
+time), so a long action is not taken for a dead one. A claim lost meanwhile (another runner
+recovered it, or it was cancelled) makes the step's next save fail its compare-and-set, and
+the step is dropped as any lost one is.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from prana._model import with_lease
 from scheduling._errors import StaleVersionError, StoreError
+from scheduling.abc import ClaimingStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -43,15 +52,19 @@ class Claim:
 
     ``version`` is ``None`` until a start's first save creates the record. ``record`` is
     the snapshot last saved (``None`` before the first checkpoint), ``saved_at`` when.
+    ``light``: the first checkpoint claims by the columns alone (``Leases``); once it did,
+    ``claimed`` holds the execution id and the claim time its renewals repeat.
     """
 
-    __slots__ = ("lock", "record", "saved_at", "version")
+    __slots__ = ("claimed", "light", "lock", "record", "saved_at", "version")
 
-    def __init__(self, version: int | None) -> None:
+    def __init__(self, version: int | None, *, light: bool = False) -> None:
         self.version = version
+        self.light = light
         self.lock = threading.Lock()
         self.record: WorkflowExecution | None = None
         self.saved_at: datetime | None = None
+        self.claimed: tuple[str, datetime] | None = None
 
 
 class Leases:
@@ -64,6 +77,8 @@ class Leases:
         lease_seconds: float,
     ) -> None:
         self.store = store
+        self.claiming: ClaimingStore | None = store if isinstance(store, ClaimingStore) else None
+        """The store's light claims (``ClaimingStore``), if it offers them."""
         self.clock = clock
         self.lease = timedelta(seconds=lease_seconds)
         self.renew_every = lease_seconds / 3
@@ -82,10 +97,17 @@ class Leases:
 
         def save(execution: WorkflowExecution) -> None:
             now = self.clock()
-            record = with_lease(execution, now + self.lease)
             with claim.lock:
-                claim.version = self.store.save(record, claim.version)
-                claim.record, claim.saved_at = record, now
+                if claim.light and self.claiming is not None and claim.version is not None:
+                    claim.light = False  # only the first checkpoint: the record moves on after
+                    claim.version = self.claiming.claim(
+                        execution.id, claim.version, now + self.lease, now
+                    )
+                    claim.claimed, claim.saved_at = (execution.id, now), now
+                else:
+                    record = with_lease(execution, now + self.lease)
+                    claim.version = self.store.save(record, claim.version)
+                    claim.record, claim.claimed, claim.saved_at = record, None, now
             if commit is not None:
                 commit()
             if self._keeper is None or id(claim) not in self._held:
@@ -99,7 +121,7 @@ class Leases:
             with claim.lock:
                 version = self.store.save(execution, claim.version)
                 claim.version = version
-                claim.record = None
+                claim.record = claim.claimed = None
             return version
         finally:
             self.release(claim)
@@ -132,21 +154,31 @@ class Leases:
     def _renew(self, claim: Claim) -> None:
         now = self.clock()
         with claim.lock:
-            record, saved_at = claim.record, claim.saved_at
-            if record is None or saved_at is None or now - saved_at < self.lease / 3:
+            record, claimed, saved_at = claim.record, claim.claimed, claim.saved_at
+            if saved_at is None or now - saved_at < self.lease / 3 or claim.version is None:
                 return
-            renewed = with_lease(record, now + self.lease)
+            renewed = None
             try:
-                claim.version = self.store.save(renewed, claim.version)
+                if record is not None:
+                    renewed = with_lease(record, now + self.lease)
+                    execution_id = record.id
+                    claim.version = self.store.save(renewed, claim.version)
+                elif claimed is not None and self.claiming is not None:
+                    execution_id, claimed_at = claimed
+                    claim.version = self.claiming.claim(
+                        execution_id, claim.version, now + self.lease, claimed_at
+                    )
+                else:
+                    return
             except StaleVersionError:
-                claim.record = None  # taken over or cancelled: the step's next save says so
-                logger.warning(
+                claim.record = claim.claimed = None  # taken over or cancelled: the step's
+                logger.warning(  # next save says so
                     "execution %r was taken over while its step still ran (its lease "
                     "ended, or it was cancelled); the step's outcome will be dropped",
-                    record.id,
+                    execution_id,
                 )
                 return
             except StoreError as error:
-                logger.warning("renewing the lease of %r failed: %s", record.id, error)
+                logger.warning("renewing the lease of %r failed: %s", execution_id, error)
                 return
             claim.record, claim.saved_at = renewed, now

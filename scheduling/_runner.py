@@ -52,6 +52,7 @@ from scheduling._errors import (
     HookNotFound,
     StaleVersionError,
 )
+from scheduling._records import child_execution_id
 from scheduling._steps import (
     FINAL_STATUSES,
     SELF_RESUMING_KINDS,
@@ -59,7 +60,6 @@ from scheduling._steps import (
     LostStartError,
     Move,
     Steps,
-    child_execution_id,
     logger,
 )
 from scheduling.abc import (

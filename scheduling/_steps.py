@@ -54,11 +54,25 @@ from prana import (
 )
 from prana._limits import sub_workflow_too_deep, sub_workflow_tree_too_big
 from scheduling._batch import Batch, on_alarms
+from scheduling._claims import (
+    claimable,
+    claimed_snapshot,
+    is_claimed,
+    recover_claimed,
+    unclaimed,
+)
 from scheduling._definitions import Definitions
 from scheduling._errors import ExecutionNotFound, StaleVersionError, WorkflowNotFound
 from scheduling._eventlog import log_event, wanted
 from scheduling._leases import Claim, Leases
-from scheduling.abc import TracePropagator, TreeCountingStore
+from scheduling._records import (
+    child_execution_id,
+    error_dict,
+    exception_dict,
+    execution_of,
+    first_tracer,
+)
+from scheduling.abc import TreeCountingStore
 from scheduling.stores._sql import MAX_LIMIT
 
 if TYPE_CHECKING:
@@ -121,66 +135,6 @@ Check = Callable[[WorkflowExecution], Move | None]
 """A step's check: runs under the lock; ``None`` means nothing to do; raising refuses."""
 
 
-def child_execution_id(parent: WorkflowExecution) -> str | None:
-    """The id of the child a parent suspended on a sub-workflow runs, or ``None``.
-
-    It is derived from the parent's id, node key, run index and attempt, so starting the
-    child twice (a fire delivered twice, a restart) collides in the store instead of
-    running a second child, and a retried sub-workflow node gets a fresh child. The attempt
-    is its place in the run's ledger, which is its number unless a redrive reset the
-    numbering: a redriven node gets a fresh child too.
-    """
-    suspension = parent.suspension
-    key = parent.suspended_node
-    if suspension is None or suspension.kind != "sub_workflow" or key is None:
-        return None
-    run = parent.node(key)
-    if run is None:
-        return None
-    attempt = len(run.attempts) or 1
-    return f"{parent.id}:{key}:{run.run_index}:{attempt}"
-
-
-def _execution_of(outcome: Outcome) -> WorkflowExecution:
-    """The execution an executor outcome carries (always set on what the executor returns)."""
-    execution = outcome.execution
-    assert execution is not None, "the executor returns outcomes with the execution filled in"
-    return execution
-
-
-def _error_dict(execution: WorkflowExecution) -> dict[str, Any]:
-    """A child's failure as the JSON-native ``error`` of a sub-workflow resume."""
-    error = execution.error
-    if error is None:
-        return {"code": execution.status.value, "message": f"child {execution.status.value}"}
-    return {
-        "code": error.code,
-        "type": error.type,
-        "module": error.module,
-        "message": error.message,
-        "details": error.details,
-        "node_key": error.node_key,
-        "execution_id": execution.id,
-    }
-
-
-def _exception_dict(exc: BaseException, code: str) -> dict[str, Any]:
-    return {
-        "code": code,
-        "type": type(exc).__name__,
-        "module": type(exc).__module__,
-        "message": str(exc),
-    }
-
-
-def _first_tracer(observers: Sequence[object]) -> TracePropagator | None:
-    """The first observer that is also a ``TracePropagator``, or ``None``."""
-    for observer in observers:
-        if isinstance(observer, TracePropagator):
-            return observer
-    return None
-
-
 class Steps:
     """What moves executions between the runner's public calls: steps, alarms, follow-ups.
 
@@ -227,7 +181,7 @@ class Steps:
         """Executions whose records this runner could not resume (said once each)."""
         self._listeners: tuple[Callable[[str], object], ...] = ()
         """Called with the execution id after each save (``Runner.subscribe``); copy on write."""
-        self._tracer = _first_tracer(observers)
+        self._tracer = first_tracer(observers)
         """The observer that keeps each execution in one trace (``scheduling.otel``), if any."""
 
     def _observers(self) -> tuple[Callable[[Event], object], ...]:
@@ -277,7 +231,8 @@ class Steps:
                     (execution.workflow_id, execution.workflow_version)
                 ) or definitions.get(execution.workflow_id, execution.workflow_version)
                 leases = self._leases
-                claim = Claim(version)
+                # A light claim: see scheduling._claims for the rule and the reading back.
+                claim = Claim(version, light=move is _RESUME and claimable(execution))
                 try:
                     checkpoint = leases.checkpoint(claim, None if batch is None else batch.commit)
                     with self._traced(execution.trace_context):
@@ -296,7 +251,9 @@ class Steps:
                             node, reset = data
                             outcome = self._redrive(execution, workflow, node, reset, checkpoint)
                         elif move is Move.RECOVER:
-                            outcome = recover_execution(
+                            claimed = is_claimed(execution)
+                            recover = recover_claimed if claimed else recover_execution
+                            outcome = recover(
                                 execution,
                                 workflow=workflow,
                                 registry=self.registry,
@@ -416,7 +373,7 @@ class Steps:
         except BaseException:
             leases.release(claim)
             raise
-        new = _execution_of(outcome)
+        new = execution_of(outcome)
         try:
             version = leases.save(claim, new)
         except StaleVersionError as exc:
@@ -445,6 +402,8 @@ class Steps:
                 execution, version = self.store.load(execution_id)
                 if execution.status is ExecutionStatus.CANCELLED:
                     return execution
+                if is_claimed(execution):  # the claim's attempt in flight is cancelled too
+                    execution = self._claimed_snapshot(execution)
                 cancelled = cancel_execution(
                     execution, reason, clock=self.clock, observers=self._observers()
                 )
@@ -466,6 +425,13 @@ class Steps:
                 self._cancel(child_id, reason or f"parent {execution_id!r} cancelled")
         self._settle(cancelled, new_version)
         return cancelled
+
+    def _claimed_snapshot(self, execution: WorkflowExecution) -> WorkflowExecution:
+        """The checkpoint a claimed record stands for (``scheduling._claims``), or the
+        suspended record it stands on when its step had no action call to make."""
+        workflow = self._definitions.get(execution.workflow_id, execution.workflow_version)
+        snapshot = claimed_snapshot(execution, workflow, self.registry, self.env, self.clock)
+        return unclaimed(execution) if snapshot is None else snapshot
 
     def _expire_webhook(
         self,
@@ -778,7 +744,7 @@ class Steps:
                     parent.id,
                     key,
                     child_id,
-                    {"status": "failed", "error": _exception_dict(exc, code)},
+                    {"status": "failed", "error": exception_dict(exc, code)},
                 )
                 return
         # The parent was read before the child started: if it stopped waiting meanwhile
@@ -839,7 +805,7 @@ class Steps:
         if child.status is ExecutionStatus.COMPLETED:
             data: dict[str, Any] = {"status": "completed", "output": child.output}
         else:
-            data = {"status": "failed", "error": _error_dict(child)}
+            data = {"status": "failed", "error": error_dict(child)}
         self._resume_parent(ref.execution_id, ref.node_key, child.id, data)
 
     def _resume_parent(

@@ -5,8 +5,9 @@ Optional ones name what some backends can do more: a scheduler that keeps the ti
 and a scheduler on one database that arm each alarm inside the save that implies it
 (``TransactionalStore``, ``TransactionalScheduler``); a scheduler that hands over every
 alarm due at one instant in one call (``BatchingScheduler``) and a store that commits
-several saves of one thread together (``GroupingStore``); a store that counts a tree of
-sub-workflow executions (``TreeCountingStore``); an observer that keeps each
+several saves of one thread together (``GroupingStore``); a store that claims an execution
+by its columns alone, leaving its stored record as it was (``ClaimingStore``); a store that
+counts a tree of sub-workflow executions (``TreeCountingStore``); an observer that keeps each
 execution in one trace (``TracePropagator``). The ``Runner`` finds every capability through these
 protocols and looks for nothing else.
 
@@ -28,6 +29,10 @@ Invariants every backend keeps (see the docs' Stores and schedulers page):
 - A ``GroupingStore``'s grouped save checks its compare-and-set at once, but is durable
   and visible to other connections only from the group's next commit, together with
   every grouped save before it; a failed commit loses them all, nothing else.
+- A ``ClaimingStore``'s ``claim`` changes only the status, due time, version and update
+  time of a row, by compare-and-set like ``save``; its ``load`` then reads the record still
+  stored with ``status=running``, ``lease_expires_at`` and ``updated_at`` from the claim,
+  and its ``suspension`` kept (a claimed record, see ``ClaimingStore``).
 - A ``TreeCountingStore``'s ``count_tree(root_id, most)`` counts the stored executions
   whose id is ``root_id`` or starts with ``root_id + ":"`` (matched exactly: no wildcards,
   case-sensitive), stopping at ``most``.
@@ -285,6 +290,41 @@ class GroupingStore(Protocol):
 
     def commit_group(self) -> None:
         """Commit this thread's grouped saves so far (nothing open: nothing to do)."""
+
+
+@runtime_checkable
+class ClaimingStore(Protocol):
+    """A store that claims a suspended execution without writing its record again (``SQLiteStore``).
+
+    ``claim(execution_id, expected_version, lease_expires_at, claimed_at)`` is a
+    compare-and-set like ``save`` (``StaleVersionError`` and nothing changed when
+    ``expected_version`` is not the stored one; it returns the new version) that sets only
+    the row's columns: status ``running``, due time ``lease_expires_at``, update time
+    ``claimed_at``. The stored record (the JSON document) stays what it was. The runner
+    claims this way only a record it loaded ``suspended`` on a retry or a timer at that
+    version, just before the first action call of the step that resumes it (in place of
+    saving the core's ``running`` checkpoint: one serialization and one write fewer), and
+    renews such a claim with the same ``claimed_at`` and a later lease.
+
+    Reading a claimed row: ``load`` returns the stored (suspended) record with
+    ``status=running``, ``lease_expires_at`` the claim's lease and ``updated_at`` its
+    ``claimed_at``; its ``suspension`` and ``suspended_node`` stay set. That is how a
+    reader tells a claim from a checkpoint (the core's ``running`` snapshots never carry a
+    suspension): the record means "a runner began resuming this suspended execution at
+    ``updated_at``". ``find_due``, ``alarms`` and ``list`` read the columns, so the claim's
+    lease is its alarm, as a checkpoint's is. What the runner does with one whose lease ended
+    is in ``scheduling._claims``. A later ``save`` (the step's outcome, or a checkpoint)
+    replaces the record and ends the claim.
+    """
+
+    def claim(
+        self,
+        execution_id: str,
+        expected_version: int,
+        lease_expires_at: datetime,
+        claimed_at: datetime,
+    ) -> int:
+        """Mark the stored execution ``running`` until ``lease_expires_at``; its new version."""
 
 
 @runtime_checkable

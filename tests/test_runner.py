@@ -1343,11 +1343,20 @@ class RacingStore(MemoryStore):
         self.race: set[str] = set()
 
     def save(self, execution: WorkflowExecution, expected_version: int | None) -> int:
-        if execution.id in self.race:
-            self.race.discard(execution.id)
-            stored, version = self.load(execution.id)
-            super().save(stored, version)
+        self._rival(execution.id)
         return super().save(execution, expected_version)
+
+    def claim(
+        self, execution_id: str, expected_version: int, lease: datetime, claimed_at: datetime
+    ) -> int:
+        self._rival(execution_id)  # a light claim is a write too (ClaimingStore)
+        return super().claim(execution_id, expected_version, lease, claimed_at)
+
+    def _rival(self, execution_id: str) -> None:
+        if execution_id in self.race:
+            self.race.discard(execution_id)
+            stored, version = self.load(execution_id)
+            super().save(stored, version)
 
 
 def paused_for(path: str, h: Harness) -> tuple[str, Callable[[], object]]:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
+import attrs
+
 from prana import (
     ExecutionStatus,
     InvalidSettingsError,
@@ -92,6 +94,38 @@ def check_save(execution: Any, expected_version: Any) -> None:
             f"save(expected_version={expected_version!r}): use None to create, or the "
             "version load() returned"
         )
+
+
+def check_claim(
+    execution_id: Any, expected_version: Any, lease_expires_at: Any, claimed_at: Any
+) -> None:
+    """Refuse a ``claim`` whose arguments are of the wrong kind, before anything is written."""
+    if not isinstance(execution_id, str):
+        raise InvalidSettingsError(f"claim(execution_id={execution_id!r}): use an execution id")
+    if (
+        isinstance(expected_version, bool)
+        or not isinstance(expected_version, int)
+        or expected_version < 1
+    ):
+        raise InvalidSettingsError(
+            f"claim(expected_version={expected_version!r}): use the version load() returned"
+        )
+    check_aware(lease_expires_at, "claim(lease_expires_at)")
+    check_aware(claimed_at, "claim(claimed_at)")
+
+
+def as_claimed(
+    execution: WorkflowExecution, lease_expires_at: datetime | None, claimed_at: datetime | None
+) -> WorkflowExecution:
+    """What a claimed row reads as (``scheduling.abc.ClaimingStore``): its stored record,
+    ``running`` since ``claimed_at`` under a lease until ``lease_expires_at``, its
+    suspension kept (which tells it from a checkpoint)."""
+    return attrs.evolve(
+        execution,
+        status=ExecutionStatus.RUNNING,
+        lease_expires_at=lease_expires_at,
+        updated_at=claimed_at,
+    )
 
 
 def check_status(status: Any) -> ExecutionStatus | None:

@@ -16,7 +16,9 @@ from scheduling._errors import ExecutionNotFound
 from scheduling.abc import ExecutionSummary
 from scheduling.stores._base import BaseStore
 from scheduling.stores._sql import (
+    as_claimed,
     check_aware,
+    check_claim,
     check_limit,
     check_list_args,
     check_save,
@@ -97,6 +99,31 @@ class MemoryStore(BaseStore):
                 self._due[execution_id] = due_at
         return 1 if expected_version is None else expected_version + 1
 
+    def claim(
+        self,
+        execution_id: str,
+        expected_version: int,
+        lease_expires_at: datetime,
+        claimed_at: datetime,
+    ) -> int:
+        """Mark the stored execution running until ``lease_expires_at``, its record unchanged.
+
+        ``scheduling.abc.ClaimingStore``: a compare-and-set on the version, like ``save``;
+        ``load`` then reads the record as the SQL stores do (``as_claimed``).
+        """
+        check_claim(execution_id, expected_version, lease_expires_at, claimed_at)
+        with self._lock:
+            row = self._rows.get(execution_id)
+            if row is None or row[0] != expected_version:
+                raise stale(execution_id, expected_version, None if row is None else row[0])
+            version, seq, record, execution = row
+            execution = as_claimed(execution, lease_expires_at, claimed_at)
+            if not isinstance(record, str):
+                record = execution  # serialized: the text stays, ``load`` reads it as claimed
+            self._rows[execution_id] = (version + 1, seq, record, execution)
+            self._due[execution_id] = lease_expires_at
+        return version + 1
+
     def _count_prefixes(self, execution_id: str) -> None:
         under = self._under
         at = execution_id.find(":")
@@ -117,9 +144,12 @@ class MemoryStore(BaseStore):
         row = self._rows.get(execution_id)  # one dict read: atomic, no lock needed
         if row is None:
             raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
-        version, _, record, _ = row
+        version, _, record, execution = row
         if isinstance(record, str):
-            return read_execution(execution_id, record), version
+            stored = read_execution(execution_id, record)
+            if execution.status is not stored.status:  # claimed (``claim``)
+                stored = as_claimed(stored, execution.lease_expires_at, execution.updated_at)
+            return stored, version
         return record, version
 
     def find_due(self, now: datetime, limit: int = 100) -> Sequence[tuple[str, datetime]]:

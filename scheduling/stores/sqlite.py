@@ -45,7 +45,9 @@ from scheduling.stores._migrations import (
 )
 from scheduling.stores._sql import (
     ParsedCache,
+    as_claimed,
     check_aware,
+    check_claim,
     check_limit,
     check_list_args,
     check_save,
@@ -118,8 +120,14 @@ _UPDATE = (
     " due_at = ?, version = version + 1, updated_at = ?, data = ?"
     " WHERE id = ? AND version = ?"
 )
+# A claim (``scheduling.abc.ClaimingStore``) sets the columns only; ``data`` stays the
+# suspended record it claims.
+_CLAIM = (
+    "UPDATE prana_executions SET status = 'running', due_at = ?, version = version + 1,"
+    " updated_at = ? WHERE id = ? AND version = ?"
+)
 _VERSION = "SELECT version FROM prana_executions WHERE id = ?"
-_LOAD = "SELECT data, version FROM prana_executions WHERE id = ?"
+_LOAD = "SELECT data, version, status, due_at, updated_at FROM prana_executions WHERE id = ?"
 # A range of the id's (binary) index: every id starting "<root>:" sorts from it to "<root>;".
 _COUNT_TREE = (
     "SELECT COUNT(*) FROM (SELECT 1 FROM prana_executions"
@@ -429,13 +437,40 @@ class SQLiteStore(BaseStore):
         row = self._conn.execute(_VERSION, (execution_id,)).fetchone()
         return None if row is None else int(row[0])
 
+    def claim(
+        self,
+        execution_id: str,
+        expected_version: int,
+        lease_expires_at: datetime,
+        claimed_at: datetime,
+    ) -> int:
+        """Mark the stored execution running until ``lease_expires_at``, its record unchanged.
+
+        ``scheduling.abc.ClaimingStore``: a compare-and-set on the version, like ``save``.
+        """
+        check_claim(execution_id, expected_version, lease_expires_at, claimed_at)
+        lease, at = to_micros(lease_expires_at), to_micros(claimed_at)
+        params = (lease, at, execution_id, expected_version)
+        with self._lock:
+            if self._group_owner is None and getattr(self._grouping, "depth", 0) > 0:
+                self._open_group()
+            if self._conn.execute(_CLAIM, params).rowcount != 1:
+                raise stale(execution_id, expected_version, self._stored_version(execution_id))
+        return expected_version + 1
+
     def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
-        """The execution and its version; ``ExecutionNotFound`` if there is none."""
+        """The execution and its version; ``ExecutionNotFound`` if there is none.
+
+        A claimed row (``ClaimingStore``) reads as its record claimed (``as_claimed``).
+        """
         with self._lock:
             row = self._conn.execute(_LOAD, (execution_id,)).fetchone()
         if row is None:
             raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
-        return self._parsed.read(execution_id, row[0]), row[1]
+        execution = self._parsed.read(execution_id, row[0])
+        if row[2] == "running" and execution.status is ExecutionStatus.SUSPENDED:
+            execution = as_claimed(execution, _time_or_none(row[3]), _time_or_none(row[4]))
+        return execution, row[1]
 
     def count_tree(self, root_id: str, most: int) -> int:
         """Executions with id ``root_id`` or starting ``root_id + ":"``, up to ``most``."""

@@ -1,0 +1,83 @@
+"""Small readings of records that the runner's steps share (kept out of ``_steps.py``).
+
+A parent's child id, a child's end as a parent's resume data, the tracer among the observers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from scheduling.abc import TracePropagator
+
+if TYPE_CHECKING:
+    from prana import Outcome, WorkflowExecution
+
+__all__ = [
+    "child_execution_id",
+    "error_dict",
+    "exception_dict",
+    "execution_of",
+    "first_tracer",
+]
+
+
+def child_execution_id(parent: WorkflowExecution) -> str | None:
+    """The id of the child a parent suspended on a sub-workflow runs, or ``None``.
+
+    It is derived from the parent's id, node key, run index and attempt, so starting the
+    child twice (a fire delivered twice, a restart) collides in the store instead of
+    running a second child, and a retried sub-workflow node gets a fresh child. The attempt
+    is its place in the run's ledger, which is its number unless a redrive reset the
+    numbering: a redriven node gets a fresh child too.
+    """
+    suspension = parent.suspension
+    key = parent.suspended_node
+    if suspension is None or suspension.kind != "sub_workflow" or key is None:
+        return None
+    run = parent.node(key)
+    if run is None:
+        return None
+    attempt = len(run.attempts) or 1
+    return f"{parent.id}:{key}:{run.run_index}:{attempt}"
+
+
+def execution_of(outcome: Outcome) -> WorkflowExecution:
+    """The execution an executor outcome carries (always set on what the executor returns)."""
+    execution = outcome.execution
+    assert execution is not None, "the executor returns outcomes with the execution filled in"
+    return execution
+
+
+def error_dict(execution: WorkflowExecution) -> dict[str, Any]:
+    """A child's failure as the JSON-native ``error`` of a sub-workflow resume."""
+    error = execution.error
+    if error is None:
+        return {"code": execution.status.value, "message": f"child {execution.status.value}"}
+    return {
+        "code": error.code,
+        "type": error.type,
+        "module": error.module,
+        "message": error.message,
+        "details": error.details,
+        "node_key": error.node_key,
+        "execution_id": execution.id,
+    }
+
+
+def exception_dict(exc: BaseException, code: str) -> dict[str, Any]:
+    """An exception the runner caught, as the JSON-native ``error`` of a sub-workflow resume."""
+    return {
+        "code": code,
+        "type": type(exc).__name__,
+        "module": type(exc).__module__,
+        "message": str(exc),
+    }
+
+
+def first_tracer(observers: Sequence[object]) -> TracePropagator | None:
+    """The first observer that is also a ``TracePropagator``, or ``None``."""
+    for observer in observers:
+        if isinstance(observer, TracePropagator):
+            return observer
+    return None

@@ -1,0 +1,403 @@
+"""Light claims (``scheduling.abc.ClaimingStore``, ``scheduling._claims``).
+
+A step resuming a retry or a timer claims its execution by the row's columns alone, its
+stored record left suspended. These tests hold the store's side (compare-and-set, what a
+claimed row reads as), the rule of which records qualify, and that a claimed execution is
+recovered, cancelled and renewed exactly as one whose full checkpoint was saved: each
+scenario runs over a claiming store and over the same store with claims hidden, and the
+final records must be equal.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from doubles import T0, at, flaky_node, workflow
+
+from prana import (
+    ActionContext,
+    AttemptOutcome,
+    ExecutionStatus,
+    InvalidSettingsError,
+    Node,
+    Registry,
+    dumps,
+    execute_workflow,
+)
+from prana.testing import ManualClock
+from scheduling import Runner, StaleVersionError
+from scheduling._claims import LIGHT_KINDS, claimable, is_claimed
+from scheduling._leases import Claim, Leases
+from scheduling.abc import ClaimingStore, ExecutionStore
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.memory import MemoryStore
+from scheduling.stores.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+LEASE = 30.0
+
+
+class Died(BaseException):
+    """The process died inside the action (nothing catches a BaseException subclass)."""
+
+
+class Unclaiming:
+    """The same store with ``claim`` hidden: the runner saves full checkpoints over it."""
+
+    def __init__(self, inner: ExecutionStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "claim":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+@pytest.fixture(params=["sqlite", "memory", "memory-json"])
+def claiming(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+    """Makes fresh claiming stores of one kind (closed at the end)."""
+    made: list[Any] = []
+
+    def make() -> Any:
+        if request.param == "sqlite":
+            store: Any = SQLiteStore(tmp_path / f"claims{len(made)}.db")
+        else:
+            store = MemoryStore(serialize=request.param == "memory-json")
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        store.close()
+
+
+def suspended_retry(store: Any, clock: ManualClock) -> tuple[str, int]:
+    """Store an execution suspended on a retry (due at ``at(1)``); its id and version."""
+    registry = Registry()
+    registry.register("test.flaky", _fails_first)
+    outcome = execute_workflow(workflow(flaky_node()), None, registry=registry, clock=clock)
+    assert outcome.execution is not None
+    return outcome.execution.id, store.save(outcome.execution, None)
+
+
+def _fails_first(params: Any, ctx: ActionContext) -> Any:
+    if ctx.attempt == 1:
+        raise ConnectionError("down")
+    return "done"
+
+
+# -- the store's side ------------------------------------------------------------------------
+
+
+def test_sqlite_and_memory_stores_claim() -> None:
+    """Both built-in stores offer light claims (``ClaimingStore``)."""
+    assert isinstance(MemoryStore(), ClaimingStore)
+    store = SQLiteStore(":memory:")
+    try:
+        assert isinstance(store, ClaimingStore)
+    finally:
+        store.close()
+
+
+def test_a_claimed_row_reads_running_with_its_record_kept(claiming: Callable[[], Any]) -> None:
+    """A claim sets status, lease and claim time; the record and its suspension stay."""
+    store = claiming()
+    clock = ManualClock(T0)
+    eid, version = suspended_retry(store, clock)
+    before, _ = store.load(eid)
+    assert claimable(before)
+    assert store.claim(eid, version, at(31), at(1)) == version + 1
+    claimed, now = store.load(eid)
+    assert now == version + 1
+    assert is_claimed(claimed)
+    assert claimed.lease_expires_at == claimed.due_at == at(31)
+    assert claimed.updated_at == at(1)
+    assert claimed.suspension == before.suspension
+    assert claimed.node_executions == before.node_executions
+    assert store.find_due(at(31)) == [(eid, at(31))]
+    assert store.find_due(at(30)) == []
+    assert store.alarms() == [(eid, at(31))]
+    [row] = store.list()
+    assert (row.status, row.version, row.due_at) == (ExecutionStatus.RUNNING, now, at(31))
+    # A renewal: the same claim time, a later lease.
+    assert store.claim(eid, now, at(41), at(1)) == now + 1
+    renewed, _ = store.load(eid)
+    assert (renewed.lease_expires_at, renewed.updated_at) == (at(41), at(1))
+    # A save ends the claim: the record saved is what is read.
+    store.save(before, now + 1)
+    assert store.load(eid)[0] == before
+
+
+def test_the_sqlite_claim_leaves_the_stored_text_as_it_was(sqlite_store: SQLiteStore) -> None:
+    """The claim writes the columns only: the JSON document is the suspended one, byte for byte."""
+    eid, version = suspended_retry(sqlite_store, ManualClock(T0))
+
+    def row() -> tuple[Any, ...]:
+        query = "SELECT data, status, due_at, version FROM prana_executions WHERE id = ?"
+        return tuple(sqlite_store._conn.execute(query, (eid,)).fetchone())
+
+    text, status, _, _ = row()
+    assert status == "suspended"
+    sqlite_store.claim(eid, version, at(31), at(1))
+    assert row()[:2] == (text, "running")
+    assert row()[3] == version + 1
+
+
+def test_a_stale_claim_changes_nothing(claiming: Callable[[], Any]) -> None:
+    """A claim on the wrong version (or an unknown id) raises and leaves the row as it was."""
+    store = claiming()
+    eid, _ = suspended_retry(store, ManualClock(T0))
+    before = store.load(eid)
+    with pytest.raises(StaleVersionError, match="expected version 7"):
+        store.claim(eid, 7, at(31), at(1))
+    with pytest.raises(StaleVersionError):
+        store.claim("nobody", 1, at(31), at(1))
+    assert store.load(eid) == before
+
+
+def test_a_claim_with_bad_arguments_is_refused(claiming: Callable[[], Any]) -> None:
+    """Wrong kinds of arguments fail in one line naming the argument, before anything is written."""
+    store = claiming()
+    eid, version = suspended_retry(store, ManualClock(T0))
+    with pytest.raises(InvalidSettingsError, match="expected_version=0"):
+        store.claim(eid, 0, at(31), at(1))
+    with pytest.raises(InvalidSettingsError, match="lease_expires_at"):
+        store.claim(eid, version, at(31).replace(tzinfo=None), at(1))
+    assert store.load(eid)[1] == version
+
+
+def test_a_grouped_claim_is_durable_only_from_the_commit(tmp_path: Path) -> None:
+    """In a SQLite group a claim joins the open transaction, as a save does."""
+    path = tmp_path / "g.db"
+    store, other = SQLiteStore(path), SQLiteStore(path)
+    try:
+        eid, version = suspended_retry(store, ManualClock(T0))
+        with store.grouped():
+            store.claim(eid, version, at(31), at(1))
+            assert store.load(eid)[1] == version + 1  # its own thread sees it
+            store.commit_group()
+        assert other.load(eid)[1] == version + 1
+        assert is_claimed(other.load(eid)[0])
+    finally:
+        store.close()
+        other.close()
+
+
+# -- which records qualify -------------------------------------------------------------------
+
+
+def test_only_retries_and_timers_are_claimed_lightly() -> None:
+    """The rule: a claim stands for a resume that ignores its data, so retry and timer only.
+
+    If a kind is added to ``LIGHT_KINDS`` this fails: the replay in ``scheduling._claims``
+    must then be shown to rebuild that kind's snapshot too.
+    """
+    assert frozenset({"retry", "timer"}) == LIGHT_KINDS
+
+
+@pytest.mark.parametrize(
+    ("node", "light"),
+    [
+        (flaky_node(), True),
+        (Node(key="w", type="wait.wait", params={"mode": "interval", "duration": 5}), True),
+        (Node(key="w", type="wait.wait", params={"mode": "webhook"}), False),
+    ],
+)
+def test_a_step_claims_lightly_only_a_record_that_qualifies(node: Node, light: bool) -> None:
+    """Inside the first action of the resuming step the stored record is a light claim for a
+    retry or a timer, and a full checkpoint (no suspension) for a webhook delivery."""
+    store = MemoryStore()
+    clock = ManualClock(T0)
+    seen: list[Any] = []
+    registry = Registry()
+
+    def flaky(params: Any, ctx: ActionContext) -> Any:
+        if ctx.attempt == 1 and ctx.node_key == "r":
+            raise ConnectionError("down")
+        seen.append(store.load(ctx.execution_id)[0])
+        return "done"
+
+    registry.register("test.flaky", flaky)
+    after = Node(key="after", type="test.flaky")
+    with Runner(registry, store, ManualScheduler(clock), lease_seconds=LEASE) as runner:
+        eid = runner.start(workflow(node, after))
+        seen.clear()
+        if node.params.get("mode") == "webhook":
+            runner.deliver(eid, {"ok": True})
+        else:
+            runner.scheduler.advance(5)
+        assert runner.get(eid).status is ExecutionStatus.COMPLETED
+    assert all(record.status is ExecutionStatus.RUNNING for record in seen)
+    assert all(record.lease_expires_at is not None for record in seen)
+    assert is_claimed(seen[0]) is light
+    assert not any(is_claimed(record) for record in seen[1:])  # later checkpoints: full
+    assert len(seen) == (2 if node.key == "r" else 1)
+
+
+# -- recovery, cancelling, renewing: as with a full checkpoint ------------------------------
+
+
+def died_in_retry(store: Any, dies: int, max_interruptions: int = 3) -> tuple[Any, list[Any]]:
+    """A retry whose second attempt kills its process ``dies`` times; recovered past leases."""
+    clock = ManualClock(T0)
+    calls: list[Any] = []
+    claimed: list[bool] = []
+
+    def fragile(params: Any, ctx: ActionContext) -> Any:
+        calls.append((ctx.idempotency_key, ctx.attempt))
+        if ctx.attempt == 1:
+            raise ConnectionError("down")
+        claimed.append(is_claimed(store.load(ctx.execution_id)[0]))
+        if len(calls) <= dies + 1:
+            raise Died
+        return "done"
+
+    registry = Registry()
+    registry.register("test.flaky", fragile)
+
+    def runner() -> Runner[ManualScheduler]:
+        return Runner(
+            registry,
+            store,
+            ManualScheduler(clock),
+            lease_seconds=LEASE,
+            max_interruptions=max_interruptions,
+        )
+
+    eid = runner().start(workflow(flaky_node()), execution_id="e1")
+    clock.advance(1)
+    for _ in range(dies + 1):
+        try:
+            runner().run_due()
+        except Died:
+            assert store.load(eid)[0].status is ExecutionStatus.RUNNING
+            clock.advance(LEASE)
+    # The first run of attempt 2 is a light claim's over a claiming store; recoveries save
+    # full checkpoints.
+    assert not any(claimed[1:])
+    assert claimed[0] is isinstance(store, ClaimingStore)
+    return store.load(eid)[0], calls
+
+
+@pytest.mark.parametrize("dies", [1, 2, 5])
+def test_a_claimed_retry_that_died_is_recovered_as_a_checkpoint_is(
+    claiming: Callable[[], Any], dies: int
+) -> None:
+    """kill -9 inside a lightly claimed attempt: taken up after the lease, the attempt closed
+    interrupted and run again with the same key, counted against max_interruptions; the
+    final record equals the one a full checkpoint gives, attempt times included."""
+    light, light_calls = died_in_retry(claiming(), dies)
+    full, full_calls = died_in_retry(Unclaiming(claiming()), dies)
+    assert dumps(light) == dumps(full)
+    assert light_calls == full_calls
+    assert {key for key, _ in light_calls} == {"e1:r:0"}
+    record = light.node("r")
+    assert record is not None
+    outcomes = [a.outcome for a in record.attempts]
+    if dies < 3:
+        assert light.status is ExecutionStatus.COMPLETED
+        assert outcomes == [
+            AttemptOutcome.FAILED,
+            *[AttemptOutcome.INTERRUPTED] * dies,
+            AttemptOutcome.COMPLETED,
+        ]
+    else:  # the poison bound: three interruptions in a row, then failed
+        assert light.status is ExecutionStatus.FAILED
+        assert light.error is not None
+        assert light.error.code == "interrupted"
+        assert outcomes[1:] == [AttemptOutcome.INTERRUPTED] * 3 + [AttemptOutcome.FAILED]
+    assert record.attempts[1].started_at == at(1)  # the claim time, as the checkpoint had
+
+
+def cancelled_while_claimed(store: Any) -> Any:
+    """Cancel from inside the claimed retry attempt; the step's outcome is dropped."""
+    clock = ManualClock(T0)
+    registry = Registry()
+    holder: list[Runner[ManualScheduler]] = []
+
+    def flaky(params: Any, ctx: ActionContext) -> Any:
+        if ctx.attempt == 1:
+            raise ConnectionError("down")
+        holder[0].cancel(ctx.execution_id, "operator")
+        return "done"
+
+    registry.register("test.flaky", flaky)
+    holder.append(Runner(registry, store, ManualScheduler(clock), lease_seconds=LEASE))
+    with holder[0] as runner:
+        eid = runner.start(workflow(flaky_node()), execution_id="c1")
+        runner.scheduler.advance(1)
+        return runner.get(eid)
+
+
+def test_cancelling_a_claimed_execution_closes_its_attempt_in_flight(
+    claiming: Callable[[], Any],
+) -> None:
+    """A cancel that lands on a light claim cancels the attempt the claim stands for."""
+    light = cancelled_while_claimed(claiming())
+    assert light.status is ExecutionStatus.CANCELLED
+    record = light.node("r")
+    assert record is not None
+    assert [a.outcome for a in record.attempts] == [
+        AttemptOutcome.FAILED,
+        AttemptOutcome.CANCELLED,
+    ]
+    assert dumps(light) == dumps(cancelled_while_claimed(Unclaiming(claiming())))
+
+
+def test_a_claim_whose_resume_runs_no_action_is_resumed_afresh(
+    claiming: Callable[[], Any],
+) -> None:
+    """A claimed timer whose resume reaches no action call: nothing was interrupted."""
+    store = claiming()
+    clock = ManualClock(T0)
+    wait = Node(key="w", type="wait.wait", params={"mode": "interval", "duration": 5})
+    with Runner(Registry(), store, ManualScheduler(clock), lease_seconds=LEASE) as runner:
+        eid = runner.start(workflow(wait))
+    clock.advance(5)
+    _, version = store.load(eid)
+    store.claim(eid, version, clock() + timedelta(seconds=LEASE), clock())  # then "died"
+    clock.advance(LEASE)
+    runner = Runner(Registry(), store, ManualScheduler(clock), lease_seconds=LEASE)
+    assert runner.run_due() == [eid]
+    done = runner.get(eid)
+    assert done.status is ExecutionStatus.COMPLETED
+    record = done.node("w")
+    assert record is not None
+    assert all(a.outcome is not AttemptOutcome.INTERRUPTED for a in record.attempts)
+
+
+def test_a_light_claim_is_renewed_with_its_claim_time(claiming: Callable[[], Any]) -> None:
+    """The keeper renews a light claim by claiming again: later lease, same claim time and
+    record; a claim taken over meanwhile stops being renewed."""
+    store = claiming()
+    clock = ManualClock(T0)
+    eid, version = suspended_retry(store, clock)
+    suspended, _ = store.load(eid)
+    leases = Leases(store, clock, LEASE)
+    claim = Claim(version, light=True)
+    leases.checkpoint(claim)(suspended)  # the core's snapshot is not what gets stored
+    try:
+        first, claimed_version = store.load(eid)
+        assert is_claimed(first)
+        assert first.updated_at == T0
+        clock.advance(LEASE / 3)
+        leases._renew(claim)
+        renewed, renewed_version = store.load(eid)
+        assert renewed_version == claimed_version + 1
+        assert (renewed.updated_at, renewed.lease_expires_at) == (
+            T0,
+            clock() + timedelta(seconds=LEASE),
+        )
+        assert renewed.node_executions == suspended.node_executions
+        store.save(suspended, renewed_version)  # taken over: the next renewal loses
+        clock.advance(LEASE / 3)
+        leases._renew(claim)
+        assert claim.claimed is None
+        assert store.load(eid)[1] == renewed_version + 1
+    finally:
+        leases.release(claim)
