@@ -20,6 +20,22 @@ per-attempt audit trail, with three changes:
 The fast path (``gen_runs_codec``) reads strictly and raises on anything unusual; then
 ``upgrade_runs`` rewrites version 3 runs as version 2 objects with ISO times, so the
 detailed converter names each bad field as it does for any other record.
+
+Validate eagerly, build lazily. The fast path checks every row when the record is read and
+builds none (``prana._noderuns.NodeRuns`` builds a node's runs when first read). The rule
+the check (``RunsCodec.check``, ``_check_code``) enforces is the reader's, field by field:
+a run row is a list of 4 to 10 items, an attempt row a list of 2 to 8; ``status`` and
+``outcome`` are values of their enums; ``execution_index``, ``run_index``, ``number`` and
+``retry_delay_ms`` (or ``None``) are ``int`` (not ``bool``); ``redrive`` is a ``bool``;
+``output_port`` is text or ``None``; an ``error`` is ``None`` or an ``ErrorInfo`` object
+(checked by its own reader); ``attempts`` is a list; the run's ``started_at`` is aware ISO
+text; each other time is ``None`` where optional, aware ISO text, or a whole number of
+microseconds when the anchor is UTC and the anchor plus that many microseconds is a
+datetime (years 1 to 9999); ``output`` and ``params`` are any JSON. A row the check takes
+therefore builds without error, equal to what the records' constructors build from it;
+``tests/test_node_runs.py`` holds the check, the builder and the constructors (the
+detailed converter, through ``__init__``) to that over generated mutations of stored rows,
+so a rule added to a constructor and not to the check fails there.
 """
 
 from __future__ import annotations
@@ -27,7 +43,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import attrs
 from cattrs.preconf.orjson import OrjsonConverter
@@ -43,6 +59,7 @@ from prana._model import (
     WorkflowExecution,
     slot_twin,
 )
+from prana._noderuns import NodeRuns
 
 RUN_LAYOUT: Final[tuple[tuple[str, Any], ...]] = (
     ("status", attrs.NOTHING),
@@ -75,6 +92,13 @@ ATTEMPT_LAYOUT: Final[tuple[tuple[str, Any], ...]] = (
 
 _UTC: Final = timezone.utc
 _US: Final = timedelta(microseconds=1)
+_FIRST: Final = datetime.min.replace(tzinfo=_UTC)
+_LAST: Final = datetime.max.replace(tzinfo=_UTC)
+
+
+def _bounds(anchor: datetime) -> tuple[int, int]:
+    """The whole microseconds ``n`` for which ``anchor + n`` microseconds is a datetime."""
+    return (_FIRST - anchor) // _US, (_LAST - anchor) // _US
 
 
 def check_layouts() -> None:
@@ -96,8 +120,14 @@ def check_layouts() -> None:
             raise TypeError(f"{cl.__name__}: fields always written must lead the layout")
 
 
-def _after(name: str) -> tuple[list[str], str]:
-    """Reading and writing a time that is stored after the anchor ``a`` (local ``au``: UTC)."""
+def _after(name: str) -> tuple[list[str], str, list[str]]:
+    """Reading, writing and checking a time stored after the anchor ``a`` (local ``au``: UTC).
+
+    The check (``check_run``) accepts exactly what the reading turns into a datetime: a
+    whole number when the anchor is UTC and ``a`` plus that many microseconds is a
+    datetime (``lo``/``hi``: its bounds for this anchor, worked out once per run), or
+    aware ISO text.
+    """
     read = [
         f"if {name}.__class__ is int:",
         "  if not au: raise _Mismatch",
@@ -106,12 +136,20 @@ def _after(name: str) -> tuple[list[str], str]:
         f"  w = _datetimes.get({name})",
         f"  {name} = _read_datetime({name}) if w is None else w",
     ]
+    check = [
+        f"if {name}.__class__ is int:",
+        "  if not au: raise _Mismatch",
+        f"  if {name}:",
+        "    if lo is None: lo, hi = _bounds(a)",
+        f"    if not lo <= {name} <= hi: raise _Mismatch",
+        f"elif _datetimes.get({name}) is None: _read_datetime({name})",
+    ]
     # Identity first: the engine stamps a run and its attempt with one clock reading.
     write = (
         "(0 if x is a else (x - a) // _US) if au and x.__class__ is _datetime"
         " and x.tzinfo is _UTC else x"
     )
-    return read, write
+    return read, write, check
 
 
 def _gen_row(
@@ -123,7 +161,8 @@ def _gen_row(
     """Generate ``read_<cl>`` and ``write_<cl>`` for one version 3 row layout into ``ns``.
 
     A run's functions take its node key and define the anchor; an attempt's take the
-    anchor ``a`` and ``au`` (whether the anchor is UTC) from its run.
+    anchor ``a`` and ``au`` (whether the anchor is UTC) from its run. ``_check_code``
+    generates the check of the same rows from the same per-field code.
     """
     types = {a.name: a.type for a in attrs.fields(cl)}
     width = len(layout)
@@ -156,17 +195,17 @@ def _gen_row(
         v = f"v{i}"
         t = types[name]
         if name == "started_at" and is_run:
-            fl += [
+            anchor = [
                 f"  a = _datetimes.get({v})",
                 f"  if a is None: a = _read_datetime({v})",
                 "  au = a.tzinfo is _UTC",
-                f"  {v} = a",
             ]
+            fl += [*anchor, f"  {v} = a"]
             dump += ["  a = o.started_at", "  au = a.__class__ is _datetime and a.tzinfo is _UTC"]
             dump.append(f"  w{i} = a")
             continue
         if name in ("started_at", "ended_at", "due_at", "completed_at"):
-            read, write = _after(v)
+            read, write, _ = _after(v)
             if name != "started_at":
                 read = [f"if {v} is not None:", *(f"  {line}" for line in read)]
                 write = f"None if x is None else ({write})"
@@ -236,14 +275,89 @@ def _gen_row(
     generate(source, ns, what=f"version 3 rows {cl.__name__}")
 
 
-def gen_runs_codec(
+def _check_code(
     conv: OrjsonConverter,
-) -> tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], Any]]:
-    """Generate ``(write, read)`` for ``WorkflowExecution.node_executions`` in version 3.
+    cl: type[Any],
+    layout: tuple[tuple[str, Any], ...],
+    ns: dict[str, Any],
+    p: str,
+    row: str,
+) -> list[str]:
+    """Lines that check the version 3 row ``row`` (a list) of ``cl`` as its reader would.
+
+    The reader (``_gen_row``) without the building: each field gets the reader's own lines
+    (``field_code``; a time's range check from ``_after``; an enum looked up), so a row is
+    refused exactly when the reader would raise on it. Locals are ``{p}0``, ``{p}1``...; a
+    run's defines the anchor ``a``, ``au`` and ``lo``/``hi`` for its attempts, which are
+    checked inline (one call per row, not per attempt). Lengths are tried commonest first.
+    """
+    types = {a.name: a.type for a in attrs.fields(cl)}
+    width = len(layout)
+    required = sum(1 for _, d in layout if d is attrs.NOTHING)
+    is_run = cl is NodeExecution
+    fields: list[list[str]] = []
+    for i, (name, _) in enumerate(layout):
+        v = f"{p}{i}"
+        if name == "started_at" and is_run:
+            fields.append(
+                [
+                    f"a = _datetimes.get({v})",
+                    f"if a is None: a = _read_datetime({v})",
+                    "au = a.tzinfo is _UTC",
+                    "lo = None",
+                ]
+            )
+        elif name in ("started_at", "ended_at", "due_at", "completed_at"):
+            checked = _after(v)[2]
+            if name != "started_at":
+                checked = [f"if {v} is not None:", *(f"  {line}" for line in checked)]
+            fields.append(checked)
+        elif name == "attempts":
+            inner = _check_code(conv, AttemptRecord, ATTEMPT_LAYOUT, ns, "x", "y")
+            fields.append(
+                [
+                    f"if {v}.__class__ is not list: raise _Mismatch",
+                    f"for y in {v}:",
+                    "  if y.__class__ is not list: raise _Mismatch",
+                    *(f"  {line}" for line in inner),
+                ]
+            )
+        elif name in ("status", "outcome"):
+            ns[f"_enum_{cl.__name__}"] = {
+                m.value: m for m in (NodeStatus if is_run else AttemptOutcome)
+            }
+            fields.append([f"_enum_{cl.__name__}[{v}]"])
+        else:
+            fields.append(field_code(conv, name, types[name], ns, v)[0])
+    lines = [f"{p}n = len({row})"]
+    lengths = range(width, required - 1, -1) if is_run else range(required, width + 1)
+    for k, n in enumerate(lengths):
+        lines.append(f"{'if' if k == 0 else 'elif'} {p}n == {n}:")
+        lines.append(f"  {', '.join(f'{p}{i}' for i in range(n))}, = {row}")
+        lines += [f"  {line}" for i in range(n) for line in fields[i]]
+    lines.append("else: raise _Mismatch")
+    return lines
+
+
+class RunsCodec(NamedTuple):
+    """Schema version 3's ``node_executions``, generated by ``gen_runs_codec``."""
+
+    write: Callable[[Mapping[str, Any]], dict[str, Any]]
+    """The runs per node as JSON rows (an unread node's raw rows as they were read)."""
+    read: Callable[[Any], NodeRuns]
+    """Check every row (raises on any it does not take) and keep them, built when read."""
+    check: Callable[[Any], None]
+    """Check one run row as ``read`` does (raises on a row ``build`` would not take)."""
+    build: Callable[[str, list[Any]], tuple[NodeExecution, ...]]
+    """Build one node's runs from its rows (``check`` keeps ``build`` from failing)."""
+
+
+def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
+    """Generate the ``RunsCodec`` for ``WorkflowExecution.node_executions`` in version 3.
 
     ``read`` raises on any shape it does not expect (the caller then takes the slow path
-    through ``upgrade_runs``). Records are built through their slot twins, as
-    ``prana._fast_hooks.gen_row_hooks`` does.
+    through ``upgrade_runs``, which builds every run and names each bad field). Records are
+    built through their slot twins, as ``prana._fast_hooks.gen_row_hooks`` does.
     """
     check_layouts()
     ns: dict[str, Any] = {
@@ -266,25 +380,49 @@ def gen_runs_codec(
     ns["_h_object"] = conv.get_structure_hook(NodeExecution)
     _gen_row(conv, AttemptRecord, ATTEMPT_LAYOUT, ns)
     _gen_row(conv, NodeExecution, RUN_LAYOUT, ns)
+    ns["_bounds"] = _bounds
+    ns["_NodeRuns"] = NodeRuns
+    checks = _check_code(conv, NodeExecution, RUN_LAYOUT, ns, "v", "d")
     source = "\n".join(
         [
             "def write_runs(m):",
+            "  if isinstance(m, _NodeRuns):",  # raw rows not read since loads are written back
+            (
+                "    return {k: r if r.__class__ is list else [write_run(k, r[0])] if len(r) == 1"
+                " else [write_run(k, x) for x in r] for k, r in m.raw_items().items()}"
+            ),
             (
                 "  return {k: [write_run(k, r[0])] if len(r) == 1 else [write_run(k, x) for x in r]"
                 " for k, r in m.items()}"
             ),
             "",
+            "def build_runs(k, r):",
+            "  return (read_run(k, r[0]),) if len(r) == 1 else tuple([read_run(k, x) for x in r])",
+            "",
+            "def check_run(d):",
+            "  if d.__class__ is not list: raise _Mismatch",
+            *(f"  {line}" for line in checks),
+            "",
+            # Every row checked now (``check_run``'s lines, inline), built when its node is
+            # first read (``NodeRuns``); a version 2 object row (a run filed under another
+            # key) is built at once.
             "def read_runs(m):",
             "  if m.__class__ is not dict: raise _Mismatch",
-            (
-                "  return {k: (read_run(k, r[0]),) if r.__class__ is list and len(r) == 1"
-                " else tuple([read_run(k, x) for x in r]) for k, r in m.items()}"
-            ),
+            "  out = {}",
+            "  for k, r in m.items():",
+            "    if r.__class__ is not list: raise _Mismatch",
+            "    for d in r:",
+            "      if d.__class__ is not list:",
+            "        r = build_runs(k, r)",
+            "        break",
+            *(f"      {line}" for line in checks),
+            "    out[k] = r",
+            "  return _NodeRuns(out, build_runs)",
             "",
         ]
     )
     generate(source, ns, what="version 3 node runs")
-    return ns["write_runs"], ns["read_runs"]
+    return RunsCodec(ns["write_runs"], ns["read_runs"], ns["check_run"], ns["build_runs"])
 
 
 # -- the slow path: version 3 runs as version 2 objects ------------------------------------------
@@ -408,5 +546,5 @@ def gen_execution_codec(
     ``conv`` is the tuned converter (``prana._serialization``), whose hooks read and write
     every field but ``node_executions`` as in version 2.
     """
-    write_runs, read_runs = gen_runs_codec(conv)
-    return gen_fast_hooks(conv, WorkflowExecution, {"node_executions": (write_runs, read_runs)})
+    codec = gen_runs_codec(conv)
+    return gen_fast_hooks(conv, WorkflowExecution, {"node_executions": (codec.write, codec.read)})

@@ -80,6 +80,7 @@ from prana._model import (
     new_workflow_execution,
 )
 from prana._noderun import NodeRun, error_info, prana_error, redacted_error, with_detail
+from prana._noderuns import NodeRuns, RunsByNode
 from prana._pause import settle_suspend
 from prana._registry import ActionContext
 from prana._scope import prepare_params
@@ -165,7 +166,7 @@ class Run(Frontier):
         self.env = env
         self.observers = observers
         self.parent = parent
-        self.runs: dict[str, tuple[NodeExecution, ...]] = {}
+        self.runs: RunsByNode = {}
         """Records per node, always a tuple: a new record replaces its node's tuple (which
         copies that node's runs, at most ``max_iterations``), so ``frozen`` copies the dict
         and no row, and a checkpoint costs the number of nodes, not of records."""
@@ -219,9 +220,13 @@ class Run(Frontier):
         )
         kept = execution.kept_size
         run.kept = kept if type(kept) is int and kept >= 0 else recorded_size(execution)
-        runs = run.runs = dict(execution.node_executions)
-        if not {*map(type, runs.values())} <= _TUPLE:  # built by hand with lists, say
-            run.runs = {k: tuple(v) for k, v in runs.items()}
+        loaded = execution.node_executions
+        if type(loaded) is NodeRuns:  # read by loads: stays lazy (prana._noderuns)
+            run.runs = loaded.thawed()
+        else:
+            runs = run.runs = dict(loaded)
+            if not {*map(type, runs.values())} <= _TUPLE:  # built by hand with lists, say
+                run.runs = {k: tuple(v) for k, v in runs.items()}
         run.state = dict(execution.state)
         check_pending(graph, execution)
         for a in execution.pending:
@@ -278,7 +283,7 @@ class Run(Frontier):
             self.workflow.version,
             status,
             self.input,
-            dict(self.runs),
+            self.runs.copy(),
             state,
             tuple(
                 new_activation(k, p.seq, p.sources)

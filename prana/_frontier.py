@@ -25,7 +25,8 @@ from typing import Any
 
 from prana._errors import ResumeError
 from prana._graph import CompiledGraph
-from prana._model import NodeExecution, NodeStatus, WorkflowExecution
+from prana._model import NodeStatus, WorkflowExecution
+from prana._noderuns import RunsByNode
 
 
 class Pending:
@@ -81,7 +82,7 @@ class Frontier:
 
     graph: CompiledGraph
     input: Any
-    runs: dict[str, tuple[NodeExecution, ...]]
+    runs: RunsByNode
     pending: dict[str, Pending]
     """Per node, the activation it runs with next (the head of its queue)."""
     backlog: dict[str, list[Pending]]
