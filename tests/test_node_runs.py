@@ -177,7 +177,7 @@ def constructed(key: str, row: Any) -> NodeExecution | None:
     if problems:
         return None
     try:
-        return _detailed().structure(runs[key][0], NodeExecution)  # type: ignore[no-any-return]
+        return _detailed().structure(runs[key][0], NodeExecution)
     except Exception:  # noqa: BLE001 - refused, whatever the reason
         return None
 
