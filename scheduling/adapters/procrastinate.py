@@ -169,7 +169,8 @@ def _with_search_path(dsn: str, schema: str | None) -> str:
     """``dsn`` with ``search_path`` set to ``schema`` on every connection (when given)."""
     if schema is None:
         return dsn
-    return _with_option(dsn, f"-c search_path={schema}")
+    # Quoted, so a mixed-case schema keeps its case (the name is checked: no quotes, spaces).
+    return _with_option(dsn, f'-c search_path="{schema}"')
 
 
 def _with_option(dsn: str, extra: str) -> str:

@@ -621,12 +621,9 @@ def _queries(schema: str | None) -> dict[str, str]:
         "executions": name("prana_executions"),
         "workflows": name("prana_workflows"),
         "schema_version": name("prana_schema_version"),
-        "executions_text": sql.Literal(
-            f"{schema}.prana_executions" if schema is not None else "prana_executions"
-        ),
-        "schema_version_text": sql.Literal(
-            f"{schema}.prana_schema_version" if schema is not None else "prana_schema_version"
-        ),
+        # to_regclass reads its text as SQL does: quoted, so a mixed-case schema keeps its case
+        "executions_text": sql.Literal(name("prana_executions").as_string(None)),
+        "schema_version_text": sql.Literal(name("prana_schema_version").as_string(None)),
         "seq_index": sql.Identifier("prana_executions_seq"),
         "due_index": sql.Identifier("prana_executions_due"),
         "status_index": sql.Identifier("prana_executions_status"),
