@@ -1289,14 +1289,19 @@ def test_cli_mistake_is_one_line_and_exit_2(
     """A command-line mistake exits with one line on stderr naming the problem.
 
     The code is the documented one: 2 for a mistake, 4 for an unknown execution id, 5 for a
-    database that cannot be opened.
+    database that cannot be opened or does not exist.
     """
     args = [arg.replace("{d}", str(files)) for arg in argv]
     if "--db" not in args and "--postgres" not in args:
         args += ["--db", str(files / "prana.db")]
     code = main(args)
     err = capsys.readouterr().err.splitlines()
-    expected = {"'nope'": 4, "cannot open the database": 5, "not a database": 5}.get(needle, 2)
+    expected = {
+        "'nope'": 4,
+        "cannot open the database": 5,
+        "not a database": 5,
+        "no database": 5,
+    }.get(needle, 2)
     assert code == expected
     assert len(err) == 1, err
     assert err[0].startswith("prana: error: ")

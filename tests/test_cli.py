@@ -421,7 +421,7 @@ def test_missing_database_and_corrupt_record(
 ) -> None:
     """``show`` without a database, or of a corrupt record, is a one-line error."""
     code, _, err = run(["show", "x", "--db", env["db"]], capsys)
-    assert code == 2
+    assert code == 5
     assert "no database at" in err
     store = SQLiteStore(env["db"])
     store.close()

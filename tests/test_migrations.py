@@ -208,11 +208,11 @@ def test_postgres_records_refuses_newer_and_adopts_old(
 
 
 def test_db_status_is_read_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``prana db status`` creates no file, table or journal: "no database" exits 2."""
+    """``prana db status`` creates no file, table or journal: "no database" exits 5."""
     missing, empty = tmp_path / "missing.db", tmp_path / "empty.db"
     empty.touch()
     for path in (missing, empty):
-        assert main(["db", "status", "--db", str(path)]) == 2
+        assert main(["db", "status", "--db", str(path)]) == 5
         err = capsys.readouterr().err
         assert err.startswith(f"prana: error: no database at {path}")
         assert err.count("\n") == 1
@@ -273,7 +273,7 @@ def test_db_status_on_postgres_creates_nothing(
 
     schema = f"prana_test_{uuid.uuid4().hex[:12]}"
     args = ["db", "status", "--postgres", postgres_dsn, "--schema", schema]
-    assert main(args) == 2
+    assert main(args) == 5
     assert f"no database at PostgreSQL schema {schema}" in capsys.readouterr().err
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         found = conn.execute(

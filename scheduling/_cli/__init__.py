@@ -1,10 +1,11 @@
 """The ``prana`` command: run workflow files, run a worker, inspect and steer executions.
 
 Every command works on one store: a SQLite database (``--db``, default ``./prana.db``, or
-``$PRANA_DB``) or PostgreSQL (``--postgres DSN`` or ``$PRANA_POSTGRES_DSN``). Mistakes (a
-missing file, bad JSON or YAML, an unknown execution id, a corrupt record) print one line
-to stderr and exit with 2; a run whose execution fails or is cancelled exits with 1, and
-Ctrl-C with 130.
+``$PRANA_DB``) or PostgreSQL (``--postgres DSN`` or ``$PRANA_POSTGRES_DSN``). Every error
+prints one line to stderr and exits with its documented code (``main``): 2 a mistake in the
+command (a missing workflow file, bad JSON or YAML), 4 an unknown execution id, 5 a store
+that cannot be used (no database there, a corrupt record); a run whose execution fails or
+is cancelled exits with 1, and Ctrl-C with 130.
 
 Each command lives in its own module of this package, exposing ``register(add)``; adding a
 command is one module and one line in ``_COMMANDS``.

@@ -41,9 +41,10 @@ concurrent change won (stale version), a conflicting workflow definition."""
 EXIT_NOT_FOUND = 4
 """No execution (or workflow) with that id, or an id prefix that matches none."""
 EXIT_UNAVAILABLE = 5
-"""The store cannot be used: the database is unreachable or unreadable (a corrupt record
-included), a driver (extra) is
-missing, its schema is newer than this prana, or a foreign ``scheduling`` package is installed."""
+"""The store cannot be used: there is no database at ``--db`` (or no prana tables in the
+PostgreSQL schema; a command that only reads or steers creates none), the database is
+unreachable or unreadable (a corrupt record included), a driver (extra) is missing, its
+schema is newer than this prana, or a foreign ``scheduling`` package is installed."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C."""
 WORKER_POLL_SECONDS = 1.0
@@ -241,30 +242,51 @@ def open_store(
     """The store the command works on: PostgreSQL with ``--postgres``, else the SQLite file.
 
     Its schema is brought up to date (``upgrade``) or, with ``upgrade=False``, refused when
-    behind; a schema newer than this prana is always refused (exit 5).
+    behind; a schema newer than this prana is always refused (exit 5). ``must_exist``: a
+    command that reads or steers stored executions refuses, creating nothing, a database
+    that does not exist or holds no prana tables (``no_database``, exit 5).
     """
     dsn = postgres_dsn(args)
     if dsn is not None:
         from scheduling.stores.postgres import PostgresStore
 
-        store = PostgresStore(dsn, schema=postgres_schema(args), upgrade=upgrade)
+        schema = postgres_schema(args)
+        store = PostgresStore(dsn, schema=schema, upgrade=upgrade)
         try:
-            store.setup()
+            missing = must_exist and store.stored_schema_version() is None
+            if not missing:
+                store.setup()
         except Exception as exc:  # noqa: BLE001 - any driver error becomes one clear line
             store.close()
             raise StoreUnavailableError(
                 f"--postgres: cannot use the database: {one_line(exc)}"
             ) from None
+        if missing:
+            store.close()
+            raise no_database(f"PostgreSQL schema {schema or 'public'}")
         return store
-    from scheduling.stores.sqlite import SQLiteStore
+    from scheduling.stores.sqlite import SQLiteStore, stored_schema_version
 
     path = db_path(args)
-    if must_exist and path != ":memory:" and not Path(path).exists():
-        raise CLIError(f"no database at {path}: run a workflow first, or pass --db PATH")
+    if must_exist and path != ":memory:":
+        try:
+            missing = stored_schema_version(path) is None
+        except PranaError as exc:
+            raise StoreUnavailableError(f"{path}: cannot open the database: {exc}") from None
+        if missing:
+            raise no_database(path)
     try:
         return SQLiteStore(path, upgrade=upgrade)
     except sqlite3.Error as exc:
         raise StoreUnavailableError(f"{path}: cannot open the database: {exc}") from None
+
+
+def no_database(where: str) -> StoreUnavailableError:
+    """The error for a command that needs stored executions where there is no database."""
+    return StoreUnavailableError(
+        f"no database at {where}: no prana tables there (nothing was created); run a "
+        "workflow or `prana db upgrade` to create them, or pass --db PATH / --postgres DSN"
+    )
 
 
 def make_runner(

@@ -10,6 +10,7 @@ from scheduling._cli._common import (
     CLIError,
     StoreUnavailableError,
     db_path,
+    no_database,
     open_store,
     postgres_dsn,
     postgres_schema,
@@ -73,10 +74,7 @@ def _status(args: argparse.Namespace) -> int:
         version = stored_schema_version(where)
         latest = SCHEMA_VERSION
     if version is None:
-        raise CLIError(
-            f"no database at {where}: no prana tables there; run a workflow or "
-            "`prana db upgrade` to create them, or pass --db PATH / --postgres DSN"
-        )
+        raise no_database(where)
     if version > latest:
         raise SchemaTooNewError(
             f"{where}: the database schema is at version {version}, newer than this prana "
