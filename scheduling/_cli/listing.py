@@ -140,7 +140,7 @@ def _print_dead_letters(
                 _when(failure.failed_at) if failure else "-",
             )
         )
-    _table(header, cells)
+    _table(header, cells, flexible=(1, 2), times=(5,))
 
 
 def _when(value: datetime | None) -> str:
@@ -164,7 +164,7 @@ def _print_table(rows: Sequence[ExecutionSummary | UnreadableRow]) -> None:
         )
         for row in rows
     ]
-    _table(header, cells)
+    _table(header, cells, flexible=(1,), times=(3, 4))
 
 
 def _unreadable_cells(row: UnreadableRow, width: int) -> tuple[str, ...]:
@@ -174,23 +174,110 @@ def _unreadable_cells(row: UnreadableRow, width: int) -> tuple[str, ...]:
     return (printable(short_id(row.id)), "?", "unreadable", *("-",) * (width - 3))
 
 
-def _table(header: tuple[str, ...], cells: Sequence[tuple[str, ...]]) -> None:
-    """Print ``cells`` under ``header`` with rich (no markup read from the data), or plainly."""
+GAP = 2
+"""Spaces between two columns of a table."""
+MIN_FLEXIBLE = 6
+"""The narrowest a name column is cut to (5 characters and an ellipsis)."""
+
+
+def _table(
+    header: tuple[str, ...],
+    cells: Sequence[tuple[str, ...]],
+    *,
+    flexible: tuple[int, ...] = (),
+    times: tuple[int, ...] = (),
+) -> None:
+    """Print ``cells`` under ``header``, one line per row (no markup read from the data).
+
+    On a terminal (or with ``COLUMNS`` set) the table fits its width: when it would not,
+    ``times`` columns drop their seconds, then the ``flexible`` columns (names) share what
+    is left, each cut with an ellipsis; ids, codes and numbers are never cut. Piped without
+    ``COLUMNS``, nothing is cut.
+    """
+    width = _terminal_width()
+    rows = [header, *cells]
+    if width is not None:
+        rows = _fit(rows, width, flexible, times)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     try:
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
     except ImportError:  # pragma: no cover - rich ships with the cli extra
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
-        for line in (header, *cells):
-            print("  ".join(text.ljust(w) for text, w in zip(line, widths, strict=True)).rstrip())
+        for line in rows:
+            print((" " * GAP).join(t.ljust(w) for t, w in zip(line, widths, strict=True)).rstrip())
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for name in header:
-        table.add_column(name, overflow="fold")
-    for line in cells:
+    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, GAP // 2))
+    for name, column_width in zip(rows[0], widths, strict=True):
+        table.add_column(name, no_wrap=True, min_width=column_width)
+    for line in rows[1:]:
         table.add_row(*(Text(cell) for cell in line))  # Text: no markup read from the data
-    Console(soft_wrap=False, highlight=False).print(table)
+    total = sum(widths) + GAP * (len(widths) - 1)
+    Console(soft_wrap=False, highlight=False, width=max(total, width or 0)).print(table)
+
+
+def _terminal_width() -> int | None:
+    """The terminal's columns (``COLUMNS`` first), or ``None`` when piped without it."""
+    import os
+    import shutil
+
+    if os.environ.get("COLUMNS", "").isdigit() or sys.stdout.isatty():
+        return max(shutil.get_terminal_size().columns, 20)
+    return None
+
+
+def _fit(
+    rows: list[tuple[str, ...]], width: int, flexible: tuple[int, ...], times: tuple[int, ...]
+) -> list[tuple[str, ...]]:
+    """``rows`` (the header first) cut to ``width`` columns as ``_table`` says."""
+
+    def needed(table: list[tuple[str, ...]]) -> int:
+        count = len(table[0])
+        return sum(max(len(r[i]) for r in table) for i in range(count)) + GAP * (count - 1)
+
+    if needed(rows) <= width:
+        return rows
+    rows = [rows[0], *(_minutes(row, times) for row in rows[1:])]
+    fixed = sum(
+        max(len(r[i]) for r in rows) for i in range(len(rows[0])) if i not in flexible
+    ) + GAP * (len(rows[0]) - 1)
+    natural = {i: max(len(r[i]) for r in rows) for i in flexible}
+    share = _water_fill(natural, max(width - fixed, 0))
+    return [
+        tuple(_cut(cell, share[i]) if i in share else cell for i, cell in enumerate(row))
+        for row in rows
+    ]
+
+
+def _minutes(row: tuple[str, ...], times: tuple[int, ...]) -> tuple[str, ...]:
+    """``row`` with the ``YYYY-MM-DD HH:MM:SS`` cells of ``times`` cut to the minute."""
+    return tuple(
+        cell[:16] if i in times and len(cell) == 19 else cell for i, cell in enumerate(row)
+    )
+
+
+def _water_fill(natural: dict[int, int], room: int) -> dict[int, int]:
+    """Widths for the columns ``natural`` within ``room``: a column narrower than an equal
+    share keeps its width and leaves the rest to the others; none below ``MIN_FLEXIBLE``."""
+    share: dict[int, int] = {}
+    left = dict(natural)
+    while left:
+        each = room // len(left)
+        small = {i: w for i, w in left.items() if w <= each}
+        if not small:
+            for n, i in enumerate(sorted(left)):
+                share[i] = max(each + (1 if n < room - each * len(left) else 0), MIN_FLEXIBLE)
+            break
+        for i, w in small.items():
+            share[i] = w
+            room -= w
+            del left[i]
+    return share
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its end replaced by ``…`` when cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
