@@ -123,7 +123,7 @@ def _print_dead_letters(
     """The dead-letter view: where each failed execution failed, why, and after how many tries."""
     from scheduling._console import printable, short_id
 
-    header = ("id", "workflow", "failed node", "error", "attempts", "failed at (UTC)")
+    header = ("id", "workflow", "node", "error", "attempts", "failed at (UTC)")
     cells = []
     for row in rows:
         if isinstance(row, UnreadableRow):  # its status is unreadable, so rarely "failed"
