@@ -416,12 +416,13 @@ def node_lateness(run: NodeExecution) -> list[tuple[int, timedelta]]:
     """How late each resume of ``run`` started: ``(attempt, started_at - due_at)``.
 
     Retry attempts carry their due time; a ``wait.wait`` interval or schedule is due at
-    its start plus the duration (or at ``schedule_at``), and resumed when it completed.
+    its start plus the duration (or at ``schedule_at``), and resumed when it completed. A
+    redriven attempt has none: its due time is only when the operator redrove it.
     """
     late = [
         (attempt.number, attempt.started_at - attempt.due_at)
         for attempt in run.attempts
-        if attempt.due_at is not None
+        if attempt.due_at is not None and not attempt.redrive
     ]
     due = _timer_due(run)
     if due is not None and run.completed_at is not None:
@@ -483,9 +484,15 @@ def format_timeline(execution: WorkflowExecution) -> str:
             if attempt.redrive:
                 text += " (redrive)"
             text += f"  {_ts(attempt.started_at, origin)} .. {_ts(attempt.ended_at, origin)}"
-            if attempt.due_at is not None:
+            if attempt.redrive:  # not scheduled: its due time is when the operator redrove it
+                text += f"  redriven {_ts(attempt.due_at, origin)}" if attempt.due_at else ""
+            elif attempt.due_at is not None:
                 text += f"  due {_ts(attempt.due_at, origin)}"
-            if attempt.number in lateness and attempt.outcome is not AttemptOutcome.RUNNING:
+            if (
+                attempt.number in lateness
+                and not attempt.redrive
+                and attempt.outcome is not AttemptOutcome.RUNNING
+            ):
                 text += f"  late {format_duration(lateness[attempt.number].total_seconds())}"
             if attempt.error is not None:
                 text += f"  {format_error(attempt.error)}"

@@ -392,6 +392,37 @@ def test_the_console_shows_the_redrive_and_the_timeline_marks_its_attempt() -> N
     assert "attempt 1: failed" in timeline
 
 
+def test_a_redriven_attempt_shows_when_it_was_redriven_without_a_lateness() -> None:
+    """``prana show`` and the web view show a redriven attempt as redriven at the operator's
+    time, with no due time or lateness (was: "due +1h  late 5s", as if it had been
+    scheduled and the worker had picked it up late)."""
+    from prana import redrive_execution
+    from scheduling._console import format_timeline
+    from scheduling.web._views import execution_view
+
+    workflow = dead_letters()
+    clock = ManualClock()
+    flaky = Switch()
+    failed, registry = failed_run(workflow, flaky, clock)
+    flaky.broken = False
+    clock.advance(3600)
+    redriven = redrive_execution(failed.execution, workflow=workflow, clock=clock)
+    clock.advance(5)  # a worker takes it up a little later
+    done = resume_workflow(redriven, None, workflow=workflow, registry=registry, clock=clock)
+    assert isinstance(done, Completed)
+    (line,) = [t for t in format_timeline(done.execution).splitlines() if "(redrive)" in t]
+    assert "attempt 2: completed (redrive)" in line
+    assert "redriven +1h" in line
+    assert "due" not in line
+    assert "late" not in line
+    view = execution_view(done.execution, 1, workflow, registry)
+    (store,) = [node for node in view["nodes"] if node["node_key"] == "store"]
+    attempt = store["attempts"][-1]
+    assert attempt["redrive"] is True
+    assert attempt["lateness_ms"] is None
+    assert attempt["redriven_at"] == attempt["due_at"]
+
+
 # -- the property --------------------------------------------------------------------------
 
 

@@ -269,6 +269,8 @@ def _node_card(node: dict[str, Any], origin: datetime | None, span_s: float) -> 
         if attempt.get("recovered"):
             mark += _RECOVERED_MARK
         due = _time(attempt["due_at"]) if attempt["due_at"] else "-"
+        if attempt.get("redriven_at"):  # not scheduled: when the operator redrove it
+            due = f"redriven {_time(attempt['redriven_at'])}"
         rows.append(
             f'<tr class="attempt" data-outcome="{escape(attempt["outcome"])}">'
             f"<td>{mark}{attempt['number']}</td>"

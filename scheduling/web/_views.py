@@ -113,7 +113,8 @@ def _schedule(run: NodeExecution, workflow: Workflow | None, registry: Registry)
 
 
 def _attempts(run: NodeExecution) -> list[dict[str, Any]]:
-    """Every attempt with its chosen delay, due time and lateness (start minus due).
+    """Every attempt with its chosen delay, due time and lateness (start minus due); a
+    redriven attempt has ``redriven_at`` (the operator's time, its ``due_at``), no lateness.
 
     What started each one: ``retry`` (the policy), ``redrive`` (an operator), or
     ``recovered`` (the same attempt run again after its process died: the one before it
@@ -128,8 +129,12 @@ def _attempts(run: NodeExecution) -> list[dict[str, Any]]:
             and previous.number == attempt.number
         )
         previous = attempt
-        late = None
-        if attempt.due_at is not None and attempt.outcome is not AttemptOutcome.RUNNING:
+        late = None  # a redriven attempt was not scheduled: its due time is the redrive's
+        if (
+            attempt.due_at is not None
+            and not attempt.redrive
+            and attempt.outcome is not AttemptOutcome.RUNNING
+        ):
             late = _ms((attempt.started_at - attempt.due_at).total_seconds())
         duration = None
         if attempt.ended_at is not None:
@@ -148,6 +153,7 @@ def _attempts(run: NodeExecution) -> list[dict[str, Any]]:
                 "retry_delay_ms": attempt.retry_delay_ms,
                 "due_at": _iso(attempt.due_at),
                 "lateness_ms": late,
+                "redriven_at": _iso(attempt.due_at) if attempt.redrive else None,
             }
         )
     return out
