@@ -269,7 +269,7 @@ class BulkScheduler(Protocol):
 
 @runtime_checkable
 class GroupingStore(Protocol):
-    """A store that commits several saves of one thread together (``SQLiteStore``).
+    """A store that commits several saves of one thread together (the SQL stores).
 
     Inside ``with store.grouped():`` the calling thread's saves join one open
     transaction: each checks its compare-and-set at once (``StaleVersionError`` as ever)
@@ -282,7 +282,9 @@ class GroupingStore(Protocol):
     the store wait for its commit: commit before anything that may take long or wait on
     another thread (the ``Runner`` commits before every action call, so a claim is
     durable before its action runs, and never holds a group open while it waits for a
-    lock). Other threads' saves are never grouped.
+    lock). Other threads' saves are never grouped. (``PostgresStore``: other connections
+    never wait; by default a group's commits do not wait for the disk, see its
+    ``group_commits``.)
     """
 
     def grouped(self) -> AbstractContextManager[None]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,7 +22,7 @@ from test_stores import execution, retry
 
 from prana import ActionContext, ExecutionStatus, Node, Registry, Suspend, cancel_execution
 from prana.testing import ManualClock
-from scheduling import Runner, StaleVersionError
+from scheduling import Runner, StaleVersionError, StoreError
 from scheduling.abc import BatchingScheduler, GroupingStore
 from scheduling.adapters.apscheduler import BUCKET_ID_PREFIX, APSchedulerAdapter
 from scheduling.adapters.manual import ManualScheduler
@@ -28,7 +30,8 @@ from scheduling.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
-    from pathlib import Path
+
+    from scheduling.abc import ExecutionStore
 
 UTC = timezone.utc
 TIMEOUT = 10.0
@@ -52,17 +55,51 @@ class SQLiteGroup:
         self.other.close()
 
 
-GROUPING = [SQLiteGroup]
+class PostgresGroup:
+    """A ``PostgresStore`` in a schema of its own, and a second store on it (another pool)."""
+
+    name = "postgres"
+
+    def __init__(self, tmp_path: Path, dsn: str) -> None:
+        from scheduling.stores.postgres import PostgresStore
+
+        del tmp_path
+        self.dsn = dsn
+        self.schema = f"prana_group_{uuid.uuid4().hex[:12]}"
+        self.store = PostgresStore(dsn, schema=self.schema)
+        self.other = PostgresStore(dsn, schema=self.schema, cache_size=0)
+
+    def close(self) -> None:
+        self.store.close()
+        self.other.close()
+        drop_schema(self.dsn, self.schema)
 
 
-@pytest.fixture(params=GROUPING, ids=lambda g: g.name)
+def drop_schema(dsn: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+GROUPING = [
+    pytest.param(SQLiteGroup, id="sqlite"),
+    pytest.param(PostgresGroup, id="postgres", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(params=GROUPING)
 def grouping(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    group = request.param(tmp_path)
+    if request.param is PostgresGroup:
+        group = PostgresGroup(tmp_path, request.getfixturevalue("postgres_dsn"))
+    else:
+        group = request.param(tmp_path)
     yield group
     group.close()
 
 
-def stored_version(store: SQLiteStore, eid: str) -> int:
+def stored_version(store: ExecutionStore, eid: str) -> int:
     return store.load(eid)[1]
 
 
@@ -147,6 +184,100 @@ def test_a_definition_saved_inside_a_group_joins_it(grouping: Any) -> None:
         assert store.load_workflow("grouped", 1) == definition
     assert other.load_workflow("grouped", 1) == definition
     assert stored_version(other, "a") == 1
+
+
+@pytest.mark.postgres
+def test_a_postgres_group_whose_save_fails_is_rolled_back_whole(postgres_dsn: str) -> None:
+    """A hook that raises inside a group: that save and the group's earlier ones are lost,
+    later saves of the group refuse, the commit says so, and the next group works."""
+    group = PostgresGroup(Path("."), postgres_dsn)
+    store, other = group.store, group.other
+    try:
+        for eid in ("a", "b", "c"):
+            store.save(retry(eid, T0), None)
+
+        def hook(conn: Any, saved: Any) -> None:
+            if saved.id == "b":
+                raise RuntimeError("hook failed")
+
+        store.on_save = hook
+
+        def group_with_a_failing_save() -> None:
+            with store.grouped():
+                assert store.save(retry("a", T0 + timedelta(seconds=1)), 1) == 2
+                with pytest.raises(RuntimeError, match="hook failed"):
+                    store.save(retry("b", T0 + timedelta(seconds=1)), 1)
+                with pytest.raises(StoreError, match="refused"):
+                    store.save(retry("c", T0 + timedelta(seconds=1)), 1)
+
+        with pytest.raises(StoreError, match="rolled back"):
+            group_with_a_failing_save()
+        assert [stored_version(other, eid) for eid in ("a", "b", "c")] == [1, 1, 1]
+        assert store.load("a")[1] == 1  # nothing cached of what was rolled back
+        with store.grouped():
+            assert store.save(retry("c", T0 + timedelta(seconds=1)), 1) == 2
+        assert stored_version(other, "c") == 2
+    finally:
+        group.close()
+
+
+@pytest.mark.postgres
+def test_a_postgres_group_holds_one_connection_for_all_its_calls(postgres_dsn: str) -> None:
+    """Loads and saves of a group share its connection: one pooled connection is enough."""
+    from scheduling.stores.postgres import PostgresStore
+
+    schema = f"prana_group_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(postgres_dsn, schema=schema, max_connections=1)
+    try:
+        store.save(retry("a", T0), None)
+        with store.grouped():
+            store.save(retry("a", T0 + timedelta(seconds=1)), 1)
+            assert store.load("a")[1] == 2
+            assert [eid for eid, _ in store.find_due(T0 + timedelta(days=1))] == ["a"]
+            store.save_workflow(workflow(wid="one-connection"))
+        assert store.load_workflow("one-connection", 1) == workflow(wid="one-connection")
+    finally:
+        store.close()
+        drop_schema(postgres_dsn, schema)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("group_commits", ["async", "sync"])
+def test_only_a_postgres_groups_commits_skip_the_wait_for_the_disk(
+    postgres_dsn: str, group_commits: str
+) -> None:
+    """The speed rule of groups (``_BEGIN_ASYNC_GROUP``): ``synchronous_commit`` is off in a
+    group's transactions only (with ``group_commits="async"``, the default); every save
+    outside a group waits for the disk."""
+    from scheduling.stores.postgres import PostgresStore
+
+    schema = f"prana_group_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(postgres_dsn, schema=schema, group_commits=group_commits)
+    seen: dict[str, str] = {}
+
+    def hook(conn: Any, saved: Any) -> None:
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        seen[saved.id] = row[0]
+
+    store.on_save = hook
+    try:
+        store.save(retry("alone", T0), None)
+        with store.grouped():
+            store.save(retry("grouped", T0), None)
+        store.save(retry("after", T0), None)
+    finally:
+        store.close()
+        drop_schema(postgres_dsn, schema)
+    in_group = "off" if group_commits == "async" else "on"
+    assert seen == {"alone": "on", "grouped": in_group, "after": "on"}
+
+
+def test_postgres_group_commits_must_be_async_or_sync() -> None:
+    from prana import InvalidSettingsError
+    from scheduling.stores.postgres import PostgresStore
+
+    with pytest.raises(InvalidSettingsError, match="group_commits="):
+        PostgresStore("postgresql://localhost/x", group_commits="later")
 
 
 # -- BatchingScheduler: every scheduler that offers it ------------------------------------
@@ -458,3 +589,31 @@ def test_a_batch_starts_async_sub_workflows_after_its_group(tmp_path: Path) -> N
                 assert runner.get(eid).status is ExecutionStatus.SUSPENDED
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_a_batch_on_postgres_commits_each_claim_before_its_action(postgres_dsn: str) -> None:
+    """A batch on a ``PostgresStore`` group: each action's claim, and the previous step's
+    final save, are committed (seen from another connection) when the action runs."""
+    group = PostgresGroup(Path("."), postgres_dsn)
+    seen: list[tuple[str, str, int]] = []
+
+    def action(params: Any, ctx: ActionContext) -> Any:
+        if ctx.attempt == 2:  # the retry, run from the batch
+            rows = {row.id: row.status.value for row in group.other.list(limit=100)}
+            done = sum(1 for status in rows.values() if status == "completed")
+            seen.append((ctx.execution_id, rows[ctx.execution_id], done))
+        return fails_first_attempt(params, ctx)
+
+    runner, _ = batch_runner(group.store, action)  # type: ignore[arg-type]
+    try:
+        with runner:
+            wf = workflow(flaky_node(attempts=3, delay=5))
+            ids = [runner.start(wf) for _ in range(5)]
+            assert runner.scheduler.advance(10) == ids
+            for eid in ids:
+                assert runner.get(eid).status is ExecutionStatus.COMPLETED
+            assert {group.other.load(eid)[1] for eid in ids} == {5}
+    finally:
+        group.close()
+    assert [(status, done) for _, status, done in seen] == [("running", k) for k in range(5)]

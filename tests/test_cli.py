@@ -705,3 +705,21 @@ def test_an_unknown_node_type_in_a_file_suggests_the_closest(
     assert code == 2
     assert "'http.reqest' -> 'http.request'" in err
     assert "--actions MODULE" in err
+
+
+def test_worker_view_off_a_terminal_writes_the_same_plain_lines(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal the worker's view writes each line itself (rich would print the same
+    text, without colours, at several times the cost); on a terminal it keeps rich."""
+    from scheduling import ConsoleView
+    from scheduling._cli.worker import _console_view
+
+    plain = _console_view(ConsoleView)
+    assert plain._console is None
+    rich = ConsoleView()
+    for view in (plain, rich):
+        view._write("✓ flow completed (abc123)")
+    assert capsys.readouterr().out == "✓ flow completed (abc123)\n" * 2
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert _console_view(ConsoleView)._console is not None

@@ -840,3 +840,19 @@ def test_a_failing_batch_is_logged_and_the_next_ones_still_fire(
 def test_start_batched_needs_a_callable(env: Env) -> None:
     with pytest.raises(InvalidSettingsError, match="fire_many="):
         env.scheduler().start_batched(lambda eid: None, "nope")  # type: ignore[arg-type]
+
+
+def test_cancel_in_writes_only_when_a_job_is_queued(env: Env) -> None:
+    """With nothing queued (the job firing the execution is ``doing``), one read, no write."""
+    scheduler = env.scheduler()
+    scheduler.setup()
+    insert_doing_job(env, "exec-1", heartbeat_age_seconds=0)
+    with psycopg.connect(env.dsn) as conn, conn.transaction():
+        scheduler.cancel_in(conn, "exec-1")
+        row = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+        assert row == (None,)  # nothing written: no transaction id was needed
+    assert [job["status"] for job in env.jobs()] == ["doing"]
+    scheduler.schedule("exec-1", now() + timedelta(hours=1))
+    with psycopg.connect(env.dsn) as conn, conn.transaction():
+        scheduler.cancel_in(conn, "exec-1")
+    assert [job["status"] for job in env.jobs()] == ["doing"]

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from datetime import timezone
 from typing import TYPE_CHECKING
@@ -143,7 +144,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         raise CLIError(PROCRASTINATE_NEEDS_POSTGRES)
     registry = load_actions(args.actions)
     store = open_store(args, must_exist=False)
-    view = ConsoleView()
+    view = _console_view(ConsoleView)
     try:
         runner = make_runner(
             registry,
@@ -173,6 +174,24 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         store.close()
+
+
+def _console_view(make: type[ConsoleView]) -> ConsoleView:
+    """The worker's view: rich on a terminal, plain lines (the same text) anywhere else.
+
+    Off a terminal rich prints no colours and no live status, yet still renders every line
+    (about 0.4 ms each, and a burst of retries prints two per execution: as much as the
+    resume itself); writing the text, flushed line by line, is what it amounts to there.
+    """
+    if sys.stdout.isatty():
+        return make()
+
+    def write(text: str) -> None:
+        out = sys.stdout  # looked up each time: main() may have wrapped it
+        out.write(text + "\n")
+        out.flush()
+
+    return make(write)
 
 
 def _leased_note(store: ExecutionStore, runner: Runner) -> str:
@@ -222,7 +241,13 @@ def _procrastinate_worker(
     if dsn is None:
         raise CLIError(PROCRASTINATE_NEEDS_POSTGRES)
     from scheduling.adapters.procrastinate import ProcrastinateScheduler
+    from scheduling.stores.postgres import PostgresStore
 
+    if isinstance(store, PostgresStore) and store.max_connections < args.concurrency + 2:
+        # Each alarm firing holds a connection for its batch's store group (GroupingStore),
+        # and the re-arm loop needs one: a pool smaller than that would make them queue.
+        store.close()
+        store.max_connections = args.concurrency + 2
     scheduler = ProcrastinateScheduler(
         dsn,
         schema=postgres_schema(args),

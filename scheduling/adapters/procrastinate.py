@@ -121,7 +121,7 @@ _STALLED = (
 """Jobs ``doing`` whose worker is gone or silent (procrastinate's own stalled-job rule)."""
 
 _STILL_DOING = "SELECT 1 FROM procrastinate_jobs WHERE id = %s AND status = 'doing' FOR UPDATE"
-_QUEUED = "SELECT 1 FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'"
+_QUEUED = "SELECT 1 FROM {jobs} WHERE queueing_lock = %s AND status = 'todo'"
 _RETRY_STALLED = (
     "UPDATE procrastinate_jobs SET status = 'todo', scheduled_at = now(),"
     " attempts = attempts + 1 WHERE id = %s AND status = 'doing'"
@@ -332,6 +332,15 @@ class ProcrastinateScheduler(ServingMixin):
         # Deferring with connection= runs on that connection only: this connector is never
         # opened, it is procrastinate's query layer (and its AlreadyEnqueued mapping).
         self._jobs = JobManager(connector=SyncPsycopgConnector())
+        jobs = (
+            sql.Identifier(schema, "procrastinate_jobs")
+            if schema
+            else sql.Identifier("procrastinate_jobs")
+        )
+        self._queued_in = sql.SQL(_QUEUED).format(jobs=jobs).as_string(None)
+        self._queued_own = (
+            sql.SQL(_QUEUED).format(jobs=sql.Identifier("procrastinate_jobs")).as_string(None)
+        )
         self.name = f"prana-{queue}-{uuid.uuid4().hex[:8]}"
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
@@ -614,9 +623,17 @@ class ProcrastinateScheduler(ServingMixin):
         self._run(f"cancelling the alarm of {execution_id!r}", delete)
 
     def cancel_in(self, conn: psycopg.Connection[Any], execution_id: str) -> None:
-        """``cancel`` on the caller's connection, inside the caller's transaction."""
+        """``cancel`` on the caller's connection, inside the caller's transaction.
+
+        One read first (it needs no ``search_path``: our table by its full name, and no
+        trigger): most executions that end have no job queued (the one firing them is
+        ``doing``), and then nothing is written.
+        """
+        key = self.lock_key(execution_id)
+        if conn.execute(self._queued_in, (key,)).fetchone() is None:
+            return
         with self._on(conn):
-            conn.execute(_DELETE_QUEUED, (self.lock_key(execution_id),))
+            conn.execute(_DELETE_QUEUED, (key,))
 
     def recover_stalled(self) -> int:
         """Take up the jobs of this queue that workers gone silent left ``doing``; how many.
@@ -640,7 +657,7 @@ class ProcrastinateScheduler(ServingMixin):
                     conn.execute(_LOCK_KEY, (key,))
                     if conn.execute(_STILL_DOING, (job_id,)).fetchone() is None:
                         continue  # its worker finished it after all
-                    queued = conn.execute(_QUEUED, (key,)).fetchone() is not None
+                    queued = conn.execute(self._queued_own, (key,)).fetchone() is not None
                     conn.execute(_DROP_STALLED if queued else _RETRY_STALLED, (job_id,))
                     taken += 1
             with self._on(conn, own=True):
