@@ -41,11 +41,13 @@ so a rule added to a constructor and not to the check fails there.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final, NamedTuple
 
 import attrs
+import orjson
 from cattrs.preconf.orjson import OrjsonConverter
 
 from prana._codegen import generate
@@ -92,8 +94,15 @@ ATTEMPT_LAYOUT: Final[tuple[tuple[str, Any], ...]] = (
 
 _UTC: Final = timezone.utc
 _US: Final = timedelta(microseconds=1)
+_YEAR: Final = 365 * 86_400_000_000
+"""A year of microseconds: from any time in years 2 to 9998, a time within it is a datetime."""
 _FIRST: Final = datetime.min.replace(tzinfo=_UTC)
 _LAST: Final = datetime.max.replace(tzinfo=_UTC)
+
+
+def _iso(value: datetime) -> str:
+    """``value`` as the text ``dumps`` writes it (orjson's, ``Z`` for UTC)."""
+    return orjson.dumps(value, option=orjson.OPT_UTC_Z)[1:-1].decode()
 
 
 def _bounds(anchor: datetime) -> tuple[int, int]:
@@ -125,8 +134,8 @@ def _after(name: str) -> tuple[list[str], str, list[str]]:
 
     The check (``check_run``) accepts exactly what the reading turns into a datetime: a
     whole number when the anchor is UTC and ``a`` plus that many microseconds is a
-    datetime (``lo``/``hi``: its bounds for this anchor, worked out once per run), or
-    aware ISO text.
+    datetime (``lo``/``hi``: its bounds for this anchor, worked out once per run when a
+    time is not plainly inside them), or aware ISO text.
     """
     read = [
         f"if {name}.__class__ is int:",
@@ -139,10 +148,12 @@ def _after(name: str) -> tuple[list[str], str, list[str]]:
     check = [
         f"if {name}.__class__ is int:",
         "  if not au: raise _Mismatch",
-        f"  if {name}:",
+        # Under a year from an anchor in years 2 to 9998 is always a datetime: the exact
+        # bounds (two subtractions and divisions) only for the rest.
+        f"  if {name} and not (-_YEAR < {name} < _YEAR and 1 < a.year < 9999):",
         "    if lo is None: lo, hi = _bounds(a)",
         f"    if not lo <= {name} <= hi: raise _Mismatch",
-        f"elif _datetimes.get({name}) is None: _read_datetime({name})",
+        f"elif {name} not in _datetimes: _read_datetime({name})",
     ]
     # Identity first: the engine stamps a run and its attempt with one clock reading.
     write = (
@@ -202,7 +213,8 @@ def _gen_row(
             ]
             fl += [*anchor, f"  {v} = a"]
             dump += ["  a = o.started_at", "  au = a.__class__ is _datetime and a.tzinfo is _UTC"]
-            dump.append(f"  w{i} = a")
+            # The anchor is remembered (``_row``) as its text: written again at every save.
+            dump.append(f"  w{i} = _iso(a) if a.__class__ is _datetime else a")
             continue
         if name in ("started_at", "ended_at", "due_at", "completed_at"):
             read, write, _ = _after(v)
@@ -301,8 +313,10 @@ def _check_code(
         if name == "started_at" and is_run:
             fields.append(
                 [
-                    f"a = _datetimes.get({v})",
-                    f"if a is None: a = _read_datetime({v})",
+                    "try:",
+                    f"  a = _datetimes[{v}]",
+                    "except KeyError:",
+                    f"  a = _read_datetime({v})",
                     "au = a.tzinfo is _UTC",
                     "lo = None",
                 ]
@@ -381,8 +395,13 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
     _gen_row(conv, AttemptRecord, ATTEMPT_LAYOUT, ns)
     _gen_row(conv, NodeExecution, RUN_LAYOUT, ns)
     ns["_bounds"] = _bounds
+    ns["_YEAR"] = _YEAR
+    ns["_iso"] = _iso
     ns["_NodeRuns"] = NodeRuns
     checks = _check_code(conv, NodeExecution, RUN_LAYOUT, ns, "v", "d")
+    # The check's names are bound as locals (a local is read faster than a global).
+    used = set(re.findall(r"\b_\w+", "\n".join(checks))) | {"_Mismatch", "_NodeRuns"}
+    bound = ", ".join(f"{name}={name}" for name in sorted(used & {*ns, "_NodeRuns"}))
     source = "\n".join(
         [
             "def write_runs(m):",
@@ -391,32 +410,40 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
                 "    return {k: r if r.__class__ is list else [write_run(k, r[0])] if len(r) == 1"
                 " else [write_run(k, x) for x in r] for k, r in m.raw_items().items()}"
             ),
-            (
-                "  return {k: [write_run(k, r[0])] if len(r) == 1 else [write_run(k, x) for x in r]"
-                " for k, r in m.items()}"
-            ),
+            # The usual run first, inline: one run under its own key (the same string
+            # object: the engine and the reader file a run under its node_key), remembered.
+            "  out = {}",
+            "  for k, r in m.items():",
+            "    if len(r) == 1:",
+            "      o = r[0]",
+            "      if o.node_key is k and (w := _getattr(o, '_row', None)) is not None:",
+            "        out[k] = [w]",
+            "      else:",
+            "        out[k] = [write_run(k, o)]",
+            "    else:",
+            "      out[k] = [write_run(k, x) for x in r]",
+            "  return out",
             "",
             "def build_runs(k, r):",
             "  return (read_run(k, r[0]),) if len(r) == 1 else tuple([read_run(k, x) for x in r])",
             "",
-            "def check_run(d):",
+            f"def check_run(d, {bound}):",
             "  if d.__class__ is not list: raise _Mismatch",
             *(f"  {line}" for line in checks),
             "",
             # Every row checked now (``check_run``'s lines, inline), built when its node is
             # first read (``NodeRuns``); a version 2 object row (a run filed under another
             # key) is built at once.
-            "def read_runs(m):",
+            f"def read_runs(m, {bound}):",
             "  if m.__class__ is not dict: raise _Mismatch",
-            "  out = {}",
+            "  out = m.copy()",
             "  for k, r in m.items():",
             "    if r.__class__ is not list: raise _Mismatch",
             "    for d in r:",
             "      if d.__class__ is not list:",
-            "        r = build_runs(k, r)",
+            "        out[k] = build_runs(k, r)",
             "        break",
             *(f"      {line}" for line in checks),
-            "    out[k] = r",
             "  return _NodeRuns(out, build_runs)",
             "",
         ]

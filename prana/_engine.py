@@ -220,6 +220,7 @@ class Run(Frontier):
         )
         kept = execution.kept_size
         run.kept = kept if type(kept) is int and kept >= 0 else recorded_size(execution)
+        check_pending(graph, execution)  # before the copy: the runs it reads are built once
         loaded = execution.node_executions
         if type(loaded) is NodeRuns:  # read by loads: stays lazy (prana._noderuns)
             run.runs = loaded.thawed()
@@ -228,7 +229,6 @@ class Run(Frontier):
             if not {*map(type, runs.values())} <= _TUPLE:  # built by hand with lists, say
                 run.runs = {k: tuple(v) for k, v in runs.items()}
         run.state = dict(execution.state)
-        check_pending(graph, execution)
         for a in execution.pending:
             activation = Pending(a.seq, dict(a.sources))
             if a.node_key in run.pending:

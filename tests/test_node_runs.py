@@ -324,11 +324,29 @@ def test_loads_refuses_or_every_node_builds(case: tuple[str, Any]) -> None:
     key, row = case
     doc = orjson.loads(dumps(rich_execution()))
     doc["execution"]["node_executions"][key] = [row]
-    text = json.dumps(doc)  # orjson reads an int past 64 bits as a float
-    built = constructed(key, row)
+    text = json.dumps(doc)
+    built = constructed(key, orjson.loads(json.dumps(row)))  # an int past 64 bits: a float
     if built is None:
         with pytest.raises(RecordError) as info:
             loads(text)
         assert any(p.startswith("$.execution.node_executions") for p in info.value.problems)
         return
     assert dict(loads(text).node_executions.items())[key] == (built,)
+
+
+@pytest.mark.parametrize("year", [1, 2, 9998, 9999])
+@pytest.mark.parametrize("offset", [1, -1, 365 * 86_400_000_000 - 1, -(365 * 86_400_000_000 - 1)])
+def test_times_near_the_ends_of_the_calendar(year: int, offset: int) -> None:
+    """A time counted from an anchor near year 1 or 9999 is taken exactly when it is a
+    datetime (the check's shortcut for times under a year away stops short of the ends)."""
+    for anchor in (f"{year:04d}-01-01T00:00:00Z", f"{year:04d}-12-31T23:59:59.999999Z"):
+        row = ["completed", 0, 0, anchor, offset, [[1, offset, offset]]]
+        assert disagreement("n", row) is None
+        DATETIMES.clear()
+        try:
+            CODEC.check(row)
+        except Exception:  # noqa: BLE001 - refused
+            accepted = False
+        else:
+            accepted = True
+        assert accepted == (constructed("n", row) is not None)
