@@ -22,23 +22,18 @@ A node with several input ports waits until every port has data or can no longer
 from __future__ import annotations
 
 import heapq
-import logging
-import math
 from collections.abc import Callable, Generator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from prana._builtins import SubWorkflowFailed
 from prana._decision import (
-    CONDITION_FAILED,
-    RAN_OUT,
     AttemptView,
-    explain_retry,
-    new_attempt_view,
     rejects_result,
 )
 from prana._errors import WebhookTimeout
 from prana._events import Event, EventType, Observer, emit
+from prana._failure import settle_failure
 from prana._frontier import Frontier, Pending, check_pending
 from prana._graph import CompiledGraph, CompiledNode
 from prana._hooks import (
@@ -48,13 +43,11 @@ from prana._jsoncheck import json_problem, json_size
 from prana._limits import (
     DEFAULT_LIMITS,
     Limits,
-    attempts_exceeded,
     node_runs_exceeded,
     recorded_size,
     size_problem,
 )
 from prana._model import (
-    NEVER_RETRY_CODES,
     AttemptOutcome,
     Completed,
     ErrorCode,
@@ -75,11 +68,10 @@ from prana._model import (
     new_attempt_record,
     new_completed,
     new_node_execution,
-    new_retry_data,
     new_suspend,
     new_workflow_execution,
 )
-from prana._noderun import NodeRun, error_info, prana_error, redacted_error, with_detail
+from prana._noderun import NodeRun, error_info, prana_error
 from prana._noderuns import NodeRuns, RunsByNode
 from prana._pause import settle_suspend
 from prana._registry import ActionContext
@@ -88,9 +80,6 @@ from prana._state import FINAL, check_transition
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL)
 _TUPLE = frozenset({tuple})
-
-_retry_log = logging.getLogger("prana.retry")
-"""Retry conditions that failed when they ran (WARNING): the run goes on without a retry."""
 
 Clock = Callable[[], datetime]
 
@@ -632,145 +621,9 @@ class Run(Frontier):
         data = suspension.data if given is None else given
         return new_suspend(suspension.kind, data, execution)
 
-    def settle_failure(
-        self,
-        cn: CompiledNode,
-        node_run: NodeRun,
-        error: ErrorInfo,
-        *,
-        exception: BaseException | None = None,
-        output: Any = None,
-    ) -> Outcome | None:
-        """An attempt failed: retry it (a suspension), or let ``on_error`` decide.
-
-        Whether the policies are asked at all is the error code's to say
-        (``NEVER_RETRY_CODES``); whether retries ran out is the decision's reason.
-        """
-        key = cn.key
-        number = node_run.attempt_number
-        exhausted = False
-        if self.issued:
-            error = redacted_error(error, self.issued.values())
-        if cn.policies and error.code not in NEVER_RETRY_CODES:
-            now = self.clock()  # one reading: the budget check and resume_at must agree
-            view = new_attempt_view(
-                number,
-                error,
-                exception,
-                output,
-                (now - node_run.budget_start).total_seconds(),
-                None,
-                self.id,
-                key,
-                cn.timeout,
-                now,
-            )
-            explanation = explain_retry(
-                cn.policies, view, seed=f"{self.id}:{key}:{node_run.run_index}"
-            )
-            decision = explanation.decision
-            if decision is not None and number >= self.limits.max_attempts:
-                decision, error = None, attempts_exceeded(key, error, self.limits)
-            if decision is None:  # (a decision's reason is RETRY: neither set below holds it)
-                exhausted = explanation.reason in RAN_OUT
-                if explanation.reason in CONDITION_FAILED:
-                    # no retry, and a user reads why: the attempt's error, node_failed, a log;
-                    # the condition may quote the raw exception, so its text is redacted too
-                    text = explanation.text
-                    if self.issued:
-                        text = redact_tokens(text, self.issued.values())
-                    error = with_detail(error, "retry_condition_failed", text)
-                    _retry_log.warning(
-                        "execution %s: node %r: %s (attempt %d); the attempt does not retry",
-                        *(self.id, key, text, number),
-                        extra={"execution_id": self.id, "node_key": key, "attempt": number},
-                    )
-            else:
-                # floor, so rounding never puts resume_at past a retry_timeout budget
-                delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
-                # The hot path: close_attempt + freeze + record, inlined. Both edges it takes,
-                # running -> failed (the attempt) and running -> suspended (the run), are in
-                # prana._state's tables (a test checks).
-                attempts = node_run.attempts
-                attempts.append(
-                    new_attempt_record(
-                        number,
-                        node_run.attempt_started,
-                        now,
-                        AttemptOutcome.FAILED,
-                        error,
-                        node_run.attempt_due,
-                        delay_ms,
-                        node_run.attempt_redrive,
-                    )
-                )
-                record = new_node_execution(
-                    key,
-                    NodeStatus.SUSPENDED,
-                    node_run.execution_index,
-                    node_run.run_index,
-                    node_run.started_at,
-                    None,
-                    node_run.params,
-                    None,
-                    None,
-                    error,
-                    tuple(attempts),
-                )
-                runs = self.runs
-                if node_run.recorded:
-                    runs[key] = (*runs[key][:-1], record)
-                else:
-                    runs[key] = (*runs.get(key, ()), record)
-                    node_run.recorded = True
-                data = new_retry_data(
-                    delay_ms,
-                    number + 1,
-                    decision.max_attempts,
-                    error,
-                    now + timedelta(milliseconds=delay_ms),
-                    False,
-                )
-                self.now_hint = now  # the execution is handed back at the attempt's end
-                if self.observers:
-                    self.event(
-                        EventType.NODE_RETRY_SCHEDULED,
-                        node_key=key,
-                        run_index=node_run.run_index,
-                        attempt=number + 1,
-                        max_attempts=decision.max_attempts,
-                        delay_ms=delay_ms,
-                        error=error,
-                    )
-                return self.suspend_execution(key, new_suspend("retry", data, None))
-        if exhausted and self.observers:
-            self.event(
-                EventType.NODE_RETRY_EXHAUSTED,
-                node_key=key,
-                run_index=node_run.run_index,
-                attempt=number,
-                error=error,
-            )
-        if self.observers:
-            self.event(
-                EventType.NODE_FAILED,
-                node_key=key,
-                run_index=node_run.run_index,
-                attempt=number,
-                error=error,
-            )
-        mode = cn.node.settings.on_error
-        if mode == "stop_workflow":
-            now = self.clock()
-            node_run.close_attempt(AttemptOutcome.FAILED, now, error)
-            self.record(node_run, node_run.freeze(NodeStatus.FAILED, error=error, completed_at=now))
-            # The activation stays pending: a redrive runs the node again with it.
-            return self.fail_execution(error)
-        port = "main" if mode == "continue" else "error"
-        output = error.as_output()
-        self.kept += max(json_size(output), 0)
-        self.complete_node(cn, node_run, output, port, error=error)
-        return None
+    settle_failure = settle_failure
+    """An attempt failed: retry it (a suspension), or let ``on_error`` decide
+    (``prana._failure``)."""
 
     def fail_execution(self, error: ErrorInfo) -> Failed:
         execution = self.freeze(ExecutionStatus.FAILED, error=error)

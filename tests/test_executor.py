@@ -808,7 +808,7 @@ def _reworded(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     def reworded(*args: Any, **kwargs: Any) -> RetryExplanation:
         return attrs.evolve(real(*args, **kwargs), text=text)
 
-    monkeypatch.setattr("prana._engine.explain_retry", reworded)
+    monkeypatch.setattr("prana._failure.explain_retry", reworded)
 
 
 def test_retry_exhausted_follows_the_reason_not_its_wording(

@@ -1,0 +1,176 @@
+"""A failed attempt: retry it (a ``Suspend(kind="retry")``), or let ``on_error`` decide.
+
+Split from ``prana._engine``: ``Run.settle_failure`` *is* ``settle_failure`` (bound as a
+method, so the engine pays no extra call), with ``run`` as its ``self``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from prana._decision import CONDITION_FAILED, RAN_OUT, explain_retry, new_attempt_view
+from prana._events import EventType
+from prana._hooks import redact_tokens
+from prana._jsoncheck import json_size
+from prana._limits import attempts_exceeded
+from prana._model import (
+    NEVER_RETRY_CODES,
+    AttemptOutcome,
+    ErrorInfo,
+    NodeStatus,
+    Outcome,
+    new_attempt_record,
+    new_node_execution,
+    new_retry_data,
+    new_suspend,
+)
+from prana._noderun import NodeRun, redacted_error, with_detail
+
+if TYPE_CHECKING:
+    from prana._engine import Run
+    from prana._graph import CompiledNode
+
+_retry_log = logging.getLogger("prana.retry")
+"""Retry conditions that failed when they ran (WARNING): the run goes on without a retry."""
+
+
+def settle_failure(
+    run: Run,
+    cn: CompiledNode,
+    node_run: NodeRun,
+    error: ErrorInfo,
+    *,
+    exception: BaseException | None = None,
+    output: Any = None,
+) -> Outcome | None:
+    """An attempt failed: retry it (a suspension), or let ``on_error`` decide.
+
+    Whether the policies are asked at all is the error code's to say
+    (``NEVER_RETRY_CODES``); whether retries ran out is the decision's reason.
+    """
+    key = cn.key
+    number = node_run.attempt_number
+    exhausted = False
+    if run.issued:
+        error = redacted_error(error, run.issued.values())
+    if cn.policies and error.code not in NEVER_RETRY_CODES:
+        now = run.clock()  # one reading: the budget check and resume_at must agree
+        view = new_attempt_view(
+            number,
+            error,
+            exception,
+            output,
+            (now - node_run.budget_start).total_seconds(),
+            None,
+            run.id,
+            key,
+            cn.timeout,
+            now,
+        )
+        explanation = explain_retry(cn.policies, view, seed=f"{run.id}:{key}:{node_run.run_index}")
+        decision = explanation.decision
+        if decision is not None and number >= run.limits.max_attempts:
+            decision, error = None, attempts_exceeded(key, error, run.limits)
+        if decision is None:  # (a decision's reason is RETRY: neither set below holds it)
+            exhausted = explanation.reason in RAN_OUT
+            if explanation.reason in CONDITION_FAILED:
+                # no retry, and a user reads why: the attempt's error, node_failed, a log;
+                # the condition may quote the raw exception, so its text is redacted too
+                text = explanation.text
+                if run.issued:
+                    text = redact_tokens(text, run.issued.values())
+                error = with_detail(error, "retry_condition_failed", text)
+                _retry_log.warning(
+                    "execution %s: node %r: %s (attempt %d); the attempt does not retry",
+                    *(run.id, key, text, number),
+                    extra={"execution_id": run.id, "node_key": key, "attempt": number},
+                )
+        else:
+            # floor, so rounding never puts resume_at past a retry_timeout budget
+            delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
+            # The hot path: close_attempt + freeze + record, inlined. Both edges it takes,
+            # running -> failed (the attempt) and running -> suspended (the run), are in
+            # prana._state's tables (a test checks).
+            attempts = node_run.attempts
+            attempts.append(
+                new_attempt_record(
+                    number,
+                    node_run.attempt_started,
+                    now,
+                    AttemptOutcome.FAILED,
+                    error,
+                    node_run.attempt_due,
+                    delay_ms,
+                    node_run.attempt_redrive,
+                )
+            )
+            record = new_node_execution(
+                key,
+                NodeStatus.SUSPENDED,
+                node_run.execution_index,
+                node_run.run_index,
+                node_run.started_at,
+                None,
+                node_run.params,
+                None,
+                None,
+                error,
+                tuple(attempts),
+            )
+            runs = run.runs
+            if node_run.recorded:
+                runs[key] = (*runs[key][:-1], record)
+            else:
+                runs[key] = (*runs.get(key, ()), record)
+                node_run.recorded = True
+            data = new_retry_data(
+                delay_ms,
+                number + 1,
+                decision.max_attempts,
+                error,
+                now + timedelta(milliseconds=delay_ms),
+                False,
+            )
+            run.now_hint = now  # the execution is handed back at the attempt's end
+            if run.observers:
+                run.event(
+                    EventType.NODE_RETRY_SCHEDULED,
+                    node_key=key,
+                    run_index=node_run.run_index,
+                    attempt=number + 1,
+                    max_attempts=decision.max_attempts,
+                    delay_ms=delay_ms,
+                    error=error,
+                )
+            return run.suspend_execution(key, new_suspend("retry", data, None))
+    if exhausted and run.observers:
+        run.event(
+            EventType.NODE_RETRY_EXHAUSTED,
+            node_key=key,
+            run_index=node_run.run_index,
+            attempt=number,
+            error=error,
+        )
+    if run.observers:
+        run.event(
+            EventType.NODE_FAILED,
+            node_key=key,
+            run_index=node_run.run_index,
+            attempt=number,
+            error=error,
+        )
+    mode = cn.node.settings.on_error
+    if mode == "stop_workflow":
+        now = run.clock()
+        node_run.close_attempt(AttemptOutcome.FAILED, now, error)
+        run.record(node_run, node_run.freeze(NodeStatus.FAILED, error=error, completed_at=now))
+        # The activation stays pending: a redrive runs the node again with it.
+        return run.fail_execution(error)
+    port = "main" if mode == "continue" else "error"
+    output = error.as_output()
+    run.kept += max(json_size(output), 0)
+    run.complete_node(cn, node_run, output, port, error=error)
+    return None
