@@ -224,8 +224,7 @@ class Run(Frontier):
                 run.backlog.setdefault(a.node_key, []).append(activation)
             else:
                 run.pending[a.node_key] = activation
-        run.heap = [(-p.seq, k) for k, p in run.pending.items()]
-        heapq.heapify(run.heap)
+        run.rebuild_heap()
         run.recount()
         run.next_index = execution.next_index
         run.started_at = execution.started_at
@@ -316,8 +315,8 @@ class Run(Frontier):
         self.started_at = self.now_hint or self.clock()
         if self.observers:
             self.event(EventType.EXECUTION_STARTED)
+        # The trigger is the only pending node: ``drive`` picks a lone node without the heap.
         self.enter(self.graph.trigger, Pending(-1, {}))
-        self.activate(self.graph.trigger, -1)
         return self.drive()
 
     def drive(self, step: Step = None) -> Generator[Call, Result, Outcome]:
@@ -327,12 +326,25 @@ class Run(Frontier):
         with the call's own continuation), ``None`` (the node is done: pick the next), or
         an outcome.
         """
-        pending = self.pending
+        pending, heap, blocked = self.pending, self.heap, self.blocked
         while True:
             if step is None:
-                if len(pending) == 1:  # pick_ready's fast path, inlined: the common chain case
-                    self.heap.clear()
+                # pick_ready's fast paths, inlined: a lone pending node (a chain), none, and
+                # a heap whose top is current and not a waiting AND-join (a fan-out)
+                if len(pending) == 1:
+                    heap.clear()
                     key: str | None = next(iter(pending))
+                elif not pending:
+                    key = None  # nothing left to run
+                elif heap:
+                    entry = heap[0]
+                    width = self.width
+                    key = self.keys[entry % width]
+                    head = pending.get(key)
+                    if head is None or entry % width - head.seq * width != entry or key in blocked:
+                        key = self.pick_ready()
+                    else:
+                        heapq.heappop(heap)
                 else:
                     key = self.pick_ready()
                 if key is None:

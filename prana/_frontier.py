@@ -20,6 +20,7 @@ the graph walk (``CompiledGraph.reachable_from``) at every pick of random workfl
 from __future__ import annotations
 
 import heapq
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,10 +76,63 @@ def check_pending(graph: CompiledGraph, execution: WorkflowExecution) -> None:
             )
 
 
-class Frontier:
-    """The activations of one run and the order they run in."""
+class GraphOrder:
+    """What the frontier reads of a compiled graph, computed once per graph (``graph_order``).
 
-    __slots__ = ("backlog", "blocked", "feeds", "heap", "live", "parked", "pending")
+    ``rank`` is each node key's place in key order and ``keys`` the keys by rank (the
+    heap's ints); ``joins`` the AND-joins (nodes with several input ports); ``ports`` every
+    AND-join port ``(join, port)`` with a count of 0, which ``live`` starts as a copy of
+    (so a count is read by subscript, never with a default).
+    """
+
+    __slots__ = ("graph", "joins", "keys", "ports", "rank")
+
+    def __init__(self, graph: CompiledGraph) -> None:
+        self.graph = weakref.ref(graph)
+        self.keys = tuple(sorted(graph.nodes))
+        self.rank = {key: index for index, key in enumerate(self.keys)}
+        self.joins = frozenset(k for k, cn in graph.nodes.items() if len(cn.in_ports) > 1)
+        self.ports = {(join, port): 0 for join in self.joins for port in graph.nodes[join].in_ports}
+
+
+_ORDERS: dict[int, GraphOrder] = {}
+
+
+def graph_order(graph: CompiledGraph) -> GraphOrder:
+    """``graph``'s ``GraphOrder``, cached per compiled graph."""
+    cached = _ORDERS.get(id(graph))
+    if cached is not None and cached.graph() is graph:
+        return cached
+    order = GraphOrder(graph)
+    if len(_ORDERS) > 256:
+        _ORDERS.clear()
+    _ORDERS[id(graph)] = order
+    return order
+
+
+class Frontier:
+    """The activations of one run and the order they run in.
+
+    The heap holds one int per activation, ``-seq * width + rank``: ordering those ints is
+    ordering ``(-seq, key)`` pairs (most recent first, ties by key), without comparing
+    tuples and strings at every push and pop (``rank`` is the key's place in key order,
+    ``width`` the number of nodes; ``node_order``). ``rank`` is loaded at the first push.
+    """
+
+    __slots__ = (
+        "backlog",
+        "blocked",
+        "feeds",
+        "heap",
+        "joins",
+        "keys",
+        "live",
+        "order",
+        "parked",
+        "pending",
+        "rank",
+        "width",
+    )
 
     graph: CompiledGraph
     input: Any
@@ -88,7 +142,13 @@ class Frontier:
     backlog: dict[str, list[Pending]]
     """Per node, later activations: a second delivery to a port the newest activation
     already holds is another run (an OR-join runs once per delivery)."""
-    heap: list[tuple[int, str]]
+    heap: list[int]
+    rank: dict[str, int] | None
+    keys: tuple[str, ...]
+    width: int
+    joins: frozenset[str]
+    """The graph's AND-joins (empty without any, where nothing is counted)."""
+    order: GraphOrder
     feeds: dict[str, tuple[tuple[str, str], ...]] | None
     """``graph.join_feeds()``, or None when the workflow has no AND-join (nothing to count)."""
     live: dict[tuple[str, str], int]
@@ -107,8 +167,15 @@ class Frontier:
         self.backlog = {}
         self.heap = []
         feeds = self.graph.join_feeds()
-        self.feeds = feeds or None
-        self.live = {}
+        if feeds:
+            self.feeds = feeds
+            self.load_order()
+            self.live = dict(self.order.ports)
+        else:  # no AND-join: the order is loaded at the first push
+            self.rank, self.keys, self.width = None, (), 1
+            self.feeds = None
+            self.joins = frozenset()
+            self.live = {}
         self.blocked = {}
         self.parked = {}
 
@@ -116,94 +183,125 @@ class Frontier:
         """Compute ``live`` and ``blocked`` from ``pending`` (after loading an execution)."""
         if self.feeds is None:
             return
-        live: dict[tuple[str, str], int] = {}
+        live = dict(self.order.ports)
         for key in self.pending:
             for pair in self.feeds.get(key, ()):
-                live[pair] = live.get(pair, 0) + 1
+                live[pair] += 1
         self.live = live
-        self.blocked = {}
-        self.parked = {}
-        nodes = self.graph.nodes
+        self.blocked.clear()  # in place: ``Run.drive`` holds the containers of the frontier
+        self.parked.clear()
         for key in self.pending:
-            if len(nodes[key].in_ports) > 1:
+            if key in self.joins:
                 self.blocked[key] = self._blocked_ports(key)
 
     def enter(self, key: str, activation: Pending) -> None:
         """Make ``activation`` the head of ``key``, which was not pending."""
-        self.pending[key] = activation
+        pending = self.pending
+        pending[key] = activation
         feeds = self.feeds
-        if feeds is not None:
-            pairs = feeds.get(key)
-            if pairs:
-                self._count_feeds(pairs, 1)
-            if len(self.graph.nodes[key].in_ports) > 1:
-                self.blocked[key] = self._blocked_ports(key)
+        if feeds is None:
+            return
+        if key in feeds:  # ``key`` feeds these ports now: a count that leaves 0 is live again
+            live = self.live
+            for pair in feeds[key]:
+                before = live[pair]
+                live[pair] = before + 1
+                if not before and pair[0] in pending:
+                    join, port = pair
+                    if port not in pending[join].sources:
+                        self.blocked[join] += 1  # a step up never makes a join ready
+        if key in self.joins:
+            self.blocked[key] = self._blocked_ports(key)
 
     def leave(self, key: str) -> None:
         """``key`` is no longer pending (it ran and has no queued activation)."""
         feeds = self.feeds
-        if self.pending.pop(key, None) is None or feeds is None:
+        pending = self.pending
+        if pending.pop(key, None) is None or feeds is None:
             return
-        if self.blocked.pop(key, None) is not None:
+        blocked = self.blocked
+        if key in blocked:
+            del blocked[key]
             self.parked.pop(key, None)
-        pairs = feeds.get(key)
-        if pairs:
-            self._count_feeds(pairs, -1)
-
-    def _count_feeds(self, pairs: tuple[tuple[str, str], ...], step: int) -> None:
-        """A node that feeds ``pairs`` entered (``step`` 1) or left (-1) ``pending``."""
-        live = self.live
-        for pair in pairs:
-            before = live.get(pair, 0)
-            after = live[pair] = before + step
-            if before and after:
-                continue  # the port's liveness did not change
-            join, port = pair
-            head = self.pending.get(join)
-            if head is not None and port not in head.sources:
-                blocked = self.blocked[join] = self.blocked[join] + step
-                if not blocked and self.parked.pop(join, None) is not None:
-                    heapq.heappush(self.heap, (-head.seq, join))  # ready now
+        if key in feeds:  # ``key`` fed these ports: a count that reaches 0 is dead now
+            live = self.live
+            for pair in feeds[key]:
+                after = live[pair] - 1
+                live[pair] = after
+                if not after and pair[0] in pending:
+                    join, port = pair
+                    head = pending[join]
+                    if port not in head.sources:
+                        waiting = blocked[join] = blocked[join] - 1
+                        if not waiting and self.parked.pop(join, None) is not None:
+                            self.push(head.seq, join)  # ready now
 
     def _blocked_ports(self, join: str) -> int:
-        head = self.pending[join]
+        sources = self.pending[join].sources
         live = self.live
         return sum(
             1
             for port in self.graph.nodes[join].in_ports
-            if port not in head.sources and live.get((join, port), 0)
+            if port not in sources and live[join, port]
         )
 
-    def activate(self, key: str, seq: int) -> None:
-        heapq.heappush(self.heap, (-seq, key))
+    def push(self, seq: int, key: str) -> None:
+        """Put an activation of ``key`` with ``seq`` on the heap."""
+        rank = self.rank
+        if rank is None:
+            rank = self.load_order()
+        heapq.heappush(self.heap, rank[key] - seq * self.width)
+
+    def load_order(self) -> dict[str, int]:
+        order = self.order = graph_order(self.graph)
+        self.rank, self.keys, self.width = order.rank, order.keys, len(order.keys)
+        self.joins = order.joins
+        return order.rank
+
+    def rebuild_heap(self) -> None:
+        """The heap of every head activation in ``pending`` (after loading an execution).
+
+        A lone pending node needs none: ``pick_ready`` (and ``drive``) take it directly.
+        """
+        heap = self.heap
+        heap.clear()  # in place: ``Run.drive`` holds the containers of the frontier
+        if len(self.pending) <= 1:
+            return
+        rank = self.rank if self.rank is not None else self.load_order()
+        width = self.width
+        heap.extend(rank[k] - p.seq * width for k, p in self.pending.items())
+        heapq.heapify(heap)
 
     def pick_ready(self) -> str | None:
         """The next node to run: most recently activated first, ties by key.
 
-        ``heap`` holds ``(-seq, key)`` for every activation; entries made stale by a later
-        activation (or by the node running) are dropped when they surface.
+        ``heap`` holds ``-seq * width + rank`` for every activation; entries made stale by a
+        later activation (or by the node running) are dropped when they surface.
         """
         pending = self.pending
         heap = self.heap
         if len(pending) == 1:
             heap.clear()  # every other entry is stale: only this node is pending
             return next(iter(pending))
-        parked = self.parked
+        parked, blocked = self.parked, self.blocked
+        keys, width = self.keys, self.width  # loaded by the push of any entry
         while heap:
-            neg_seq, key = heapq.heappop(heap)
+            entry = heapq.heappop(heap)
+            rank = entry % width
+            key = keys[rank]
             p = pending.get(key)
-            if p is None or p.seq != -neg_seq:
-                continue
-            if self._ready(key):
+            if p is None or rank - p.seq * width != entry:
+                continue  # stale: the node ran, or has a later activation
+            if key not in blocked or self._ready(key):  # only an AND-join may wait
                 return key
-            parked[key] = -neg_seq
+            parked[key] = p.seq
         # Every pending node waits on another: run the most recent one, never deadlock.
         waiting = [(-seq, key) for key, seq in parked.items() if pending[key].seq == seq]
         if not waiting:
             return None
         _, chosen = min(waiting)
         for _, key in waiting:
-            heapq.heappush(heap, (-parked.pop(key), key))
+            self.push(parked.pop(key), key)
         parked.clear()
         return chosen
 
@@ -222,19 +320,21 @@ class Frontier:
             return {}
         result: dict[str, Any] = {}
         runs = self.runs
+        completed = NodeStatus.COMPLETED
         for port, source in pending.sources.items():
-            src, src_port = source[0], source[1]
-            index = source[2] if len(source) > 2 else None  # records before 0.1 lack it
-            records = runs.get(src, ())
-            if records:  # the common case first: the source's latest run delivered it
-                last = records[-1]
+            if len(source) == 3:  # the common case first: the source's latest run delivered it
+                src, src_port, index = source
+                last = runs[src][-1]
                 if (
                     last.execution_index == index
-                    and last.status is NodeStatus.COMPLETED
+                    and last.status is completed
                     and last.output_port == src_port
                 ):
                     result[port] = last.output
                     continue
+            src, src_port = source[0], source[1]
+            index = source[2] if len(source) > 2 else None  # records before 0.1 lack it
+            records = runs.get(src, ())
             for record in reversed(records):
                 if index is not None and record.execution_index != index:
                     if record.execution_index < index:
@@ -258,7 +358,7 @@ class Frontier:
                     self.parked[key] = head.seq  # waits out of the heap
                     return
                 self.parked.pop(key, None)
-            heapq.heappush(self.heap, (-head.seq, key))
+            self.push(head.seq, key)
         else:
             self.leave(key)
 
@@ -276,12 +376,16 @@ class Frontier:
                     )
                 else:
                     newest.sources[to_port] = (key, port, seq)
-                    if newest is pending and self.live.get((target, to_port), 0):
+                    if newest is pending and target in self.joins and self.live[target, to_port]:
                         self.blocked[target] -= 1  # a port that could still get data got it
                 pending.seq = seq
-            if self.blocked.get(target):
+            blocked = self.blocked
+            if blocked and blocked.get(target):
                 self.parked[target] = seq  # an AND-join that must wait: out of the heap
             else:
                 if self.parked:
                     self.parked.pop(target, None)
-                heapq.heappush(self.heap, (-seq, target))
+                rank = self.rank  # ``push``, inlined: every delivery pushes
+                if rank is None:
+                    rank = self.load_order()
+                heapq.heappush(self.heap, rank[target] - seq * self.width)

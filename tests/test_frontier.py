@@ -7,12 +7,13 @@ from typing import Any
 import pytest
 from doubles import conn, trigger
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from strategies import Scenario, scenarios
 from test_properties import PROPERTY_SETTINGS, drive
 
 from prana import Completed, Node, Registry, Workflow, execute_workflow
-from prana._frontier import Frontier
-from prana._graph import CompiledGraph
+from prana._frontier import Frontier, graph_order
+from prana._graph import CompiledGraph, compile_workflow
 
 
 def walked_ready(frontier: Frontier, key: str) -> bool:
@@ -44,6 +45,19 @@ def test_counted_readiness_matches_the_graph_walk(scenario: Scenario) -> None:
         Frontier._ready = counted  # type: ignore[method-assign]
 
 
+KEYS = ["a", "b", "m000", "m001", "m010", "sink", "start", "z"]
+
+
+def _keys_graph() -> CompiledGraph:
+    """A compiled workflow whose node keys are ``KEYS`` (a chain, in key order)."""
+    registry = Registry()
+    registry.register("test.one", lambda params, ctx: 1)
+    keys = [k for k in KEYS if k != "start"]
+    nodes = [trigger(), *(Node(key=k, type="test.one") for k in keys)]
+    conns = [conn(a, b) for a, b in zip(["start", *keys], keys, strict=False)]
+    return compile_workflow(Workflow(id="keys", nodes=nodes, connections=conns), registry)
+
+
 def fan_in(width: int) -> Workflow:
     """Trigger -> ``width`` nodes -> one node with a port per node (an AND-join)."""
     nodes = [trigger(), Node(key="sink", type="test.ports")]
@@ -69,3 +83,42 @@ def test_an_and_join_never_walks_the_graph(monkeypatch: pytest.MonkeyPatch) -> N
     assert isinstance(outcome, Completed)
     assert outcome.output == [f"p{i:03d}" for i in range(50)]
     assert len(outcome.execution.node_executions["sink"]) == 1
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(min_value=-1, max_value=10_000), st.sampled_from(KEYS)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_heap_entries_order_as_most_recent_then_key(items: list[tuple[int, str]]) -> None:
+    """The heap's ints (``rank - seq * width``) sort exactly as ``(-seq, key)`` pairs and
+    give back their key and ``seq``: the order the design promises, without tuples."""
+    order = graph_order(_keys_graph())
+    width = len(order.keys)
+    entries = [order.rank[key] - seq * width for seq, key in items]
+    assert [order.keys[e % width] for e in sorted(entries)] == [
+        key for _, key in sorted(items, key=lambda item: (-item[0], item[1]))
+    ]
+    assert [(-(e // width), order.keys[e % width]) for e in entries] == items
+
+
+def test_a_fan_out_is_picked_by_drive_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1 -> 50 -> 1 fan-in never calls pick_ready: drive's inlined pick (the heap's top is
+    current and no waiting join) takes every node; a slower pick would fail this."""
+    registry = Registry()
+    registry.register("test.one", lambda params, ctx: 1)
+    registry.register("test.ports", lambda params, ctx: len(ctx.input))
+    calls = []
+    slow = Frontier.pick_ready
+
+    def counted(self: Frontier) -> str | None:
+        calls.append(1)
+        return slow(self)
+
+    monkeypatch.setattr(Frontier, "pick_ready", counted)
+    outcome = execute_workflow(fan_in(50), None, registry=registry)
+    assert isinstance(outcome, Completed)
+    assert outcome.output == 50
+    assert calls == []
