@@ -11,7 +11,14 @@ import math
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from prana._decision import CONDITION_FAILED, RAN_OUT, explain_retry, new_attempt_view
+from prana._decision import (
+    CONDITION_FAILED,
+    RAN_OUT,
+    RetryReason,
+    explain_retry,
+    new_attempt_view,
+    quick_retry,
+)
 from prana._events import EventType
 from prana._hooks import redact_tokens
 from prana._jsoncheck import json_size
@@ -58,25 +65,35 @@ def settle_failure(
         error = redacted_error(error, run.issued.values())
     if cn.policies and error.code not in NEVER_RETRY_CODES:
         now = run.clock()  # one reading: the budget check and resume_at must agree
-        view = new_attempt_view(
-            number,
-            error,
-            exception,
-            output,
-            (now - node_run.budget_start).total_seconds(),
-            None,
-            run.id,
-            key,
-            cn.timeout,
-            now,
-        )
-        explanation = explain_retry(cn.policies, view, seed=f"{run.id}:{key}:{node_run.run_index}")
-        decision = explanation.decision
-        if decision is not None and number >= run.limits.max_attempts:
-            decision, error = None, attempts_exceeded(key, error, run.limits)
-        if decision is None:  # (a decision's reason is RETRY: neither set below holds it)
-            exhausted = explanation.reason in RAN_OUT
-            if explanation.reason in CONDITION_FAILED:
+        # the common retry, decided without building the view (the rule is quick_retry's)
+        retry = quick_retry(cn.policies, exception, number) if exception is not None else None
+        explanation = None
+        if retry is None:
+            view = new_attempt_view(
+                number,
+                error,
+                exception,
+                output,
+                (now - node_run.budget_start).total_seconds(),
+                None,
+                run.id,
+                key,
+                cn.timeout,
+                now,
+            )
+            seed = f"{run.id}:{key}:{node_run.run_index}"
+            explanation = explain_retry(cn.policies, view, seed=seed)
+            decision = explanation.decision
+            if decision is not None:
+                retry = decision.delay_seconds, decision.max_attempts
+        if retry is not None and number >= run.limits.max_attempts:
+            retry, error = None, attempts_exceeded(key, error, run.limits)
+        if retry is None:
+            # a retry the Limits cap stopped keeps its reason, RETRY: in neither set below
+            reason = RetryReason.RETRY if explanation is None else explanation.reason
+            exhausted = reason in RAN_OUT
+            if reason in CONDITION_FAILED:
+                assert explanation is not None
                 # no retry, and a user reads why: the attempt's error, node_failed, a log;
                 # the condition may quote the raw exception, so its text is redacted too
                 text = explanation.text
@@ -89,8 +106,9 @@ def settle_failure(
                     extra={"execution_id": run.id, "node_key": key, "attempt": number},
                 )
         else:
+            delay_seconds, max_attempts = retry
             # floor, so rounding never puts resume_at past a retry_timeout budget
-            delay_ms = max(0, math.floor(decision.delay_seconds * 1000))
+            delay_ms = max(0, math.floor(delay_seconds * 1000))
             # The hot path: close_attempt + freeze + record, inlined. Both edges it takes,
             # running -> failed (the attempt) and running -> suspended (the run), are in
             # prana._state's tables (a test checks).
@@ -129,9 +147,9 @@ def settle_failure(
             data = new_retry_data(
                 delay_ms,
                 number + 1,
-                decision.max_attempts,
+                max_attempts,
                 error,
-                now + timedelta(milliseconds=delay_ms),
+                now + timedelta(milliseconds=delay_ms) if delay_ms else now,
                 False,
             )
             run.now_hint = now  # the execution is handed back at the attempt's end
@@ -141,7 +159,7 @@ def settle_failure(
                     node_key=key,
                     run_index=node_run.run_index,
                     attempt=number + 1,
-                    max_attempts=decision.max_attempts,
+                    max_attempts=max_attempts,
                     delay_ms=delay_ms,
                     error=error,
                 )
