@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from prana._builtins import SubWorkflowFailed
+from prana._builtins import _manual_trigger as manual_trigger
 from prana._decision import (
     AttemptView,
     rejects_result,
@@ -116,6 +117,7 @@ class Run(Frontier):
         "graph",
         "id",
         "input",
+        "input_size",
         "issued",
         "kept",
         "last_output",
@@ -182,6 +184,8 @@ class Run(Frontier):
         """What the application lets one execution run and keep (``prana._limits``)."""
         self.kept = 0
         """What the execution keeps so far, as ``Limits`` counts it (``kept_size``)."""
+        self.input_size = -1
+        """The workflow input's size as ``Limits`` counts it, when the entry check knows it."""
 
     # -- loading and freezing ------------------------------------------------------------
 
@@ -316,8 +320,68 @@ class Run(Frontier):
         if self.observers:
             self.event(EventType.EXECUTION_STARTED)
         # The trigger is the only pending node: ``drive`` picks a lone node without the heap.
-        self.enter(self.graph.trigger, Pending(-1, {}))
+        trigger = self.graph.trigger
+        self.enter(trigger, Pending(-1, {}))
+        cn = self.graph.nodes[trigger]
+        if cn.spec.fn is manual_trigger:
+            self.quick_trigger(cn)
         return self.drive()
+
+    def quick_trigger(self, cn: CompiledNode) -> None:
+        """Settle the built-in ``manual.trigger`` inline: it emits the input on ``main``.
+
+        Rule: it writes exactly the records, counts and delivery that calling the action
+        would (one completed attempt, the input as output, its size counted again), and
+        applies only where nothing else could come of the call: plain params of no size,
+        no result check, no observer or checkpoint to see the call, and every limit met.
+        Otherwise the trigger runs as any action (``tests/test_retry_fast_path.py``
+        compares both).
+        """
+        size, limits = self.input_size, self.limits
+        if (
+            size < 0
+            or self.observers
+            or self.checkpoint is not None
+            or not cn.plain_params
+            or cn.params_size
+            or cn.checks_results
+            or self.next_index >= limits.max_node_runs
+            or self.workflow.max_iterations < 1
+            or size > limits.max_value_size
+            or self.kept + size > limits.max_record_size
+        ):
+            return
+        key = cn.key
+        started = self.now_hint or self.clock()
+        index = self.next_index
+        self.next_index = index + 1
+        output = self.input
+        self.kept += size
+        # complete_node's records, inlined; both edges are in prana._state's tables
+        self.now_hint = now = self.clock()
+        attempt = new_attempt_record(
+            1, started, now, AttemptOutcome.COMPLETED, None, None, None, False
+        )
+        runs = self.runs
+        runs[key] = (
+            *runs.get(key, ()),
+            new_node_execution(
+                key,
+                NodeStatus.COMPLETED,
+                index,
+                0,
+                started,
+                now,
+                cn.node.params,
+                output,
+                "main",
+                None,
+                (attempt,),
+            ),
+        )
+        self.leave(key)
+        self.last_output = output
+        self.deliver(key, "main", index)
 
     def drive(self, step: Step = None) -> Generator[Call, Result, Outcome]:
         """Run ready nodes one at a time; yield each action call, return the outcome.

@@ -331,7 +331,7 @@ def new_run(
         trace_context=checked_trace,
         limits=limits,
     )
-    run.kept = size
+    run.kept = run.input_size = size
     run.now_hint = now
     return run
 

@@ -22,6 +22,8 @@ from prana import (
     Completed,
     Connection,
     ExecutionStatus,
+    Failed,
+    Limits,
     Node,
     NodeSettings,
     NodeStatus,
@@ -31,6 +33,7 @@ from prana import (
     RetryPolicy,
     Suspend,
     Workflow,
+    dumps,
     execute_workflow,
     resume_workflow,
 )
@@ -46,7 +49,7 @@ from prana._state import (
     NODE_TRANSITIONS,
     TRANSITIONS,
 )
-from prana.testing import set_testing
+from prana.testing import ManualClock, set_testing
 
 
 def _fails_once(params: Any, ctx: ActionContext) -> Any:
@@ -309,3 +312,33 @@ def test_the_simple_form_and_a_plain_policy_take_the_quick_retry() -> None:
     assert quick_retry((RetryPolicy(jitter="full"),), ConnectionError("down"), 1) is None
     with set_testing(True):
         assert quick_retry(policies, ConnectionError("down"), 1) is None
+
+
+@pytest.mark.parametrize("input_data", [0, {"a": [1, 2.5, None, "x"]}, None])
+def test_the_inline_trigger_writes_what_calling_it_would(flaky: Registry, input_data: Any) -> None:
+    """The built-in manual trigger settled inline gives the same execution, record for
+    record, as the trigger called as an action (a checkpoint forces the call)."""
+    wf = _retry_workflow()
+    quick = execute_workflow(wf, input_data, registry=flaky, clock=ManualClock(), execution_id="e")
+    called = execute_workflow(
+        wf,
+        input_data,
+        registry=flaky,
+        clock=ManualClock(),
+        execution_id="e",
+        checkpoint=lambda execution: None,
+    )
+    assert isinstance(quick, Suspend)
+    assert dumps(quick.execution) == dumps(called.execution)
+    assert quick.execution == called.execution
+    assert quick.execution.kept_size == called.execution.kept_size
+
+
+def test_the_inline_trigger_stays_out_where_the_call_could_differ(flaky: Registry) -> None:
+    """Over a Limits size cap the trigger runs as an action, and fails as one would."""
+    small = Registry(limits=Limits(max_record_size=15))
+    small.register("test.fails_once", _fails_once)
+    failed = execute_workflow(_retry_workflow(), "x" * 10, registry=small)
+    assert isinstance(failed, Failed)
+    assert failed.error.node_key == "start"
+    assert failed.error.code == "limit_exceeded"
