@@ -280,6 +280,26 @@ def test_postgres_group_commits_must_be_async_or_sync() -> None:
         PostgresStore("postgresql://localhost/x", group_commits="later")
 
 
+@pytest.mark.postgres
+def test_a_postgres_grouped_claim_joins_the_group(postgres_dsn: str) -> None:
+    """A light claim in a group is in the group's transaction: seen elsewhere at the commit."""
+    group = PostgresGroup(Path("."), postgres_dsn)
+    store, other = group.store, group.other
+    try:
+        store.save(retry("a", T0), None)
+        with store.grouped():
+            assert store.claim("a", 1, T0 + timedelta(seconds=30), T0) == 2
+            assert store.load("a")[0].status is ExecutionStatus.RUNNING
+            assert stored_version(other, "a") == 1
+            store.commit_group()
+            assert stored_version(other, "a") == 2
+        claimed = other.load("a")[0]
+        assert claimed.status is ExecutionStatus.RUNNING
+        assert claimed.suspension is not None  # a claim, not a checkpoint
+    finally:
+        group.close()
+
+
 # -- BatchingScheduler: every scheduler that offers it ------------------------------------
 
 

@@ -10,6 +10,7 @@ final records must be equal.
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -58,14 +59,27 @@ class Unclaiming:
         return getattr(self.inner, name)
 
 
-@pytest.fixture(params=["sqlite", "memory", "memory-json"])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        "memory",
+        "memory-json",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def claiming(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
     """Makes fresh claiming stores of one kind (closed at the end)."""
     made: list[Any] = []
+    schemas: list[str] = []
 
     def make() -> Any:
         if request.param == "sqlite":
             store: Any = SQLiteStore(tmp_path / f"claims{len(made)}.db")
+        elif request.param == "postgres":
+            from scheduling.stores.postgres import PostgresStore
+
+            schemas.append(f"prana_claims_{uuid.uuid4().hex[:12]}")
+            store = PostgresStore(request.getfixturevalue("postgres_dsn"), schema=schemas[-1])
         else:
             store = MemoryStore(serialize=request.param == "memory-json")
         made.append(store)
@@ -74,6 +88,15 @@ def claiming(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callabl
     yield make
     for store in made:
         store.close()
+    if schemas:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(request.getfixturevalue("postgres_dsn"), autocommit=True) as conn:
+            for schema in schemas:
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                )
 
 
 def suspended_retry(store: Any, clock: ManualClock) -> tuple[str, int]:
@@ -172,7 +195,8 @@ def test_a_claim_with_bad_arguments_is_refused(claiming: Callable[[], Any]) -> N
 
 
 def test_a_grouped_claim_is_durable_only_from_the_commit(tmp_path: Path) -> None:
-    """In a SQLite group a claim joins the open transaction, as a save does."""
+    """In a SQLite group a claim joins the open transaction, as a save does (PostgreSQL:
+    ``test_batches.test_a_postgres_grouped_claim_joins_the_group``)."""
     path = tmp_path / "g.db"
     store, other = SQLiteStore(path), SQLiteStore(path)
     try:

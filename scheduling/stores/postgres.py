@@ -22,16 +22,14 @@ before the commit: a job queue in the same database (``ProcrastinateScheduler``)
 execution's alarm there, so the state and its alarm commit together or not at all. The
 ``Runner`` installs it by itself when its scheduler can do that.
 
-Groups (``scheduling.abc.GroupingStore``): inside ``grouped()`` a thread keeps one pooled
-connection, and its saves (with their ``on_save`` hooks) run in one transaction on it,
-opened by the first of them and committed by ``commit_group`` or the end of the block:
-one commit, so one wait for the disk, for all of them. Every other call of the thread
-uses that connection too (its loads see its saves; it never waits for a second one).
-A save that fails inside a group (a driver error, or its hook raising) rolls the whole
-transaction back: the group is then *broken*, every grouped save refuses until the next
-``commit_group``, which raises ``StoreError`` (lost, as with a failed commit) and starts
-afresh. Other threads, and other processes, see none of it before the commit; a row the
-group wrote waits for the commit before another transaction can write it.
+Groups (``scheduling.abc.GroupingStore``): a thread's saves and claims inside
+``grouped()`` share one connection and one transaction, committed by ``commit_group``
+without waiting for the disk by default (``_postgres_groups`` has the rules, and what a
+server crash may cost).
+
+Light claims (``scheduling.abc.ClaimingStore``): ``claim`` sets a row's status, due time
+(the lease) and version without writing its record again; ``load`` reads such a row as its
+record claimed (``as_claimed``).
 """
 
 from __future__ import annotations
@@ -46,7 +44,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -54,16 +52,23 @@ from prana import ExecutionStatus, InvalidSettingsError, WorkflowExecution, dump
 from scheduling._checks import check_schema_name
 from scheduling._errors import (
     ExecutionNotFound,
-    StaleVersionError,
     StoreError,
     WorkflowConflictError,
 )
 from scheduling.abc import ExecutionSummary
 from scheduling.stores._base import BaseStore, conflict_message
 from scheduling.stores._migrations import Migration, check_sequence, pending
+from scheduling.stores._postgres_groups import (
+    BEGIN_ASYNC_GROUP,
+    GroupsMixin,
+    driver_error,
+    one_line,
+)
 from scheduling.stores._sql import (
     ParsedCache,
+    as_claimed,
     check_aware,
+    check_claim,
     check_limit,
     check_list_args,
     check_save,
@@ -123,37 +128,8 @@ SCHEMA_VERSION = POSTGRES_MIGRATIONS[-1].version
 _SETUP_LOCK = 0x70_72_61_6E_61  # "prana": one advisory lock so concurrent setups do not race
 
 
-_BEGIN_ASYNC_GROUP = "BEGIN; SET LOCAL synchronous_commit TO off"
-"""How a group's transaction begins (``group_commits="async"``, the default): its commit does
-not wait for the disk.
-
-The speed rule of groups. A group is a batch of alarms a ``Runner`` resumes together
-(``scheduling.abc.GroupingStore``); it commits before every action call (the claim) and at
-its end, and waiting for the disk each time is most of a resume's wall time (one fsync,
-~4 ms here, against ~0.1 ms per statement). Asynchronous commits are visible to every
-connection at once and become durable a moment later (at most three ``wal_writer_delay``,
-0.6 s by default) or with the next synchronous commit on the server, whichever comes first
-(WAL is flushed in order). Only a crash of the PostgreSQL *server* (not of a worker) in
-that moment loses them, and then the store holds the state before them, a consistent one:
-the executions are due as they were, their alarms fire again and each lost step runs again
-(at-least-once, as after any crash), its interrupted attempt, if any, not marked in the
-ledger. Everything outside a group waits for the disk as before: starts, deliveries,
-cancels, lease renewals and every save of a runner that does not batch.
-``group_commits="sync"`` makes group commits wait too."""
-
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
 _PROBE_FIRST_PAUSE_SECONDS = 0.1
-
-
-def _one_line(exc: BaseException) -> str:
-    """A driver message on one line (libpq's span several, with tabs)."""
-    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-
-
-def _driver_error(exc: psycopg.Error, what: str) -> StoreError:
-    """A driver error as a one-line ``StoreError`` saying what failed (the server's words)."""
-    primary = exc.diag.message_primary if not isinstance(exc, PoolTimeout) else None
-    return StoreError(f"PostgreSQL: {what} failed: {primary or _one_line(exc)}")
 
 
 def _connect_timeout(seconds: Any, from_dsn: str | int | None) -> float:
@@ -185,7 +161,7 @@ def _utc(when: datetime | None) -> datetime | None:
     return None if when is None else when.astimezone(timezone.utc)
 
 
-class PostgresStore(BaseStore):
+class PostgresStore(GroupsMixin, BaseStore):
     """Executions and definitions in PostgreSQL; tables are created on first use.
 
     ``schema`` puts the tables (``prana_executions``, ``prana_workflows``) in that schema,
@@ -207,7 +183,7 @@ class PostgresStore(BaseStore):
     ``grouped()`` / ``commit_group()`` make it a ``GroupingStore`` (see the module; a
     failed save inside a group loses the whole group). ``group_commits="async"`` (the
     default) lets a group's commits skip the wait for the disk, ``"sync"`` waits; outside
-    groups every commit waits (``_BEGIN_ASYNC_GROUP`` says what a server crash may cost).
+    groups every commit waits (``BEGIN_ASYNC_GROUP`` says what a server crash may cost).
     """
 
     def __init__(
@@ -236,7 +212,7 @@ class PostgresStore(BaseStore):
             params = conninfo_to_dict(dsn)
         except psycopg.Error as exc:
             raise InvalidSettingsError(
-                f"PostgresStore(dsn): not a valid connection string ({_one_line(exc)}); use "
+                f"PostgresStore(dsn): not a valid connection string ({one_line(exc)}); use "
                 "one such as 'postgresql://user@host:5432/dbname'"
             ) from None
         timeout = _connect_timeout(connect_timeout_seconds, params.get("connect_timeout"))
@@ -271,7 +247,7 @@ class PostgresStore(BaseStore):
                 "commits do not wait for the disk) or 'sync'"
             )
         self.group_commits = group_commits
-        self._begin_group = _BEGIN_ASYNC_GROUP if group_commits == "async" else "BEGIN"
+        self._begin_group = BEGIN_ASYNC_GROUP if group_commits == "async" else "BEGIN"
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self.schema!r})"
@@ -311,7 +287,7 @@ class PostgresStore(BaseStore):
                 try:
                     self._setup(self._pool)
                 except psycopg.Error as exc:
-                    raise _driver_error(exc, "creating the tables") from exc
+                    raise driver_error(exc, "creating the tables") from exc
                 self._ready = True
             return self._pool
 
@@ -327,14 +303,14 @@ class PostgresStore(BaseStore):
                 yield conn
             except psycopg.Error as exc:
                 self._break_group()
-                raise _driver_error(exc, what) from exc
+                raise driver_error(exc, what) from exc
             return
         pool = self._connections()
         try:
             with pool.connection() as conn:
                 yield conn
         except psycopg.Error as exc:
-            raise _driver_error(exc, what) from exc
+            raise driver_error(exc, what) from exc
 
     def _read(self, what: str, query: str, params: Any, *, one: bool) -> Any:
         """Run a read-only ``query``: its first row (``one``) or all rows.
@@ -358,9 +334,9 @@ class PostgresStore(BaseStore):
                 if attempt == 1 and conn is not None and (conn.broken or conn.closed):
                     pool.check()
                     continue
-                raise _driver_error(exc, what) from exc
+                raise driver_error(exc, what) from exc
             except psycopg.Error as exc:
-                raise _driver_error(exc, what) from exc
+                raise driver_error(exc, what) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _probe(self) -> None:
@@ -381,7 +357,7 @@ class PostgresStore(BaseStore):
                 if time.monotonic() + pause >= deadline:
                     raise StoreError(
                         f"cannot connect to PostgreSQL within {self.connect_timeout_seconds:g}s "
-                        f"(PostgresStore dsn): {_one_line(exc)}; check that the server runs "
+                        f"(PostgresStore dsn): {one_line(exc)}; check that the server runs "
                         "and the dsn is right"
                     ) from None
                 time.sleep(pause)
@@ -438,7 +414,7 @@ class PostgresStore(BaseStore):
                     if row is not None and row[0] is not None:
                         return int(row[0])
         except psycopg.Error as exc:
-            raise _driver_error(exc, "reading the schema version") from exc
+            raise driver_error(exc, "reading the schema version") from exc
         return 1 if executions is not None else None
 
     def setup(self) -> None:
@@ -485,122 +461,6 @@ class PostgresStore(BaseStore):
         self._parsed.put(execution.id, data, execution)
         return version
 
-    def _save_grouped(
-        self,
-        execution: WorkflowExecution,
-        expected_version: int | None,
-        data: str,
-        hook: OnSave | None,
-    ) -> int:
-        """A save inside this thread's group: in its open transaction, not committed yet."""
-        local = self._grouping
-        what = f"save of execution {execution.id!r}"
-        if getattr(local, "broken", None) is not None:
-            raise StoreError(
-                f"PostgreSQL: {what} refused: an earlier save of this group failed "
-                f"({local.broken}); the group is rolled back"
-            )
-        with self._connection(what) as conn:
-            if conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                conn.execute(self._begin_group)
-            try:
-                version = self._write(conn, execution, expected_version, data)
-            except StaleVersionError:
-                raise  # the compare-and-set refused: nothing written, the group goes on
-            except psycopg.Error:
-                raise  # _connection breaks the group
-            except BaseException as error:
-                self._break_group(error)
-                raise
-            if hook is not None:
-                try:
-                    hook(conn, execution)
-                except BaseException as error:
-                    self._break_group(error)
-                    raise
-        return version
-
-    @contextlib.contextmanager
-    def grouped(self) -> Iterator[None]:
-        """Group this thread's saves in one transaction until the block ends (``GroupingStore``).
-
-        Leaving the outermost block commits what the group wrote (even when the block
-        raises) and gives its connection back to the pool.
-        """
-        local = self._grouping
-        depth = getattr(local, "depth", 0)
-        local.depth = depth + 1
-        try:
-            yield
-        finally:
-            if depth:
-                local.depth = depth
-            else:
-                try:
-                    self.commit_group()
-                finally:
-                    local.depth = 0
-                    self._release_group_connection()
-
-    def commit_group(self) -> None:
-        """Commit this thread's grouped saves so far; a failed commit rolls them all back."""
-        local = self._grouping
-        conn: psycopg.Connection[Any] | None = getattr(local, "conn", None)
-        broken = getattr(local, "broken", None)
-        if broken is not None:
-            local.broken = None
-            raise StoreError(
-                f"PostgreSQL: a group of saves was rolled back: a save in it failed ({broken})"
-            )
-        if conn is None or conn.info.transaction_status == pq.TransactionStatus.IDLE:
-            return
-        try:
-            conn.execute("COMMIT")
-        except psycopg.Error as exc:
-            self._break_group()
-            local.broken = None
-            raise _driver_error(exc, "commit of a group of saves") from exc
-
-    def _group_connection(self) -> psycopg.Connection[Any]:
-        """This thread's group connection, taken from the pool at its first use."""
-        local = self._grouping
-        conn: psycopg.Connection[Any] | None = getattr(local, "conn", None)
-        if conn is not None and (conn.broken or conn.closed):
-            local.conn = None  # the server ended it (the group, if open, is broken already)
-            pool = self._pool
-            if pool is not None:
-                pool.putconn(conn)
-            conn = None
-        if conn is None:
-            try:
-                conn = self._connections().getconn()
-            except psycopg.Error as exc:
-                raise _driver_error(exc, "taking a connection for a group of saves") from exc
-            local.conn = conn
-        return conn
-
-    def _break_group(self, error: BaseException | None = None) -> None:
-        """Roll the group back after a failure inside it; its saves refuse until the commit."""
-        local = self._grouping
-        conn: psycopg.Connection[Any] | None = getattr(local, "conn", None)
-        if conn is not None and conn.info.transaction_status != pq.TransactionStatus.IDLE:
-            with contextlib.suppress(psycopg.Error):
-                conn.execute("ROLLBACK")
-            local.broken = _one_line(error) if error is not None else "the database failed"
-            self._parsed.clear()  # it may hold records that were never stored
-
-    def _release_group_connection(self) -> None:
-        local = self._grouping
-        conn: psycopg.Connection[Any] | None = getattr(local, "conn", None)
-        local.conn = None
-        local.broken = None
-        pool = self._pool
-        if conn is not None and pool is not None:
-            if conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                with contextlib.suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
-            pool.putconn(conn)
-
     def _write(
         self,
         conn: psycopg.Connection[Any],
@@ -643,6 +503,37 @@ class PostgresStore(BaseStore):
             raise stale(execution_id, expected_version, self._stored_version(conn, execution_id))
         return expected_version + 1
 
+    def claim(
+        self,
+        execution_id: str,
+        expected_version: int,
+        lease_expires_at: datetime,
+        claimed_at: datetime,
+    ) -> int:
+        """Mark the stored execution running until ``lease_expires_at``, its record unchanged.
+
+        ``scheduling.abc.ClaimingStore``: a compare-and-set on the version, like ``save``,
+        that writes only the row's columns (no serialization, no ``data``). Inside a group it
+        joins the group's transaction, as a save does. The ``on_save`` hook is not called: a
+        claim arms nothing (its lease is the row's due time, read by ``find_due``).
+        """
+        check_claim(execution_id, expected_version, lease_expires_at, claimed_at)
+        params = (lease_expires_at, claimed_at, execution_id, expected_version)
+        what = f"claim of execution {execution_id!r}"
+        grouped = getattr(self._grouping, "depth", 0)
+        if grouped:
+            self._refuse_if_broken(what)
+        with self._connection(what) as conn:
+            if grouped:
+                self._begin_if_idle(conn)
+            if conn.execute(self._q["claim_columns"], params).rowcount != 1:
+                raise stale(
+                    execution_id,
+                    expected_version,
+                    self._stored_version(conn, execution_id),
+                )
+        return expected_version + 1
+
     def _stored_version(self, conn: psycopg.Connection[Any], execution_id: str) -> int | None:
         row = conn.execute(self._q["version"], (execution_id,)).fetchone()
         return None if row is None else int(row[0])
@@ -654,7 +545,10 @@ class PostgresStore(BaseStore):
         )
         if row is None:
             raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
-        return self._parsed.read(execution_id, row[0]), int(row[1])
+        execution = self._parsed.read(execution_id, row[0])
+        if row[2] == "running" and execution.status is ExecutionStatus.SUSPENDED:
+            execution = as_claimed(execution, _utc(row[3]), _utc(row[4]))  # ClaimingStore
+        return execution, int(row[1])
 
     def count_tree(self, root_id: str, most: int) -> int:
         """Executions with id ``root_id`` or starting ``root_id + ":"``, up to ``most``."""
@@ -828,7 +722,12 @@ def _queries(schema: str | None) -> dict[str, str]:
         " claimed_by = NULL, claimed_until = NULL"
         " WHERE id = %s AND version = %s",
         "version": "SELECT version FROM {executions} WHERE id = %s",
-        "load": "SELECT data, version FROM {executions} WHERE id = %s",
+        "load": "SELECT data, version, status, due_at, updated_at FROM {executions} WHERE id = %s",
+        # A light claim (``ClaimingStore``) sets the columns only; ``data`` stays the
+        # suspended record it claims.
+        "claim_columns": "UPDATE {executions} SET status = 'running', due_at = %s,"
+        " version = version + 1, updated_at = %s, claimed_by = NULL, claimed_until = NULL"
+        " WHERE id = %s AND version = %s",
         "count_tree": "SELECT COUNT(*) FROM (SELECT 1 FROM {executions}"
         " WHERE id = %s OR id LIKE %s ESCAPE '\\' LIMIT %s) AS tree",
         "find_due": "SELECT id, due_at FROM {executions}"
