@@ -300,6 +300,36 @@ def test_a_postgres_grouped_claim_joins_the_group(postgres_dsn: str) -> None:
         group.close()
 
 
+@pytest.mark.postgres
+def test_a_prefetched_row_serves_one_load_of_its_thread(postgres_dsn: str) -> None:
+    """``PostgresStore.prefetch``: one query for a batch; each row serves the thread's next
+    load of its id once; a save drops it; a stale one is refused by the compare-and-set."""
+    group = PostgresGroup(Path("."), postgres_dsn)
+    store, other = group.store, group.other
+    try:
+        for eid in ("a", "b", "c"):
+            store.save(retry(eid, T0), None)
+        store.prefetch(["a", "b", "c", "unknown"])
+        other.save(retry("a", T0 + timedelta(seconds=1)), 1)  # moved on after the prefetch
+        assert store.load("a")[1] == 1  # the prefetched row, read before the change
+        assert store.load("a")[1] == 2  # served once: now read from the table
+        with pytest.raises(StaleVersionError):
+            store.save(retry("a", T0 + timedelta(seconds=2)), 1)  # nothing stale is written
+        store.save(retry("b", T0 + timedelta(seconds=1)), 1)
+        other.save(retry("b", T0 + timedelta(seconds=2)), 2)
+        assert store.load("b")[1] == 3  # the save dropped b's prefetched row
+        seen: list[int] = []
+        reader = threading.Thread(target=lambda: seen.append(store.load("c")[1]))
+        reader.start()
+        reader.join(TIMEOUT)
+        assert seen == [1]  # another thread reads the table (same version here)
+        store.prefetch([])  # the end of the batch: c's row is dropped
+        other.save(retry("c", T0 + timedelta(seconds=1)), 1)
+        assert store.load("c")[1] == 2
+    finally:
+        group.close()
+
+
 # -- BatchingScheduler: every scheduler that offers it ------------------------------------
 
 

@@ -856,3 +856,31 @@ def test_cancel_in_writes_only_when_a_job_is_queued(env: Env) -> None:
     with psycopg.connect(env.dsn) as conn, conn.transaction():
         scheduler.cancel_in(conn, "exec-1")
     assert [job["status"] for job in env.jobs()] == ["doing"]
+
+
+def test_prefetch_is_called_with_each_batch_then_with_nothing(env: Env) -> None:
+    """``prefetch`` sees each batch's ids just before ``fire_many``, and ``[]`` just after."""
+    calls: list[list[str]] = []
+    scheduler = env.scheduler(concurrency=1, batch=2, prefetch=lambda ids: calls.append(list(ids)))
+    scheduler.setup()
+    for index in range(3):
+        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=1))
+    handed = Handed(env)
+
+    def fire_many(ids: Sequence[str]) -> None:
+        calls.append(["fire", *ids])
+        handed.fire_many(ids)
+
+    scheduler.start_batched(handed.fire, fire_many)
+    assert handed.wait_for(3)
+    assert env.wait_until(lambda: env.jobs() == [])
+    assert calls == [
+        ["exec-0", "exec-1"],
+        ["fire", "exec-0", "exec-1"],
+        [],
+        ["exec-2"],
+        ["fire", "exec-2"],
+        [],
+    ]
+    with pytest.raises(InvalidSettingsError, match="prefetch="):
+        env.scheduler(prefetch="rows")

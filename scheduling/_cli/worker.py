@@ -258,6 +258,7 @@ def _procrastinate_worker(
         poll_interval=args.fetch_poll,
         listen=True,
         max_connections=max(4, args.concurrency),
+        prefetch=store.prefetch if isinstance(store, PostgresStore) else None,
     )
     stop = threading.Event()
     with (

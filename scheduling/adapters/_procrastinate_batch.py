@@ -43,7 +43,7 @@ from scheduling._errors import StoreError
 from scheduling.adapters._common import require_aware
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from datetime import datetime
 
     from scheduling.abc import Fire, FireMany
@@ -132,12 +132,27 @@ def fire_batches(
         ids += [next_id for _, next_id in taken]
         if not ids:
             return
-        _fire_many_logged(fire_many, ids)
+        prefetch = scheduler.prefetch
+        if prefetch is not None:
+            _prefetch_logged(prefetch, ids)
+        try:
+            _fire_many_logged(fire_many, ids)
+        finally:
+            if prefetch is not None:
+                _prefetch_logged(prefetch, [])
         ids = []
         if not done or scheduler._stopping.is_set():
             break
     if done:
         _finish(scheduler, done, worker_id)
+
+
+def _prefetch_logged(prefetch: Callable[[Sequence[str]], object], ids: list[str]) -> None:
+    """Call the scheduler's ``prefetch``; a failure is logged (the loads read each row)."""
+    try:
+        prefetch(ids)
+    except Exception:
+        logger.exception("prefetching a batch of %d alarms failed; each is read alone", len(ids))
 
 
 def _fire_many_logged(fire_many: FireMany, ids: list[str]) -> None:

@@ -235,8 +235,10 @@ class ProcrastinateScheduler(ServingMixin):
     server may then fire an alarm again, which the store's compare-and-set makes a no-op,
     and nothing the store says is ever lost (see ``_ASYNC_COMMIT``); ``batch``: a job fires
     its own alarm, then takes and fires due ones up to ``batch`` in all
-    (``_procrastinate_batch``; 1: one per job); ``worker_options`` go to procrastinate's
-    ``Worker`` (they win over ours).
+    (``_procrastinate_batch``; 1: one per job); ``prefetch``, if given, is called with the
+    ids of each batch handed to ``fire_many``, in the thread that fires it, just before, and
+    with ``[]`` just after (``PostgresStore.prefetch``: the batch's rows in one query);
+    ``worker_options`` go to procrastinate's ``Worker`` (they win over ours).
 
     Errors reaching the database from this scheduler's own connections (``setup``,
     ``schedule``, ``cancel``) are one-line ``StoreError``s; ``schedule`` and ``cancel``
@@ -267,6 +269,7 @@ class ProcrastinateScheduler(ServingMixin):
         stalled_after_seconds: float = 30.0,
         async_job_commits: bool = True,
         batch: int = 32,
+        prefetch: Callable[[Sequence[str]], object] | None = None,
         worker_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(dsn, str) or not dsn:
@@ -321,6 +324,12 @@ class ProcrastinateScheduler(ServingMixin):
         self.worker_options: dict[str, Any] = dict(worker_options or {})
         self.async_job_commits = bool(async_job_commits)
         self.batch = batch
+        if prefetch is not None and not callable(prefetch):
+            raise InvalidSettingsError(
+                f"ProcrastinateScheduler(prefetch={prefetch!r}): pass a callable taking a list "
+                "of execution ids (PostgresStore.prefetch), or None"
+            )
+        self.prefetch = prefetch
         if app is None:
             worker_conninfo = self.conninfo
             if self.async_job_commits:

@@ -45,7 +45,9 @@ def driver_error(exc: psycopg.Error, what: str) -> StoreError:
     return StoreError(f"PostgreSQL: {what} failed: {primary or one_line(exc)}")
 
 
-BEGIN_ASYNC_GROUP = "BEGIN; SET LOCAL synchronous_commit TO off"
+BEGIN_ASYNC_GROUP = (
+    "BEGIN; SET LOCAL synchronous_commit TO off; SET LOCAL idle_in_transaction_session_timeout TO 0"
+)
 """How a group's transaction begins (``group_commits="async"``, the default): its commit does
 not wait for the disk.
 
@@ -97,9 +99,10 @@ class GroupsMixin:
             )
 
     def _begin_if_idle(self, conn: psycopg.Connection[Any]) -> None:
-        """Open the group's transaction on ``conn`` unless it is open already."""
+        """Open the group's transaction on ``conn`` unless it is open already; it is written."""
         if conn.info.transaction_status == pq.TransactionStatus.IDLE:
             conn.execute(self._begin_group)
+        self._grouping.dirty = True
 
     def _save_grouped(
         self,
@@ -147,13 +150,22 @@ class GroupsMixin:
                 local.depth = depth
             else:
                 try:
-                    self.commit_group()
+                    self._commit(last=True)
                 finally:
                     local.depth = 0
                     self._release_group_connection()
 
     def commit_group(self) -> None:
-        """Commit this thread's grouped saves so far; a failed commit rolls them all back."""
+        """Commit this thread's grouped saves so far; a failed commit rolls them all back.
+
+        The group's next transaction begins in the same round trip (``COMMIT; BEGIN ...``):
+        it holds nothing (no snapshot, no lock, no transaction id) until the group's next
+        write, and its ``idle_in_transaction_session_timeout`` is off, since an action may
+        run for long before that write comes.
+        """
+        self._commit(last=False)
+
+    def _commit(self, *, last: bool) -> None:
         local = self._grouping
         conn: psycopg.Connection[Any] | None = getattr(local, "conn", None)
         broken = getattr(local, "broken", None)
@@ -164,12 +176,17 @@ class GroupsMixin:
             )
         if conn is None or conn.info.transaction_status == pq.TransactionStatus.IDLE:
             return
+        dirty = getattr(local, "dirty", False)
+        if not dirty and not last:
+            return  # the transaction begun at the last commit: nothing in it yet
         try:
-            conn.execute("COMMIT")
+            conn.execute("COMMIT" if last else f"COMMIT; {self._begin_group}")
         except psycopg.Error as exc:
             self._break_group()
             local.broken = None
             raise driver_error(exc, "commit of a group of saves") from exc
+        finally:
+            local.dirty = False
 
     def _group_connection(self) -> psycopg.Connection[Any]:
         """This thread's group connection, taken from the pool at its first use."""
@@ -196,14 +213,17 @@ class GroupsMixin:
         if conn is not None and conn.info.transaction_status != pq.TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
-            local.broken = one_line(error) if error is not None else "the database failed"
-            self._parsed.clear()  # it may hold records that were never stored
+            if getattr(local, "dirty", False):  # else it held nothing yet: nothing is lost
+                local.broken = one_line(error) if error is not None else "the database failed"
+                local.dirty = False
+                self._parsed.clear()  # it may hold records that were never stored
 
     def _release_group_connection(self) -> None:
         local = self._grouping
         conn: psycopg.Connection[Any] | None = getattr(local, "conn", None)
         local.conn = None
         local.broken = None
+        local.dirty = False
         pool = self._pool
         if conn is not None and pool is not None:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:

@@ -247,7 +247,11 @@ class PostgresStore(GroupsMixin, BaseStore):
                 "commits do not wait for the disk) or 'sync'"
             )
         self.group_commits = group_commits
-        self._begin_group = BEGIN_ASYNC_GROUP if group_commits == "async" else "BEGIN"
+        self._begin_group = (
+            BEGIN_ASYNC_GROUP
+            if group_commits == "async"
+            else "BEGIN; SET LOCAL idle_in_transaction_session_timeout TO 0"
+        )
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self.schema!r})"
@@ -446,6 +450,7 @@ class PostgresStore(GroupsMixin, BaseStore):
         an ``on_save`` hook the write and the hook run in one transaction (see the class).
         """
         check_save(execution, expected_version)
+        self._forget_prefetched(execution.id)
         data = dumps(execution)
         hook = self.on_save
         if getattr(self._grouping, "depth", 0):
@@ -518,6 +523,7 @@ class PostgresStore(GroupsMixin, BaseStore):
         claim arms nothing (its lease is the row's due time, read by ``find_due``).
         """
         check_claim(execution_id, expected_version, lease_expires_at, claimed_at)
+        self._forget_prefetched(execution_id)
         params = (lease_expires_at, claimed_at, execution_id, expected_version)
         what = f"claim of execution {execution_id!r}"
         grouped = getattr(self._grouping, "depth", 0)
@@ -534,15 +540,43 @@ class PostgresStore(GroupsMixin, BaseStore):
                 )
         return expected_version + 1
 
+    def _forget_prefetched(self, execution_id: str) -> None:
+        prefetched = getattr(self._grouping, "prefetched", None)
+        if prefetched:
+            prefetched.pop(execution_id, None)
+
     def _stored_version(self, conn: psycopg.Connection[Any], execution_id: str) -> int | None:
         row = conn.execute(self._q["version"], (execution_id,)).fetchone()
         return None if row is None else int(row[0])
 
+    def prefetch(self, execution_ids: Sequence[str]) -> None:
+        """Read the rows of ``execution_ids`` in one query, for this thread's next loads.
+
+        For a batch of alarms about to be resumed one by one (``ProcrastinateScheduler``'s
+        ``prefetch``): each row read here serves the thread's next ``load`` of its id, once,
+        and a save or claim of the id drops it; a new call (``[]`` to end) drops what is
+        left. A row may be older than the stored one by the time it serves, as with any
+        read racing a writer: the step's compare-and-set refuses to build on it, so nothing
+        stale is ever written (the alarm is dropped as one that lost the race).
+        """
+        local = self._grouping
+        local.prefetched = None
+        if not execution_ids:
+            return
+        rows = self._read("prefetch", self._q["load_many"], (list(execution_ids),), one=False)
+        local.prefetched = {row[0]: row[1:] for row in rows}
+
     def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
-        """The execution and its version; ``ExecutionNotFound`` if there is none."""
-        row = self._read(
-            f"load of execution {execution_id!r}", self._q["load"], (execution_id,), one=True
-        )
+        """The execution and its version; ``ExecutionNotFound`` if there is none.
+
+        A row this thread prefetched (``prefetch``) serves once, without a query.
+        """
+        prefetched = getattr(self._grouping, "prefetched", None)
+        row = None if not prefetched else prefetched.pop(execution_id, None)
+        if row is None:
+            row = self._read(
+                f"load of execution {execution_id!r}", self._q["load"], (execution_id,), one=True
+            )
         if row is None:
             raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
         execution = self._parsed.read(execution_id, row[0])
@@ -725,6 +759,8 @@ def _queries(schema: str | None) -> dict[str, str]:
         "load": "SELECT data, version, status, due_at, updated_at FROM {executions} WHERE id = %s",
         # A light claim (``ClaimingStore``) sets the columns only; ``data`` stays the
         # suspended record it claims.
+        "load_many": "SELECT id, data, version, status, due_at, updated_at FROM {executions}"
+        " WHERE id = ANY(%s)",
         "claim_columns": "UPDATE {executions} SET status = 'running', due_at = %s,"
         " version = version + 1, updated_at = %s, claimed_by = NULL, claimed_until = NULL"
         " WHERE id = %s AND version = %s",
