@@ -94,10 +94,17 @@ ATTEMPT_LAYOUT: Final[tuple[tuple[str, Any], ...]] = (
 
 _UTC: Final = timezone.utc
 _US: Final = timedelta(microseconds=1)
+_USUAL: Final = {NodeExecution: 8, AttemptRecord: 3}
+"""The commonest row lengths, tried first: a completed run with its output and params, and
+a completed attempt (then the longer ones, which carry an error)."""
 _YEAR: Final = 365 * 86_400_000_000
 """A year of microseconds: from any time in years 2 to 9998, a time within it is a datetime."""
 _FIRST: Final = datetime.min.replace(tzinfo=_UTC)
 _LAST: Final = datetime.max.replace(tzinfo=_UTC)
+
+
+class _NotInt:
+    """A class no JSON value has (the check's stand-in for ``int`` after a non-UTC anchor)."""
 
 
 def _iso(value: datetime) -> str:
@@ -134,8 +141,8 @@ def _after(name: str) -> tuple[list[str], str, list[str]]:
 
     The check (``check_run``) accepts exactly what the reading turns into a datetime: a
     whole number when the anchor is UTC and ``a`` plus that many microseconds is a
-    datetime (``lo``/``hi``: its bounds for this anchor, worked out once per run when a
-    time is not plainly inside them), or aware ISO text.
+    datetime (``lo``/``hi``: its bounds for this anchor, worked out only for a time not
+    plainly inside them), or aware ISO text.
     """
     read = [
         f"if {name}.__class__ is int:",
@@ -146,12 +153,13 @@ def _after(name: str) -> tuple[list[str], str, list[str]]:
         f"  {name} = _read_datetime({name}) if w is None else w",
     ]
     check = [
-        f"if {name}.__class__ is int:",
-        "  if not au: raise _Mismatch",
+        # ``ti`` is ``int`` after a UTC anchor, else a class no value has: a count after
+        # another anchor goes on to the text check, which refuses it as the reader does.
+        f"if {name}.__class__ is ti:",
         # Under a year from an anchor in years 2 to 9998 is always a datetime: the exact
         # bounds (two subtractions and divisions) only for the rest.
         f"  if {name} and not (-_YEAR < {name} < _YEAR and 1 < a.year < 9999):",
-        "    if lo is None: lo, hi = _bounds(a)",
+        "    lo, hi = _bounds(a)",
         f"    if not lo <= {name} <= hi: raise _Mismatch",
         f"elif {name} not in _datetimes: _read_datetime({name})",
     ]
@@ -300,8 +308,10 @@ def _check_code(
     The reader (``_gen_row``) without the building: each field gets the reader's own lines
     (``field_code``; a time's range check from ``_after``; an enum looked up), so a row is
     refused exactly when the reader would raise on it. Locals are ``{p}0``, ``{p}1``...; a
-    run's defines the anchor ``a``, ``au`` and ``lo``/``hi`` for its attempts, which are
-    checked inline (one call per row, not per attempt). Lengths are tried commonest first.
+    run's defines the anchor ``a`` and ``ti`` (``int`` when it is UTC) for its attempts,
+    which are checked inline. Lengths are tried commonest first. A row that is not a list
+    is refused too, without a test of its type: an object unpacks to its keys and text to
+    its characters, and the item a run has second, an attempt first, must be an ``int``.
     """
     types = {a.name: a.type for a in attrs.fields(cl)}
     width = len(layout)
@@ -317,8 +327,7 @@ def _check_code(
                     f"  a = _datetimes[{v}]",
                     "except KeyError:",
                     f"  a = _read_datetime({v})",
-                    "au = a.tzinfo is _UTC",
-                    "lo = None",
+                    "ti = int if a.tzinfo is _UTC else _NotInt",
                 ]
             )
         elif name in ("started_at", "ended_at", "due_at", "completed_at"):
@@ -332,7 +341,6 @@ def _check_code(
                 [
                     f"if {v}.__class__ is not list: raise _Mismatch",
                     f"for y in {v}:",
-                    "  if y.__class__ is not list: raise _Mismatch",
                     *(f"  {line}" for line in inner),
                 ]
             )
@@ -344,7 +352,7 @@ def _check_code(
         else:
             fields.append(field_code(conv, name, types[name], ns, v)[0])
     lines = [f"{p}n = len({row})"]
-    lengths = range(width, required - 1, -1) if is_run else range(required, width + 1)
+    lengths = sorted(range(required, width + 1), key=lambda n: (n != _USUAL[cl], -n))
     for k, n in enumerate(lengths):
         lines.append(f"{'if' if k == 0 else 'elif'} {p}n == {n}:")
         lines.append(f"  {', '.join(f'{p}{i}' for i in range(n))}, = {row}")
@@ -396,6 +404,7 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
     _gen_row(conv, NodeExecution, RUN_LAYOUT, ns)
     ns["_bounds"] = _bounds
     ns["_YEAR"] = _YEAR
+    ns["_NotInt"] = _NotInt
     ns["_iso"] = _iso
     ns["_NodeRuns"] = NodeRuns
     checks = _check_code(conv, NodeExecution, RUN_LAYOUT, ns, "v", "d")
@@ -412,17 +421,11 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
             ),
             # The usual run first, inline: one run under its own key (the same string
             # object: the engine and the reader file a run under its node_key), remembered.
-            "  out = {}",
-            "  for k, r in m.items():",
-            "    if len(r) == 1:",
-            "      o = r[0]",
-            "      if o.node_key is k and (w := _getattr(o, '_row', None)) is not None:",
-            "        out[k] = [w]",
-            "      else:",
-            "        out[k] = [write_run(k, o)]",
-            "    else:",
-            "      out[k] = [write_run(k, x) for x in r]",
-            "  return out",
+            (
+                "  return {k: [w] if len(r) == 1 and (o := r[0]).node_key is k"
+                " and (w := _getattr(o, '_row', None)) is not None"
+                " else [write_run(k, x) for x in r] for k, r in m.items()}"
+            ),
             "",
             "def build_runs(k, r):",
             "  return (read_run(k, r[0]),) if len(r) == 1 else tuple([read_run(k, x) for x in r])",
@@ -439,11 +442,11 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
             "  out = m.copy()",
             "  for k, r in m.items():",
             "    if r.__class__ is not list: raise _Mismatch",
-            "    for d in r:",
-            "      if d.__class__ is not list:",
-            "        out[k] = build_runs(k, r)",
-            "        break",
-            *(f"      {line}" for line in checks),
+            "    try:",
+            "      for d in r:",
+            *(f"        {line}" for line in checks),
+            "    except Exception:",  # an object row (see write_run), or a bad row: build it,
+            "      out[k] = build_runs(k, r)",  # which raises for a bad one
             "  return _NodeRuns(out, build_runs)",
             "",
         ]
