@@ -139,7 +139,6 @@ class Run(Frontier):
     def __init__(
         self,
         graph: CompiledGraph,
-        *,
         execution_id: str,
         input_data: Any,
         clock: Clock,
@@ -202,14 +201,14 @@ class Run(Frontier):
     ) -> Run:
         run = cls(
             graph,
-            execution_id=execution.id,
-            input_data=execution.input,
-            clock=clock,
-            env=env,
-            observers=observers,
-            parent=execution.parent,
-            trace_context=execution.trace_context,
-            limits=limits,
+            execution.id,
+            execution.input,
+            clock,
+            env,
+            observers,
+            execution.parent,
+            execution.trace_context,
+            limits,
         )
         kept = execution.kept_size
         run.kept = kept if type(kept) is int and kept >= 0 else recorded_size(execution)
@@ -689,9 +688,9 @@ class Run(Frontier):
         self, key: str, suspension: Suspend, given: Any = None
     ) -> Suspend[Any, WorkflowExecution]:
         """Freeze the execution suspended; the outcome carries ``given`` data if there is any."""
-        execution = self.freeze(
-            ExecutionStatus.SUSPENDED, suspended_node=key, suspension=suspension
-        )
+        check_transition(self.status, ExecutionStatus.SUSPENDED)
+        self.status = ExecutionStatus.SUSPENDED
+        execution = self.frozen(ExecutionStatus.SUSPENDED, self.state, key, suspension, None, None)
         if self.observers:
             self.event(EventType.EXECUTION_SUSPENDED, node_key=key, kind=suspension.kind)
         data = suspension.data if given is None else given

@@ -215,12 +215,15 @@ def test_a_checkpoint_reuses_the_rows_of_nodes_it_did_not_change(flaky: Registry
 
 
 def test_the_inlined_settles_take_edges_of_the_tables() -> None:
-    """complete_node and settle_failure's retry path build their records inline, without
-    the transition checks: the edges they take must stay edges of prana._state's tables."""
+    """complete_node, settle_failure's retry path and the inline trigger build their records
+    without the transition checks, and a resume takes a suspended record's edge without
+    looking: the edges they take must stay edges of prana._state's tables."""
     assert AttemptOutcome.COMPLETED in ATTEMPT_TRANSITIONS[AttemptOutcome.RUNNING]
     assert AttemptOutcome.FAILED in ATTEMPT_TRANSITIONS[AttemptOutcome.RUNNING]
     assert NodeStatus.COMPLETED in NODE_TRANSITIONS[NodeStatus.RUNNING]
     assert NodeStatus.SUSPENDED in NODE_TRANSITIONS[NodeStatus.RUNNING]
+    # the resume check skips the table for a suspended node's record (_entry._prepare_resume)
+    assert NodeStatus.RUNNING in NODE_TRANSITIONS[NodeStatus.SUSPENDED]
 
 
 def test_with_lease_is_evolve_through_the_slot_twin(flaky: Registry) -> None:
