@@ -36,6 +36,33 @@ from prana._state import check_attempt_transition, check_node_transition
 _EMPTY_ENV: Mapping[str, Any] = {}
 
 
+_IDS: list[str] = []
+"""Execution ids ready to hand out: 128 random bits each, read from ``os.urandom`` 256 at a
+time (a system call per id was the largest single cost of a short execution)."""
+
+
+def new_execution_id() -> str:
+    """A fresh execution id: 32 hex digits of ``os.urandom``, as ``uuid4().hex`` would be.
+
+    ``list.pop`` hands each id out once, across threads; a forked child forgets the ids
+    its parent read (``_forget_ids``), so two processes never hand out the same one.
+    """
+    while True:
+        try:
+            return _IDS.pop()
+        except IndexError:
+            pool = os.urandom(16 * 256).hex()
+            _IDS.extend(pool[i : i + 32] for i in range(0, len(pool), 32))
+
+
+def _forget_ids() -> None:
+    _IDS.clear()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_forget_ids)
+
+
 _utcnow: Clock = functools.partial(datetime.now, timezone.utc)
 """The default clock: aware UTC now (a partial, so reading it costs no Python frame)."""
 
@@ -306,7 +333,7 @@ def new_run(
     checked_registry, checked_clock, checked_env, checked_observers = checked_call(
         registry, clock, env, observers
     )
-    checked_trace = check_trace_context(trace_context)
+    checked_trace = None if trace_context is None else check_trace_context(trace_context)
     if execution_id is not None and (not isinstance(execution_id, str) or not execution_id):
         raise InvalidSettingsError(
             f"execution_id={execution_id!r}: use a non-empty string (or leave it out)"
@@ -331,15 +358,14 @@ def new_run(
     checked_clock, now = read_clock(checked_clock)
     run = Run(
         graph,
-        # 32 random hex digits, like uuid4().hex at a fraction of the cost
-        execution_id=execution_id if execution_id is not None else os.urandom(16).hex(),
-        input_data=input_data,
-        clock=checked_clock,
-        env=checked_env,
-        observers=checked_observers,
-        parent=parent,
-        trace_context=checked_trace,
-        limits=limits,
+        execution_id if execution_id is not None else new_execution_id(),
+        input_data,
+        checked_clock,
+        checked_env,
+        checked_observers,
+        parent,
+        checked_trace,
+        limits,
     )
     run.kept = run.input_size = size
     run.now_hint = now

@@ -33,11 +33,13 @@ from prana import (
     RetryPolicy,
     Suspend,
     Workflow,
+    _entry,
     dumps,
     execute_workflow,
     resume_workflow,
 )
 from prana._decision import FAST_BUILT, explain_retry, new_attempt_view, quick_retry
+from prana._entry import new_execution_id
 from prana._graph import compile_workflow
 from prana._model import AttemptOutcome, WorkflowExecution, hot_record_problems, with_lease
 from prana._noderun import error_info
@@ -345,3 +347,16 @@ def test_the_inline_trigger_stays_out_where_the_call_could_differ(flaky: Registr
     assert isinstance(failed, Failed)
     assert failed.error.node_key == "start"
     assert failed.error.code == "limit_exceeded"
+
+
+def test_execution_ids_are_fresh_random_hex() -> None:
+    """Ids handed out from the pool are 32 hex digits, never twice, and a forked child
+    forgets the parent's pool (so it reads its own random bytes)."""
+    ids = [new_execution_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    new_execution_id()
+    assert _entry._IDS  # the rest of the pool waits in memory
+    _entry._forget_ids()  # what os.register_at_fork runs in a child
+    assert not _entry._IDS
+    assert new_execution_id() not in ids
