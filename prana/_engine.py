@@ -49,6 +49,7 @@ from prana._limits import (
     size_problem,
 )
 from prana._model import (
+    Activation,
     AttemptOutcome,
     Completed,
     ErrorCode,
@@ -218,7 +219,7 @@ class Run(Frontier):
             run.runs = loaded.thawed()
         else:
             runs = run.runs = dict(loaded)
-            if not {*map(type, runs.values())} <= _TUPLE:  # built by hand with lists, say
+            if not _TUPLE.issuperset(map(type, runs.values())):  # built by hand with lists, say
                 run.runs = {k: tuple(v) for k, v in runs.items()}
         run.state = dict(execution.state)
         for a in execution.pending:
@@ -227,8 +228,10 @@ class Run(Frontier):
                 run.backlog.setdefault(a.node_key, []).append(activation)
             else:
                 run.pending[a.node_key] = activation
-        run.rebuild_heap()
-        run.recount()
+        if len(run.pending) > 1:  # a lone pending node is picked without the heap
+            run.rebuild_heap()
+        if run.feeds is not None:
+            run.recount()
         run.next_index = execution.next_index
         run.started_at = execution.started_at
         run.last_output = execution.output
@@ -267,7 +270,18 @@ class Run(Frontier):
         error: ErrorInfo | None,
     ) -> WorkflowExecution:
         now = self.now_hint or self.clock()
-        backlog = self.backlog
+        backlog, pending = self.backlog, self.pending
+        if not pending:
+            activations: tuple[Activation, ...] = ()
+        elif len(pending) == 1 and not backlog:  # a suspension's usual frontier: one node
+            ((k, p),) = pending.items()
+            activations = (new_activation(k, p.seq, p.sources),)
+        else:
+            activations = tuple(
+                new_activation(k, p.seq, p.sources)
+                for k, head in pending.items()
+                for p in ((head, *backlog[k]) if k in backlog else (head,))
+            )
         return new_workflow_execution(
             self.id,
             self.workflow_id,
@@ -276,13 +290,7 @@ class Run(Frontier):
             self.input,
             self.runs.copy(),
             state,
-            tuple(
-                new_activation(k, p.seq, p.sources)
-                for k, head in self.pending.items()
-                for p in ((head, *backlog[k]) if k in backlog else (head,))
-            )
-            if self.pending
-            else (),
+            activations,
             self.next_index,
             suspended_node,
             suspension,
@@ -429,7 +437,9 @@ class Run(Frontier):
 
     def complete(self) -> Completed:
         output = self.last_output
-        execution = self.freeze(ExecutionStatus.COMPLETED, output=output)
+        check_transition(self.status, ExecutionStatus.COMPLETED)
+        self.status = ExecutionStatus.COMPLETED
+        execution = self.frozen(ExecutionStatus.COMPLETED, self.state, None, None, output, None)
         if self.observers:
             self.event(EventType.EXECUTION_COMPLETED, output=output)
         return new_completed(execution, output)

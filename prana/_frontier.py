@@ -180,7 +180,10 @@ class Frontier:
         self.pending = {}
         self.backlog = {}
         self.heap = []
-        feeds = self.graph.join_feeds()
+        graph = self.graph
+        feeds = graph._feeds  # join_feeds(), read without a call once computed
+        if feeds is None:
+            feeds = graph.join_feeds()
         if feeds:
             self.feeds = feeds
             self.load_order()
