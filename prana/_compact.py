@@ -136,7 +136,7 @@ def check_layouts() -> None:
             raise TypeError(f"{cl.__name__}: fields always written must lead the layout")
 
 
-def _after(name: str) -> tuple[list[str], str, list[str]]:
+def _after(name: str, optional: bool = False) -> tuple[list[str], str, list[str]]:
     """Reading, writing and checking a time stored after the anchor ``a`` (local ``au``: UTC).
 
     The check (``check_run``) accepts exactly what the reading turns into a datetime: a
@@ -161,7 +161,9 @@ def _after(name: str) -> tuple[list[str], str, list[str]]:
         f"  if {name} and not (-_YEAR < {name} < _YEAR and 1 < a.year < 9999):",
         "    lo, hi = _bounds(a)",
         f"    if not lo <= {name} <= hi: raise _Mismatch",
-        f"elif {name} not in _datetimes: _read_datetime({name})",
+        # A count first (the usual value), then ``None`` where the time is optional.
+        f"elif {f'{name} is not None and ' if optional else ''}{name} not in _datetimes:",
+        f"  _read_datetime({name})",
     ]
     # Identity first: the engine stamps a run and its attempt with one clock reading.
     write = (
@@ -331,10 +333,7 @@ def _check_code(
                 ]
             )
         elif name in ("started_at", "ended_at", "due_at", "completed_at"):
-            checked = _after(v)[2]
-            if name != "started_at":
-                checked = [f"if {v} is not None:", *(f"  {line}" for line in checked)]
-            fields.append(checked)
+            fields.append(_after(v, optional=name != "started_at")[2])
         elif name == "attempts":
             inner = _check_code(conv, AttemptRecord, ATTEMPT_LAYOUT, ns, "x", "y")
             fields.append(

@@ -587,7 +587,9 @@ class WorkflowExecution:
     """The whole state of one execution: enough to resume it in another process.
 
     ``node_executions`` maps node key to its runs, oldest first; a node on a branch that
-    was not taken has no entry. ``pending`` lists nodes activated but not yet run.
+    was not taken has no entry. In an execution read by ``loads`` it is a read-only
+    mapping that builds a node's runs when first read (equal to the ``dict`` of runs).
+    ``pending`` lists nodes activated but not yet run.
     ``trace_context`` is the trace the execution belongs to, as W3C Trace Context headers
     (``traceparent``, and ``tracestate`` when there is one): given at the start
     (``execute_workflow(trace_context=...)``; the shell's ``scheduling.otel`` fills it),
