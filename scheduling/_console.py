@@ -112,8 +112,12 @@ class _Try:
 
 
 def format_retry_succeeded(node_key: str, attempt: int, failures: list[_Try]) -> str:
-    """The compact line for a node that succeeded after retrying."""
-    retries = len(failures)
+    """The compact line for a node that succeeded after retrying.
+
+    Every attempt before ``attempt`` was retried, also those another process saw (a worker
+    finishing what a ``prana run`` began); the error kinds are the ones seen here.
+    """
+    retries = max(len(failures), attempt - 1)
     kinds = sorted({f.error.split(":", 1)[0] for f in failures})
     noun = "retry" if retries == 1 else "retries"
     return (
@@ -449,6 +453,30 @@ def _timer_due(run: NodeExecution) -> datetime | None:
     return None
 
 
+def _running_lines(execution: WorkflowExecution) -> list[str]:
+    """What a ``running`` execution is doing: a light claim's resume in flight, its lease.
+
+    A light claim (``running`` with its suspension kept) stores no attempt before the action
+    ends, so the timeline says which one runs instead of showing the node still suspended.
+    """
+    lines = []
+    suspension = execution.suspension
+    node = execution.suspended_node
+    if suspension is not None and node is not None:
+        runs = execution.node_executions.get(node, ())
+        attempts = runs[-1].attempts if runs else ()
+        retrying = suspension.kind == "retry" and bool(attempts)
+        number = f" (attempt {attempts[-1].number + 1})" if retrying else ""
+        claimed = execution.updated_at.isoformat() if execution.updated_at else "-"
+        lines.append(
+            f"  resuming  {suspension.kind} at {node}{number}, claimed {claimed}; "
+            "the attempt is recorded when it ends"
+        )
+    if execution.lease_expires_at is not None:
+        lines.append(f"  lease     until {execution.lease_expires_at.isoformat()}")
+    return lines
+
+
 def format_timeline(execution: WorkflowExecution) -> str:
     """Every node run and attempt of ``execution``: times, errors, delays and lateness."""
     origin = execution.started_at
@@ -464,6 +492,8 @@ def format_timeline(execution: WorkflowExecution) -> str:
         due = execution.due_at
         at = f", due {due.isoformat()}" if due is not None else ""
         lines.append(f"  waiting   {execution.suspension.kind} at {execution.suspended_node}{at}")
+    if execution.status is ExecutionStatus.RUNNING:
+        lines.extend(_running_lines(execution))
     if execution.error is not None:
         lines.append(f"  error     {format_error(execution.error)}")
     if execution.parent is not None:

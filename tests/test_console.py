@@ -6,11 +6,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from doubles import T0
+from doubles import T0, at, flaky_node, workflow
 from hypothesis import given
 from hypothesis import strategies as st
 
 from prana import (
+    ActionContext,
     AttemptOutcome,
     AttemptRecord,
     ErrorInfo,
@@ -19,8 +20,11 @@ from prana import (
     ExecutionStatus,
     NodeExecution,
     NodeStatus,
+    Registry,
     WorkflowExecution,
+    execute_workflow,
 )
+from prana.testing import ManualClock
 from scheduling import ConsoleView, RetryStats
 from scheduling._console import (
     format_duration,
@@ -30,6 +34,7 @@ from scheduling._console import (
     format_timeline,
     node_lateness,
 )
+from scheduling.stores.memory import MemoryStore
 
 ERR = ErrorInfo(code="action_error", type="ConnectionError", module="builtins", message="refused")
 
@@ -326,3 +331,37 @@ def test_live_view_is_plain_when_not_a_terminal(capsys: pytest.CaptureFixture[st
     with view.live():
         view(event(EventType.EXECUTION_STARTED))
     assert capsys.readouterr().out == "▶ wf started (e1)\n"
+
+
+def test_success_seen_by_a_later_process_counts_every_retry() -> None:
+    """A worker that saw only the last retry still says attempt 3 came after 2 retries."""
+    view = ConsoleView(write=lambda _t: None)
+    view(retry(3))  # attempt 1 failed and was retried in another process (a prana run)
+    view(event(EventType.NODE_COMPLETED, node_key="r", run_index=0, attempt=3))
+    assert view.lines[-1] == "✓ r succeeded on attempt 3 after 2 retries (ConnectionError)"
+
+
+def test_timeline_of_a_claimed_execution_says_what_runs() -> None:
+    """``prana show`` of a light claim names the resume in flight and its lease."""
+    store = MemoryStore()
+    registry = Registry()
+    registry.register("test.flaky", _fails_first)
+    outcome = execute_workflow(
+        workflow(flaky_node()), None, registry=registry, clock=ManualClock(T0)
+    )
+    version = store.save(outcome.execution, None)
+    store.claim(outcome.execution.id, version, at(31), at(1))
+    claimed, _ = store.load(outcome.execution.id)
+    text = format_timeline(claimed)
+    assert "status    running" in text
+    assert (
+        f"  resuming  retry at r (attempt 2), claimed {at(1).isoformat()}; "
+        "the attempt is recorded when it ends" in text
+    )
+    assert f"  lease     until {at(31).isoformat()}" in text
+
+
+def _fails_first(params: Any, ctx: ActionContext) -> Any:
+    if ctx.attempt == 1:
+        raise ConnectionError("down")
+    return "done"
