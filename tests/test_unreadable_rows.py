@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import httpx
@@ -169,3 +170,29 @@ def test_the_web_html_list_marks_the_bad_row_and_lists_the_rest(tmp_path: Path) 
     row = row[: row.index("</tr>")]
     assert "unreadable" in row
     assert "bogus" in row
+
+
+def test_a_time_column_edited_to_text_reads_as_the_first_datetime(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SQLite time column holding text (edited by hand) reads as the first datetime, as an
+    out-of-range number does: ``prana list``, ``prana show`` and a worker's re-arming read it
+    (each ended in a ``TypeError`` traceback)."""
+    db = tmp_path / "prana.db"
+    with make_runner(SQLiteStore(db)) as runner:
+        eid = waiting(runner, approval())[0]
+    with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+        connection.execute(
+            "UPDATE prana_executions SET due_at = 'soon', updated_at = 1.5 WHERE id = ?", (eid,)
+        )
+    assert main(["list", "--db", str(db), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["executions"]
+    assert (row["id"], row["status"]) == (eid, "suspended")
+    assert row["due_at"] == row["updated_at"] == "0001-01-01T00:00:00+00:00"
+    assert main(["show", eid[:12], "--db", str(db)]) == 0
+    assert eid in capsys.readouterr().out
+    store = SQLiteStore(db)
+    try:
+        assert store.alarms() == [(eid, datetime.min.replace(tzinfo=timezone.utc))]
+    finally:
+        store.close()

@@ -45,8 +45,11 @@ def from_micros(micros: int) -> datetime:
     """The inverse of ``to_micros``, in UTC.
 
     A column no datetime can hold (a row edited by hand) reads as the first or last
-    datetime, so listing or loading the store never fails on it.
+    datetime, and one holding no whole number (text, a float) as the first, so listing,
+    loading or finding due work never fails on it (the next save writes it again).
     """
+    if type(micros) is not int:
+        return _FIRST
     if _FIRST_MICROS <= micros <= _LAST_MICROS:
         return EPOCH + timedelta(microseconds=micros)
     return _FIRST if micros < _FIRST_MICROS else _LAST
