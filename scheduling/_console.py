@@ -453,24 +453,37 @@ def _timer_due(run: NodeExecution) -> datetime | None:
     return None
 
 
-def _running_lines(execution: WorkflowExecution) -> list[str]:
-    """What a ``running`` execution is doing: a light claim's resume in flight, its lease.
+def claimed_resume(execution: WorkflowExecution) -> dict[str, Any] | None:
+    """A light claim's resume in flight: ``{kind, node_key, attempt, claimed_at}``, else None.
 
     A light claim (``running`` with its suspension kept) stores no attempt before the action
-    ends, so the timeline says which one runs instead of showing the node still suspended.
+    ends, so the views say which one runs instead of showing the node still suspended;
+    ``attempt`` is the retry's next number (None for a timer).
     """
-    lines = []
     suspension = execution.suspension
     node = execution.suspended_node
-    if suspension is not None and node is not None:
-        runs = execution.node_executions.get(node, ())
-        attempts = runs[-1].attempts if runs else ()
-        retrying = suspension.kind == "retry" and bool(attempts)
-        number = f" (attempt {attempts[-1].number + 1})" if retrying else ""
-        claimed = execution.updated_at.isoformat() if execution.updated_at else "-"
+    if execution.status is not ExecutionStatus.RUNNING or suspension is None or node is None:
+        return None
+    runs = execution.node_executions.get(node, ())
+    attempts = runs[-1].attempts if runs else ()
+    retrying = suspension.kind == "retry" and bool(attempts)
+    return {
+        "kind": suspension.kind,
+        "node_key": node,
+        "attempt": attempts[-1].number + 1 if retrying else None,
+        "claimed_at": execution.updated_at.isoformat() if execution.updated_at else None,
+    }
+
+
+def _running_lines(execution: WorkflowExecution) -> list[str]:
+    """What a ``running`` execution is doing: a light claim's resume in flight, its lease."""
+    lines = []
+    resume = claimed_resume(execution)
+    if resume is not None:
+        number = f" (attempt {resume['attempt']})" if resume["attempt"] else ""
         lines.append(
-            f"  resuming  {suspension.kind} at {node}{number}, claimed {claimed}; "
-            "the attempt is recorded when it ends"
+            f"  resuming  {resume['kind']} at {resume['node_key']}{number}, "
+            f"claimed {resume['claimed_at'] or '-'}; the attempt is recorded when it ends"
         )
     if execution.lease_expires_at is not None:
         lines.append(f"  lease     until {execution.lease_expires_at.isoformat()}")

@@ -35,6 +35,8 @@ from scheduling._console import (
     node_lateness,
 )
 from scheduling.stores.memory import MemoryStore
+from scheduling.web._html import execution_fragment
+from scheduling.web._views import execution_view
 
 ERR = ErrorInfo(code="action_error", type="ConnectionError", module="builtins", message="refused")
 
@@ -365,3 +367,28 @@ def _fails_first(params: Any, ctx: ActionContext) -> Any:
     if ctx.attempt == 1:
         raise ConnectionError("down")
     return "done"
+
+
+def test_the_web_view_of_a_claimed_execution_says_what_runs() -> None:
+    """The web view names a light claim's resume in flight and the lease, as ``prana show``."""
+    store = MemoryStore()
+    registry = Registry()
+    registry.register("test.flaky", _fails_first)
+    wf = workflow(flaky_node())
+    outcome = execute_workflow(wf, None, registry=registry, clock=ManualClock(T0))
+    version = store.save(outcome.execution, None)
+    store.claim(outcome.execution.id, version, at(31), at(1))
+    claimed, now = store.load(outcome.execution.id)
+    view = execution_view(claimed, now, wf, registry)
+    assert view["waiting"] is None
+    assert view["resuming"] == {
+        "kind": "retry",
+        "node_key": "r",
+        "attempt": 2,
+        "claimed_at": at(1).isoformat(),
+    }
+    assert view["lease_expires_at"] == at(31).isoformat()
+    html = execution_fragment(view)
+    assert "<dt>resuming</dt>" in html
+    assert "attempt 2" in html
+    assert "<dt>lease</dt>" in html

@@ -331,6 +331,15 @@ def execution_fragment(view: dict[str, Any]) -> str:
         due = f", due {_time(waiting['due_at'])}" if waiting["due_at"] else ""
         where = f"<code>{escape(waiting['node_key'] or '')}</code>"
         facts.append(("waiting", f"{escape(waiting['kind'])} at {where}{due}"))
+    resuming = view.get("resuming")
+    if resuming is not None:
+        attempt = f" (attempt {resuming['attempt']})" if resuming["attempt"] else ""
+        where = f"<code>{escape(resuming['node_key'])}</code>"
+        claimed = _time(resuming["claimed_at"])
+        text = f"{escape(resuming['kind'])} at {where}{attempt}, claimed {claimed}"
+        facts.append(("resuming", f"{text}; the attempt is recorded when it ends"))
+    if view.get("lease_expires_at"):
+        facts.append(("lease", f"until {_time(view['lease_expires_at'])}"))
     if view.get("redrives"):
         facts.append(("redriven", f"{view['redrives']} time(s) by an operator"))
     if view.get("interruptions"):

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from prana import AttemptOutcome, ErrorInfo, ExecutionStatus
+from scheduling._console import claimed_resume
 
 if TYPE_CHECKING:
     from prana import NodeExecution, Registry, Workflow, WorkflowExecution
@@ -202,6 +203,8 @@ def execution_view(
         "updated_at": _iso(execution.updated_at),
         "completed_at": _iso(execution.completed_at),
         "waiting": waiting,
+        "resuming": claimed_resume(execution),
+        "lease_expires_at": _iso(execution.lease_expires_at),
         "error": _error(execution.error),
         "output": execution.output,
         "parent": None
