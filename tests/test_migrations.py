@@ -282,9 +282,22 @@ def test_db_status_on_postgres_creates_nothing(
     assert found is None
     try:
         assert main(["db", "upgrade", "--postgres", postgres_dsn, "--schema", schema]) == 0
-        capsys.readouterr()
+        out = capsys.readouterr().out.strip()
+        assert out == f"schema created at version 1 (PostgreSQL schema {schema})"
         assert main(args) == 0
         assert capsys.readouterr().out.strip() == "schema at version 1 (up to date)"
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_db_upgrade_of_no_database_says_it_created_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana db upgrade`` where there is no database says it created one (it said the
+    schema was "up to date"), and the second run says up to date."""
+    path = tmp_path / "new.db"
+    assert main(["db", "upgrade", "--db", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == f"schema created at version 1 ({path})"
+    assert main(["db", "upgrade", "--db", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "schema at version 1 (up to date)"

@@ -35,6 +35,7 @@ def register(add: AddCommand) -> None:
 def _cmd_db(args: argparse.Namespace) -> int:
     if args.action == "status":
         return _status(args)
+    stored, where, _ = _stored_version(args)
     store = open_store(args, must_exist=False, upgrade=True)
     try:
         if not isinstance(store, MigratingStore):  # pragma: no cover - the CLI opens SQL stores
@@ -44,6 +45,8 @@ def _cmd_db(args: argparse.Namespace) -> int:
         store.close()
     if before is not None:
         print(f"schema upgraded from version {before} to {version}")
+    elif stored is None:
+        print(f"schema created at version {version} ({where})")
     else:
         print(f"schema at version {version} (up to date)")
     return EXIT_OK
@@ -53,6 +56,26 @@ def _status(args: argparse.Namespace) -> int:
     """Report the schema version without creating or changing anything (read-only)."""
     from scheduling.stores._migrations import SchemaBehindError, SchemaTooNewError
 
+    version, where, latest = _stored_version(args)
+    if version is None:
+        raise no_database(where)
+    if version > latest:
+        raise SchemaTooNewError(
+            f"{where}: the database schema is at version {version}, newer than this prana "
+            f"(which knows up to {latest}); upgrade prana-workflows to use it"
+        )
+    if version < latest:
+        raise SchemaBehindError(
+            f"{where}: the database schema is at version {version}, this prana needs "
+            f"{latest}; run `prana db upgrade`"
+        )
+    print(f"schema at version {version} (up to date)")
+    return EXIT_OK
+
+
+def _stored_version(args: argparse.Namespace) -> tuple[int | None, str, int]:
+    """The stored schema version (None: no database), where, and this prana's version;
+    read-only."""
     dsn = postgres_dsn(args)
     if dsn is not None:
         from scheduling.stores.postgres import SCHEMA_VERSION, PostgresStore
@@ -73,17 +96,4 @@ def _status(args: argparse.Namespace) -> int:
         where = db_path(args)
         version = stored_schema_version(where)
         latest = SCHEMA_VERSION
-    if version is None:
-        raise no_database(where)
-    if version > latest:
-        raise SchemaTooNewError(
-            f"{where}: the database schema is at version {version}, newer than this prana "
-            f"(which knows up to {latest}); upgrade prana-workflows to use it"
-        )
-    if version < latest:
-        raise SchemaBehindError(
-            f"{where}: the database schema is at version {version}, this prana needs "
-            f"{latest}; run `prana db upgrade`"
-        )
-    print(f"schema at version {version} (up to date)")
-    return EXIT_OK
+    return version, where, latest
