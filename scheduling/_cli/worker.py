@@ -88,8 +88,8 @@ def register(add: AddCommand) -> None:
         "--batch",
         type=int,
         default=BATCH,
-        help=f"procrastinate: alarms one job fires, its own and others due (default {BATCH}; "
-        "1: one per job)",
+        help=f"procrastinate: alarms resumed as one batch, a job's own and others due; the job "
+        f"goes on batch after batch while alarms are due (default {BATCH}; 1: one per job)",
     )
     worker.add_argument(
         "--fetch-poll",
