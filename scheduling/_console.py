@@ -483,8 +483,9 @@ def _running_lines(execution: WorkflowExecution) -> list[str]:
         number = f" (attempt {resume['attempt']})" if resume["attempt"] else ""
         lines.append(
             f"  resuming  {resume['kind']} at {resume['node_key']}{number}, "
-            f"claimed {resume['claimed_at'] or '-'}; the attempt is recorded when it ends"
+            f"claimed {resume['claimed_at'] or '-'}"
         )
+        lines.append("            (the node shows it once the attempt ends)")
     if execution.lease_expires_at is not None:
         lines.append(f"  lease     until {execution.lease_expires_at.isoformat()}")
     return lines

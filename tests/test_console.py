@@ -356,10 +356,8 @@ def test_timeline_of_a_claimed_execution_says_what_runs() -> None:
     claimed, _ = store.load(outcome.execution.id)
     text = format_timeline(claimed)
     assert "status    running" in text
-    assert (
-        f"  resuming  retry at r (attempt 2), claimed {at(1).isoformat()}; "
-        "the attempt is recorded when it ends" in text
-    )
+    assert f"  resuming  retry at r (attempt 2), claimed {at(1).isoformat()}\n" in text
+    assert "            (the node shows it once the attempt ends)\n" in text
     assert f"  lease     until {at(31).isoformat()}" in text
 
 
