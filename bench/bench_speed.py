@@ -196,6 +196,8 @@ def best_of(fn: Callable[[], object], seconds: float = 1.0) -> float:
 
 
 PROFILES: dict[str, str] = {}
+PROFILES_MARK = "prana-bench-profiles: "
+"""How a ``--json`` child hands its profiles back on stderr (see ``against``)."""
 
 
 @contextmanager
@@ -1184,14 +1186,16 @@ MEASURES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
 
 
 def against(
-    ref: str, rows: list[str], quick: bool, rounds: int
+    ref: str, rows: list[str], quick: bool, rounds: int, profile: bool = False
 ) -> tuple[list[Row], dict[str, dict[str, Any]]]:
     """Run ``rows`` on this package and on the package at git ``ref``, in turns.
 
     Each side runs in a child process (the older one with its ``prana/`` and
     ``scheduling/`` first on ``PYTHONPATH``), alternating ``rounds`` times so both see
     the same noise of a shared machine; each row keeps its best figure per side.
-    Returns this package's rows and the older rows by name.
+    Returns this package's rows and the older rows by name. With ``profile``, this
+    package's last turn also profiles its rows (after timing them) and hands the top lines
+    back on stderr, for ``PROFILES``.
     """
     tmp = Path(tempfile.mkdtemp(prefix="prana-against-"))
     try:
@@ -1204,14 +1208,23 @@ def against(
         command = [sys.executable, __file__, "--json", "--rows", ",".join(rows)]
         command += ["--quick"] if quick else []
         sides: dict[str, dict[str, dict[str, Any]]] = {"now": {}, "then": {}}
-        for _ in range(rounds):
+        for turn in range(rounds):
             for side, path in (("now", None), ("then", tmp)):
                 env = dict(os.environ)
                 if path is not None:
                     env["PYTHONPATH"] = str(path)
-                out = subprocess.run(
-                    command, check=True, capture_output=True, env=env, cwd=tmp
-                ).stdout
+                profiling = profile and side == "now" and turn == rounds - 1
+                done = subprocess.run(
+                    command + (["--profile"] if profiling else []),
+                    check=True,
+                    capture_output=True,
+                    env=env,
+                    cwd=tmp,
+                )
+                out = done.stdout
+                for line in done.stderr.decode().splitlines():
+                    if profiling and line.startswith(PROFILES_MARK):
+                        PROFILES.update(json.loads(line[len(PROFILES_MARK) :]))
                 for row in json.loads(out):
                     seen = sides[side].get(row["name"])
                     if seen is None or _better(row, seen):
@@ -1304,7 +1317,7 @@ def main() -> None:
     rows: list[Row] = []
     both = [name for name in wanted if name in IN_PROCESS] if args.against else []
     if both:
-        rows, before = against(args.against, both, args.quick, args.rounds)
+        rows, before = against(args.against, both, args.quick, args.rounds, args.profile)
     for name in wanted:
         if name in both:
             continue
@@ -1314,6 +1327,8 @@ def main() -> None:
     rows.sort(key=lambda row: wanted.index(row.key))
     if args.json:
         print(json.dumps([row.as_dict() for row in rows]))
+        if PROFILES:  # for ``against``, which reads them from stderr
+            print(PROFILES_MARK + json.dumps(PROFILES), file=sys.stderr)
         return
     size = "quick" if args.quick else "full"
     print(f"prana speed bench ({size} sizes), python {sys.version.split()[0]}")
