@@ -108,7 +108,7 @@ def settle_failure(
         else:
             delay_seconds, max_attempts = retry
             # floor, so rounding never puts resume_at past a retry_timeout budget
-            delay_ms = max(0, math.floor(delay_seconds * 1000))
+            delay_ms = math.floor(delay_seconds * 1000) if delay_seconds > 0 else 0
             # The hot path: close_attempt + freeze + record, inlined. Both edges it takes,
             # running -> failed (the attempt) and running -> suspended (the run), are in
             # prana._state's tables (a test checks).
