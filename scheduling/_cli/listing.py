@@ -276,8 +276,15 @@ def _water_fill(natural: dict[int, int], room: int) -> dict[int, int]:
 
 
 def _cut(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters, its end replaced by ``…`` when cut."""
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """``text`` in at most ``width`` characters, its end replaced by ``…`` when cut; a
+    workflow's `` vN`` stays when there is room for a name before it (v1 and v2 differ)."""
+    if len(text) <= width:
+        return text
+    name, space, version = text.rpartition(" v")
+    kept = f"{space}{version}"
+    if name and version.isdigit() and width - len(kept) >= MIN_FLEXIBLE:
+        return name[: width - len(kept) - 1] + "…" + kept
+    return text[: width - 1] + "…"
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
