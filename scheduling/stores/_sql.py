@@ -21,6 +21,7 @@ from prana import (
     loads,
 )
 from prana._durations import is_aware
+from scheduling._claims import LIGHT_KINDS
 from scheduling._errors import ExecutionNotFound, StaleVersionError, UnreadableRowsError
 from scheduling.abc import ExecutionSummary, UnreadableRow
 
@@ -122,7 +123,22 @@ def as_claimed(
 ) -> WorkflowExecution:
     """What a claimed row reads as (``scheduling.abc.ClaimingStore``): its stored record,
     ``running`` since ``claimed_at`` under a lease until ``lease_expires_at``, its
-    suspension kept (which tells it from a checkpoint)."""
+    suspension kept (which tells it from a checkpoint).
+
+    Only a retry or timer wait is ever claimed (``scheduling._claims.LIGHT_KINDS``): a row
+    saying ``running`` over any other wait was edited by hand, and reading it as claimed
+    would let recovery resume that wait with no data (a webhook passed without delivery),
+    so it is a ``RecordError`` naming the execution and its status.
+    """
+    suspension = execution.suspension
+    kind = None if suspension is None else suspension.kind
+    if kind not in LIGHT_KINDS:
+        problem = (
+            f"status: the row says 'running' over a record suspended on a {kind!r} wait,"
+            " which no claim makes (only retry and timer waits are claimed); set the"
+            " row's status back to 'suspended'"
+        )
+        raise RecordError(f"stored execution {execution.id!r} cannot be read", [problem])
     return attrs.evolve(
         execution,
         status=ExecutionStatus.RUNNING,
