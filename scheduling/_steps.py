@@ -428,9 +428,18 @@ class Steps:
 
     def _claimed_snapshot(self, execution: WorkflowExecution) -> WorkflowExecution:
         """The checkpoint a claimed record stands for (``scheduling._claims``), or the
-        suspended record it stands on when its step had no action call to make."""
-        workflow = self._definitions.get(execution.workflow_id, execution.workflow_version)
-        snapshot = claimed_snapshot(execution, workflow, self.registry, self.env, self.clock)
+        suspended record it stands on when its step had no action call to make.
+
+        Also the suspended record when this runner cannot rebuild the checkpoint (its
+        workflow or actions are not known here, as in a plain ``prana cancel``): a cancel
+        needs neither, so it is not refused; the attempt in flight is then left out of the
+        ledger (its step's own save loses to the cancel).
+        """
+        try:
+            workflow = self._definitions.get(execution.workflow_id, execution.workflow_version)
+            snapshot = claimed_snapshot(execution, workflow, self.registry, self.env, self.clock)
+        except (InvalidWorkflowError, WorkflowNotFound, ResumeError):
+            return unclaimed(execution)
         return unclaimed(execution) if snapshot is None else snapshot
 
     def _expire_webhook(

@@ -113,3 +113,30 @@ def test_a_claimed_row_still_reads_running(tmp_path: Path) -> None:
     store.claim(eid, version, clock() + timedelta(seconds=LEASE), clock())
     assert store.load(eid)[0].status is ExecutionStatus.RUNNING
     store.close()
+
+
+def test_prana_cancel_without_actions_cancels_a_claimed_execution(tmp_path: Path) -> None:
+    """Was: ``prana cancel ID`` (no --actions) of an execution whose retry a worker had
+    claimed (running its attempt) failed with "unknown action type", exit 2, not naming the
+    execution, where a suspended or checkpointed one cancels without actions. Now it is
+    cancelled."""
+    path = tmp_path / "prana.db"
+    clock = ManualClock(T0)
+    registry = Registry()
+    registry.register("test.flaky", lambda params, ctx: (_ for _ in ()).throw(OSError("x")))
+    store = SQLiteStore(path)
+    with Runner(registry, store, ManualScheduler(clock), lease_seconds=LEASE) as runner:
+        eid = runner.start(workflow(flaky_node()))
+    _, version = store.load(eid)
+    store.claim(eid, version, clock() + timedelta(seconds=LEASE), clock())  # a worker's claim
+    store.close()
+    cancelled = prana(tmp_path, "cancel", eid)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "cancelled" in cancelled.stdout
+    store = SQLiteStore(path)
+    execution = store.load(eid)[0]
+    assert execution.status is ExecutionStatus.CANCELLED
+    record = execution.node("r")
+    assert record is not None
+    assert [a.outcome.value for a in record.attempts] == ["failed"]
+    store.close()
