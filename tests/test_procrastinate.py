@@ -884,3 +884,66 @@ def test_prefetch_is_called_with_each_batch_then_with_nothing(env: Env) -> None:
     ]
     with pytest.raises(InvalidSettingsError, match="prefetch="):
         env.scheduler(prefetch="rows")
+
+
+def _insert_todo_job(env: Env, args: Any, key: str) -> int:
+    """A due job of the queue's task with ``args`` as written by another program."""
+    options = f"-c search_path={env.schema}"
+    with psycopg.connect(env.dsn, autocommit=True, options=options) as conn:
+        [job] = conn.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, queueing_lock, args,"
+            " status, scheduled_at) VALUES (%s, %s, %s, %s, %s, 'todo', now() - interval '1 s')"
+            " RETURNING id",
+            (env.queue, TASK_NAME, key, key, psycopg.types.json.Jsonb(args)),
+        ).fetchone() or (None,)
+    return int(job)
+
+
+@pytest.mark.parametrize(
+    ("args", "first", "total"),
+    [({}, 1, 5), ({"other": 1}, 1, 5), ({"execution_id": 5}, 1, 5), ([], 1, 5), ({}, 3, 3)],
+)
+def test_a_job_naming_no_execution_in_a_batch_is_dropped_and_the_rest_fire(
+    env: Env, args: Any, first: int, total: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a KeyError took the batch's job down (its own alarm never fired) and left the
+    other jobs taken ``doing`` under a worker still beating: never fired while it lived.
+    ``first`` alarms are queued before the bad job, ``total`` in all (3 and 3: it is taken
+    alone, by the batch after the first)."""
+    scheduler = env.scheduler(concurrency=1, batch=3)
+    scheduler.setup()
+    for index in range(first):
+        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=2))
+    bad = _insert_todo_job(env, args, f"{env.queue}:bad")
+    for index in range(first, total):
+        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=1))
+    handed = Handed(env)
+    scheduler.start_batched(handed.fire, handed.fire_many)
+    assert handed.wait_for(total)
+    assert env.wait_until(lambda: env.jobs() == [])
+    assert sorted(eid for batch in handed.batches for eid in batch) == [
+        f"exec-{index}" for index in range(total)
+    ]
+    assert f"job {bad} of the queue names no execution" in caplog.text
+
+
+def test_a_batch_raising_a_base_exception_leaves_no_job_doing(env: Env) -> None:
+    """Was: an action's KeyboardInterrupt inside ``fire_many`` left the batch's jobs
+    ``doing`` under a live worker (the alarms it had not fired were never re-armed: a job
+    ``doing`` counts as armed) and its own job ``failed``. Now the batch is logged as
+    failed, its jobs end, and the store's due executions are re-armed as for any failure."""
+    scheduler = env.scheduler(concurrency=1, batch=3)
+    scheduler.setup()
+    for index in range(6):
+        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=1))
+    handed = Handed(env)
+
+    def fire_many(ids: Sequence[str]) -> None:
+        handed.fire_many(ids)
+        if "exec-0" in ids:
+            raise KeyboardInterrupt
+
+    scheduler.start_batched(handed.fire, fire_many)
+    assert handed.wait_for(6)
+    assert env.wait_until(lambda: env.jobs() == [])
+    assert handed.batches == [["exec-0", "exec-1", "exec-2"], ["exec-3", "exec-4", "exec-5"]]

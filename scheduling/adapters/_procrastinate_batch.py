@@ -95,9 +95,11 @@ def fire_and_go_on(
         if not taken:
             return
         done, next_id = taken[0]
+        if next_id is None:
+            continue
         try:
             fire_one(fire, next_id)
-        except Exception:
+        except BaseException:  # even a KeyboardInterrupt: the job is ended (re-armed later)
             logger.exception("the alarm of execution %r failed; it stays as stored", next_id)
     if done is not None:
         _finish(scheduler, [done], worker_id)
@@ -129,9 +131,9 @@ def fire_batches(
             _give_up(scheduler, f"could not take the next due jobs ({error})")
             return
         done = [job_id for job_id, _ in taken]
-        ids += [next_id for _, next_id in taken]
+        ids += [next_id for _, next_id in taken if next_id is not None]
         if not ids:
-            return
+            break  # ``done``: jobs naming no execution (or none), ended below
         prefetch = scheduler.prefetch
         if prefetch is not None:
             _prefetch_logged(prefetch, ids)
@@ -156,12 +158,18 @@ def _prefetch_logged(prefetch: Callable[[Sequence[str]], object], ids: list[str]
 
 
 def _fire_many_logged(fire_many: FireMany, ids: list[str]) -> None:
-    """``fire_many`` one batch; what it raises is logged (its alarms stay due in the store)."""
+    """``fire_many`` one batch; what it raises is logged (its alarms stay due in the store).
+
+    Even a ``BaseException`` (an action's ``KeyboardInterrupt`` or ``SystemExit``, in this
+    worker thread): raised on, it left the batch's jobs ``doing`` under a worker still
+    beating, so the alarms not yet fired were never fired again while it lived. Caught,
+    the jobs are ended and the store's due executions re-armed, as for any failed batch.
+    """
     try:
         result = fire_many(ids)
         if inspect.isawaitable(result):
             asyncio.run(_await(result))
-    except Exception:
+    except BaseException:
         logger.exception(
             "a batch of %d alarms failed; they stay due in the store and are re-armed from there",
             len(ids),
@@ -194,8 +202,13 @@ def fire_one(fire: Fire, execution_id: str) -> None:
 
 def _finish_and_take(
     scheduler: ProcrastinateScheduler, done: list[int], worker_id: int, limit: int
-) -> list[tuple[int, str]]:
-    """Delete the jobs ``done`` and take up to ``limit`` due ones, in one transaction."""
+) -> list[tuple[int, str | None]]:
+    """Delete the jobs ``done`` and take up to ``limit`` due ones, in one transaction.
+
+    A job taken whose arguments hold no execution id (written by hand or by another
+    program) comes back with ``None``: logged, never fired, ended with the others (it
+    raised a ``KeyError`` that failed the job taking it and stranded the rest ``doing``).
+    """
     from scheduling.adapters.procrastinate import TASK_NAME
 
     if limit < 1:
@@ -208,7 +221,20 @@ def _finish_and_take(
         if done:
             conn.execute(_FINISH, (done, worker_id))
         rows = conn.execute(_TAKE, params).fetchall()
-    return [(int(row[0]), str(row[1]["execution_id"])) for row in rows]
+    return [(int(row[0]), _execution_id(int(row[0]), row[1])) for row in rows]
+
+
+def _execution_id(job_id: int, args: Any) -> str | None:
+    """The execution id a job's arguments name, or ``None`` (logged) if they name none."""
+    execution_id = args.get("execution_id") if isinstance(args, dict) else None
+    if isinstance(execution_id, str):
+        return execution_id
+    logger.warning(
+        "job %d of the queue names no execution (arguments %.200r); it is dropped",
+        job_id,
+        args,
+    )
+    return None
 
 
 def _give_up(scheduler: ProcrastinateScheduler, trouble: str) -> None:
