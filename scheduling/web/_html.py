@@ -13,7 +13,7 @@ import json
 from datetime import datetime
 from html import escape
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 __all__ = ["SCRIPT", "execution_fragment", "execution_page", "list_page", "login_page"]
 
@@ -184,7 +184,7 @@ def list_page(
     )
     body_rows = []
     for row in rows:
-        link = f"{root}/executions/{escape(row['id'], quote=True)}"
+        link = f"{root}/executions/{_in_path(row['id'])}"
         workflow_cell = (
             f"<td class=muted>{escape(row['problem'])}</td>"
             if row["problem"] is not None  # a row the store could not read
@@ -368,9 +368,15 @@ def execution_fragment(view: dict[str, Any]) -> str:
     )
 
 
+def _in_path(execution_id: str) -> str:
+    """An execution id as one segment of a URL path in an attribute: percent-encoded, so an
+    id holding ``#``, ``?`` or ``%`` links to its own page, not to another execution's."""
+    return escape(quote(execution_id, safe=""), quote=True)
+
+
 def execution_page(view: dict[str, Any], *, root: str) -> str:
     """One execution: its fragment, kept live over ``/executions/{id}/events``."""
-    base = f"{root}/executions/{escape(view['id'], quote=True)}"
+    base = f"{root}/executions/{_in_path(view['id'])}"
     final = view["status"] in ("completed", "failed", "cancelled")
     body = (
         f"<h1>Execution <code>{escape(view['id'])}</code> "

@@ -1,0 +1,52 @@
+"""Execution ids with URL syntax in them (``?``, ``#``, ``%``) link to their own pages."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+import httpx
+import pytest
+from doubles import T0, webhook_node, workflow
+from servers import serve
+
+from prana import Registry
+from prana.testing import ManualClock
+from scheduling import Runner
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.memory import MemoryStore
+from scheduling.web import create_app
+
+OPERATOR = "an-operator-token-long-enough"
+
+
+@pytest.mark.parametrize("suffix", ["#42", "?42", "%2342", " 42"])
+def test_the_view_links_and_streams_an_id_with_url_syntax_to_its_own_page(suffix: str) -> None:
+    """Was: the list linked ``order#42`` to ``/executions/order#42``, i.e. to execution
+    ``order``, and its page fetched and streamed ``order``'s timeline in its place."""
+    clock = ManualClock(T0)
+    runner = Runner(Registry(), MemoryStore(), ManualScheduler(clock=clock), clock)
+    wf = workflow(webhook_node())
+    with runner, serve(create_app(runner, token=OPERATOR)) as url:
+        other = runner.start(wf, execution_id="order")
+        eid = runner.start(wf, execution_id=f"order{suffix}")
+        runner.cancel(other)  # a page showing it in the other's place would say cancelled
+        auth = {"authorization": f"Bearer {OPERATOR}"}
+        listing = httpx.get(f"{url}/executions", headers=auth).text
+        hrefs = re.findall(r'class="mono" href="([^"]*)"', listing)
+        assert len(hrefs) == 2
+        for href in hrefs:
+            assert "#" not in href
+            assert "?" not in href
+        page_url = next(href for href in hrefs if href != "/executions/order")
+        assert unquote(page_url.removeprefix("/executions/")) == eid
+        page = httpx.get(f"{url}{page_url}", headers=auth)
+        assert page.status_code == 200
+        events = re.search(r'data-events="([^"]*)"', page.text)
+        fragment = re.search(r'data-fragment="([^"]*)"', page.text)
+        assert events is not None
+        assert fragment is not None
+        assert events.group(1) == f"{page_url}/events"
+        assert fragment.group(1) == f"{page_url}?fragment=1"
+        part = httpx.get(f"{url}{fragment.group(1)}", headers=auth).text
+        assert 'data-status="suspended"' in part
