@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from prana._decision import check_conditions
 from prana._errors import InvalidWorkflowError
-from prana._jsoncheck import MAX_INT, json_size, jsonable
+from prana._jsoncheck import MAX_INT, MIN_INT, json_size, jsonable
 from prana._model import Connection, Node, Workflow
 from prana._policy import RetryPolicy
 from prana._registry import ActionSpec, Registry
@@ -198,11 +198,13 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
         compiled.policies, found = check_conditions(node, workflow, spec.retry, registry)
         problems.extend(f"node {node.key!r}: {problem}" for problem in found)
         found = storable_policy_problems("settings.retry", node.settings.retry)
+        found += storable_int_problems("params", node.params)
         problems.extend(f"node {node.key!r}: {problem}" for problem in found)
         if spec.trigger:
             triggers.append(node.key)
     for node_type, defaults in workflow.retry_defaults.items():
         problems.extend(storable_policy_problems(f"retry_defaults[{node_type!r}]", defaults))
+    problems.extend(storable_int_problems("variables", workflow.variables))
     known_keys = {n.key for n in workflow.nodes if isinstance(n, Node)}
     for index, conn in enumerate(workflow.connections):
         if not isinstance(conn, Connection):
@@ -255,6 +257,37 @@ def _compile(workflow: Workflow, registry: Registry) -> CompiledGraph:
     if problems:
         raise InvalidWorkflowError(problems)
     return CompiledGraph(workflow, nodes, triggers[0])
+
+
+def storable_int_problems(where: str, value: Any) -> list[str]:
+    """The integers in ``value`` (params, variables) a stored definition cannot hold.
+
+    A workflow file may hold any integer (YAML reads ``10**30`` exactly), but the
+    definition is saved before anything runs, and its serializer writes integers from
+    ``MIN_INT`` to ``MAX_INT`` only: refused here, naming the field, rather than at the
+    save ("Integer exceeds 64-bit range"). Other values are left to the node's action.
+    """
+    problems: list[str] = []
+    stack: list[tuple[str, Any]] = [(where, value)]
+    seen: set[int] = set()  # containers walked (a Python caller's params may hold a cycle)
+    while stack and len(problems) < 10:
+        path, item = stack.pop()
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, Mapping | list | tuple):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+        if isinstance(item, int) and not MIN_INT <= item <= MAX_INT:
+            problems.append(
+                f"{path}: an integer of {item.bit_length()} bits is outside the range a "
+                "stored definition holds (-2**63 to 2**64 - 1); write it as a string"
+            )
+        elif isinstance(item, Mapping):
+            stack.extend((f"{path}.{key}", inner) for key, inner in reversed(list(item.items())))
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{path}[{i}]", inner) for i, inner in reversed(list(enumerate(item))))
+    return problems
 
 
 def storable_policy_problems(where: str, policies: Iterable[RetryPolicy] | None) -> list[str]:

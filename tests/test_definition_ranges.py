@@ -21,6 +21,7 @@ from prana import (
     dumps_workflow,
     validate,
 )
+from prana._graph import storable_int_problems
 from scheduling._cli import main
 
 if TYPE_CHECKING:
@@ -97,5 +98,72 @@ def test_prana_run_refuses_it_before_anything_runs(
     assert "node 'call'" in err
     assert "settings.retry.max_attempts" in err
     assert "64-bit" not in err
+    assert err.count("\n") == 1
+    assert "execution" not in out
+
+
+def test_an_integer_in_params_or_variables_past_the_record_range_is_invalid() -> None:
+    """Was: node params (or workflow variables) holding 10**30, as YAML reads them, validated
+    and then failed to save with "Integer exceeds 64-bit range", naming no node or field."""
+    wf = one_node(variables={"limit": -HUGE})
+    wf = Workflow(
+        id=wf.id,
+        nodes=[wf.nodes[0], Node(key="call", type="data.set_data", params={"v": [1, {"n": HUGE}]})],
+        connections=wf.connections,
+        variables=wf.variables,
+    )
+    with pytest.raises(InvalidWorkflowError) as raised:
+        validate(wf, Registry())
+    outside = (
+        "an integer of 100 bits is outside the range a stored definition holds "
+        "(-2**63 to 2**64 - 1); write it as a string"
+    )
+    assert list(raised.value.problems) == [
+        f"node 'call': params.v[1].n: {outside}",
+        f"variables.limit: {outside}",
+    ]
+
+
+def test_the_widest_storable_integers_in_params_are_valid_and_stored() -> None:
+    """The bounds themselves validate and save; a cycle in Python params is walked once."""
+    params: dict[str, object] = {"low": -(2**63), "high": 2**64 - 1, "flag": True}
+    wf = Workflow(
+        id="ranges",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="call", type="data.set_data", params=params),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+    validate(wf, Registry())
+    assert str(2**64 - 1) in dumps_workflow(wf)
+    looped: dict[str, object] = {}
+    looped["self"] = [looped]
+    cyclic = Workflow(
+        id="ranges",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="call", type="data.set_data", params={"value": 1, "loop": looped}),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+    assert storable_int_problems("params", cyclic.nodes[1].params) == []
+
+
+def test_prana_run_refuses_a_huge_param_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana run`` on a YAML file with ``value: 10**30`` in params: exit 2, one line."""
+    path = tmp_path / "huge.yaml"
+    path.write_text(
+        "id: huge\nnodes:\n  - {key: start, type: manual.trigger}\n"
+        f"  - key: call\n    type: data.set_data\n    params: {{value: {{deep: [1, {HUGE}]}}}}\n"
+        "connections:\n  - {from_node: start, to_node: call}\n"
+    )
+    code = main(["run", str(path), "--db", str(tmp_path / "prana.db")])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "node 'call': params.value.deep[1]" in err
+    assert "64-bit range" not in err
     assert err.count("\n") == 1
     assert "execution" not in out
