@@ -21,6 +21,7 @@ from prana import (
     ExecutionStatus,
     Failed,
     InvalidSettingsError,
+    InvalidWorkflowError,
     Limits,
     Node,
     RecordError,
@@ -121,20 +122,11 @@ def wait_node(**params: Any) -> Node:
         (wait_node(mode="schedule", schedule_at="9999-12-31T23:59:59-23:59"), "schedule_at"),
         (wait_node(mode="webhook", timeout_hours=10**8), "timeout_hours"),
         (wait_node(mode="interval", duration=10**9, unit="days"), "duration"),
-        (wait_node(mode="interval", duration=10**400, unit="ms"), "duration"),
         (
             Node(
                 key="w",
                 type="workflow.execute_workflow",
                 params={"workflow_id": "x", "timeout_ms": 10**15},
-            ),
-            "timeout_ms",
-        ),
-        (
-            Node(
-                key="w",
-                type="workflow.execute_workflow",
-                params={"workflow_id": "x", "timeout_ms": 10**400},
             ),
             "timeout_ms",
         ),
@@ -145,6 +137,27 @@ def test_a_wait_past_the_last_date_fails_without_retry(node: Node, field: str) -
     with a due time past year 9999 in UTC, after which listing the store raised."""
     outcome = execute_workflow(workflow(node), clock=ManualClock(T0))
     assert f"{field}=" in failed_without_retry(outcome, "w")
+
+
+@pytest.mark.parametrize(
+    ("node", "field"),
+    [
+        (wait_node(mode="interval", duration=10**400, unit="ms"), "duration"),
+        (
+            Node(
+                key="w",
+                type="workflow.execute_workflow",
+                params={"workflow_id": "x", "timeout_ms": 10**400},
+            ),
+            "timeout_ms",
+        ),
+    ],
+)
+def test_a_wait_no_stored_definition_holds_is_invalid(node: Node, field: str) -> None:
+    """An integer past 64 bits written in the definition is refused by validation, naming
+    node and field (it could not be saved: ``tests/test_definition_ranges.py``)."""
+    with pytest.raises(InvalidWorkflowError, match=rf"node 'w': params\.{field}: an integer"):
+        execute_workflow(workflow(node), clock=ManualClock(T0))
 
 
 def test_a_wait_until_the_last_utc_date_still_waits() -> None:
