@@ -247,7 +247,7 @@ def test_only_a_postgres_groups_commits_skip_the_wait_for_the_disk(
     postgres_dsn: str, group_commits: str
 ) -> None:
     """The speed rule of groups (``_BEGIN_ASYNC_GROUP``): ``synchronous_commit`` is off in a
-    group's transactions only (with ``group_commits="async"``, the default); every save
+    group's transactions only (with ``group_commits="async"``, an opt-in); every save
     outside a group waits for the disk."""
     from scheduling.stores.postgres import PostgresStore
 
@@ -270,6 +270,23 @@ def test_only_a_postgres_groups_commits_skip_the_wait_for_the_disk(
         drop_schema(postgres_dsn, schema)
     in_group = "off" if group_commits == "async" else "on"
     assert seen == {"alone": "on", "grouped": in_group, "after": "on"}
+
+
+def test_postgres_group_commits_wait_for_the_disk_unless_asked_not_to() -> None:
+    """Durable by default (nothing acknowledged is taken back by a server crash); the
+    ``group_commits`` attribute (what ``prana worker --async-commits`` sets) switches the
+    group's ``BEGIN`` and is checked like the argument."""
+    from prana import InvalidSettingsError
+    from scheduling.stores.postgres import PostgresStore
+
+    store = PostgresStore("postgresql://localhost/x")
+    assert store.group_commits == "sync"
+    assert "synchronous_commit" not in store._begin_group
+    store.group_commits = "async"
+    assert "synchronous_commit TO off" in store._begin_group
+    with pytest.raises(InvalidSettingsError, match="group_commits='later'"):
+        store.group_commits = "later"
+    assert store.group_commits == "async"
 
 
 def test_postgres_group_commits_must_be_async_or_sync() -> None:

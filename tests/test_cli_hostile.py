@@ -171,3 +171,8 @@ def test_worker_concurrency_and_fetch_poll_must_be_sane(
 ) -> None:
     """``worker --concurrency 0`` or ``--fetch-poll nan`` is a one-line error naming the option."""
     assert_one_line(prana(tmp_path, "worker", option, value), option)
+
+
+def test_worker_async_commits_needs_the_procrastinate_scheduler(tmp_path: Path) -> None:
+    """``--async-commits`` names what it applies to instead of being ignored on SQLite."""
+    assert_one_line(prana(tmp_path, "worker", "--async-commits"), "--async-commits")

@@ -92,6 +92,13 @@ def register(add: AddCommand) -> None:
         f"goes on batch after batch while alarms are due (default {BATCH}; 1: one per job)",
     )
     worker.add_argument(
+        "--async-commits",
+        action="store_true",
+        help="procrastinate: a batch's commits do not wait for PostgreSQL's disk (faster; "
+        "a crash of the PostgreSQL server may take back its last moment of transitions, "
+        "which then run again)",
+    )
+    worker.add_argument(
         "--fetch-poll",
         type=float,
         default=FETCH_POLL_SECONDS,
@@ -142,6 +149,11 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         raise CLIError(f"--batch {args.batch}: use a whole number from 1 to 10000")
     if args.scheduler == "procrastinate" and postgres_dsn(args) is None:
         raise CLIError(PROCRASTINATE_NEEDS_POSTGRES)
+    if args.async_commits and args.scheduler != "procrastinate":
+        raise CLIError(
+            "--async-commits applies to --scheduler procrastinate on PostgreSQL (a batch's "
+            "commits); drop it, or add --scheduler procrastinate"
+        )
     registry = load_actions(args.actions)
     store = open_store(args, must_exist=False)
     view = _console_view(ConsoleView)
@@ -248,6 +260,8 @@ def _procrastinate_worker(
         # and the re-arm loop needs one: a pool smaller than that would make them queue.
         store.close()
         store.max_connections = args.concurrency + 2
+    if isinstance(store, PostgresStore) and args.async_commits:
+        store.group_commits = "async"
     scheduler = ProcrastinateScheduler(
         dsn,
         schema=postgres_schema(args),

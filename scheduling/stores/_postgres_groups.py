@@ -48,8 +48,8 @@ def driver_error(exc: psycopg.Error, what: str) -> StoreError:
 BEGIN_ASYNC_GROUP = (
     "BEGIN; SET LOCAL synchronous_commit TO off; SET LOCAL idle_in_transaction_session_timeout TO 0"
 )
-"""How a group's transaction begins (``group_commits="async"``, the default): its commit does
-not wait for the disk.
+"""How a group's transaction begins with ``group_commits="async"`` (an opt-in; the default,
+``"sync"``, waits for the disk as every other commit does): its commit does not wait.
 
 The speed rule of groups. A group is a batch of alarms a ``Runner`` resumes together
 (``scheduling.abc.GroupingStore``); it commits before every action call (the claim) and at
@@ -63,7 +63,9 @@ the executions are due as they were, their alarms fire again and each lost step 
 (at-least-once, as after any crash), its interrupted attempt, if any, not marked in the
 ledger. Everything outside a group waits for the disk as before: starts, deliveries,
 cancels, lease renewals and every save of a runner that does not batch.
-``group_commits="sync"`` makes group commits wait too."""
+The default is ``"sync"``: an acknowledged transition is never taken back, not even by a
+server crash (the project's rule that nothing stored is lost); ``"async"`` trades that, for a
+server crash only, for the throughput of a batch (``prana worker --async-commits``)."""
 
 
 class GroupsMixin:

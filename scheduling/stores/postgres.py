@@ -181,9 +181,10 @@ class PostgresStore(GroupsMixin, BaseStore):
     single autocommitted statement.
 
     ``grouped()`` / ``commit_group()`` make it a ``GroupingStore`` (see the module; a
-    failed save inside a group loses the whole group). ``group_commits="async"`` (the
-    default) lets a group's commits skip the wait for the disk, ``"sync"`` waits; outside
-    groups every commit waits (``BEGIN_ASYNC_GROUP`` says what a server crash may cost).
+    failed save inside a group loses the whole group). Every commit waits for the disk by
+    default (``group_commits="sync"``); ``group_commits="async"`` is an opt-in that lets a
+    group's commits skip that wait (``BEGIN_ASYNC_GROUP`` says what a server crash may then
+    cost); outside groups every commit waits either way.
     """
 
     def __init__(
@@ -196,7 +197,7 @@ class PostgresStore(GroupsMixin, BaseStore):
         cache_size: int = 1024,
         on_save: OnSave | None = None,
         upgrade: bool = True,
-        group_commits: str = "async",
+        group_commits: str = "sync",
     ) -> None:
         if on_save is not None and not callable(on_save):
             raise InvalidSettingsError(
@@ -241,15 +242,24 @@ class PostgresStore(GroupsMixin, BaseStore):
         self.on_save: OnSave | None = on_save
         self._grouping = threading.local()
         """Per thread: ``depth`` of ``grouped()`` blocks, the group's ``conn``, ``broken``."""
-        if group_commits not in ("async", "sync"):
-            raise InvalidSettingsError(
-                f"PostgresStore(group_commits={group_commits!r}): use 'async' (a group's "
-                "commits do not wait for the disk) or 'sync'"
-            )
         self.group_commits = group_commits
+
+    @property
+    def group_commits(self) -> str:
+        """``"sync"`` (default: every commit waits for the disk) or ``"async"`` (opt-in)."""
+        return self._group_commits
+
+    @group_commits.setter
+    def group_commits(self, value: str) -> None:
+        if value not in ("async", "sync"):
+            raise InvalidSettingsError(
+                f"PostgresStore(group_commits={value!r}): use 'sync' (every commit waits for "
+                "the disk, the default) or 'async' (a batch's commits do not wait)"
+            )
+        self._group_commits = value
         self._begin_group = (
             BEGIN_ASYNC_GROUP
-            if group_commits == "async"
+            if value == "async"
             else "BEGIN; SET LOCAL idle_in_transaction_session_timeout TO 0"
         )
 
