@@ -9,6 +9,7 @@ conditions with timeouts and never sleep.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
@@ -598,6 +599,46 @@ def test_the_worker_carries_on_after_its_connections_are_cut(env: Env) -> None:
     scheduler.schedule("own", now())  # its own connections were cut too
     assert fired.wait_for_ids({"own"}, reconnect)
     assert env.wait_until(lambda: env.jobs() == [], reconnect)
+
+
+def test_a_worker_the_others_took_for_dead_says_so_and_registers_again(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose row the others removed (it was silent past its lease) registers again.
+
+    Deleting the row is what stalled-job recovery does to a worker frozen longer than
+    ``stalled_after_seconds``; the worker learns it when it next takes a job.
+    """
+    caplog.set_level(logging.INFO, logger="scheduling.adapters.procrastinate")
+    scheduler = env.scheduler(stalled_after_seconds=45)
+    fired = Fired()
+    scheduler.start(fired)
+    workers = sql.SQL("SELECT id FROM {}").format(
+        sql.Identifier(env.schema, "procrastinate_workers")
+    )
+
+    def registered() -> list[tuple[Any, ...]]:
+        with psycopg.connect(env.dsn, autocommit=True) as conn:
+            return conn.execute(workers).fetchall()
+
+    assert env.wait_until(lambda: len(registered()) == 1)
+    (first,) = registered()
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE id = %s").format(
+                sql.Identifier(env.schema, "procrastinate_workers")
+            ),
+            first,
+        )
+    scheduler.schedule("exec-1", now())
+    assert fired.wait_for_ids({"exec-1"})
+    again = registered()
+    assert len(again) == 1
+    assert again != [first]
+    assert "silent longer than its lease (stalled_after_seconds, --lease) of 45 s" in caplog.text
+    assert "took its alarms over; it registers again" in caplog.text
+    assert "lost the database" not in caplog.text
+    assert "foreign key" not in caplog.text
 
 
 # -- speed rules (issue 11) ----------------------------------------------------------------

@@ -29,7 +29,15 @@ if TYPE_CHECKING:
 
     from scheduling.abc import Fire, FireMany
 
-__all__ = ["FIRE_KEY", "FIRE_MANY_KEY", "SCHEDULER_KEY", "ServingMixin", "broken", "one_line"]
+__all__ = [
+    "FIRE_KEY",
+    "FIRE_MANY_KEY",
+    "SCHEDULER_KEY",
+    "ServingMixin",
+    "broken",
+    "one_line",
+    "taken_over",
+]
 
 logger = logging.getLogger("scheduling.adapters.procrastinate")
 
@@ -58,6 +66,24 @@ def broken(exc: BaseException, conn: psycopg.Connection[Any] | None) -> bool:
         isinstance(cause, psycopg.OperationalError)
         and conn is not None
         and (conn.broken or conn.closed)
+    )
+
+
+_WORKER_ROW_GONE = "procrastinate_jobs_worker_id_fkey"
+"""The constraint a worker breaks when it takes a job after the others removed its row."""
+
+
+def taken_over(exc: BaseException) -> bool:
+    """Whether ``exc`` says the other workers removed this one's row (it was silent too long).
+
+    Stalled-job recovery deletes the row of a worker silent longer than
+    ``stalled_after_seconds`` (a frozen process); that worker learns it when it next takes
+    a job, which then names a worker id that no longer exists.
+    """
+    cause = exc.__cause__ if isinstance(exc, ConnectorException) else exc
+    return (
+        isinstance(cause, psycopg.errors.ForeignKeyViolation)
+        and cause.diag.constraint_name == _WORKER_ROW_GONE
     )
 
 
@@ -194,7 +220,8 @@ class ServingMixin:
         A failure before the first worker is up is raised (``start`` reports it); any later
         one (the database went away) is logged in one line, and a new worker starts after
         a pause: 0.5 s after a worker that reached the database, then doubling up to
-        ``_RECONNECT_MAX_SECONDS`` while none does.
+        ``_RECONNECT_MAX_SECONDS`` while none does. A worker the others took for dead
+        (``taken_over``) says so and starts over at once.
         """
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
@@ -214,6 +241,16 @@ class ServingMixin:
                 except Exception as error:
                     if not state.up:
                         raise
+                    if taken_over(error):
+                        logger.warning(
+                            "the procrastinate worker %s was silent longer than its lease "
+                            "(stalled_after_seconds, --lease) of %g s and the others took its "
+                            "alarms over; it registers again",
+                            self.name,
+                            self.stalled_after_seconds,
+                        )
+                        pause = _RECONNECT_FIRST_PAUSE_SECONDS
+                        continue  # the database is fine: no pause
                     state.trouble = state.trouble or f"lost the database ({one_line(error)})"
                 if self._stopping.is_set():
                     break
