@@ -60,7 +60,12 @@ ON_ERROR_MODES: tuple[str, ...] = ("stop_workflow", "continue", "continue_error_
 
 
 class ExecutionStatus(enum.Enum):
-    """Where a workflow execution stands; transitions are listed in ``prana._state``."""
+    """Where a workflow execution stands.
+
+    ``pending`` until first run, ``suspended`` while it waits (a retry, timer, webhook or
+    sub-workflow), then ``completed``, ``failed`` or ``cancelled``; ``running`` only while
+    a call runs it (a store sees it in a checkpoint). A ``failed`` one can be redriven.
+    """
 
     PENDING = "pending"
     RUNNING = "running"

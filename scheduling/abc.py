@@ -314,9 +314,10 @@ class ClaimingStore(Protocol):
     reader tells a claim from a checkpoint (the core's ``running`` snapshots never carry a
     suspension): the record means "a runner began resuming this suspended execution at
     ``updated_at``". ``find_due``, ``alarms`` and ``list`` read the columns, so the claim's
-    lease is its alarm, as a checkpoint's is. What the runner does with one whose lease ended
-    is in ``scheduling._claims``. A later ``save`` (the step's outcome, or a checkpoint)
-    replaces the record and ends the claim.
+    lease is its alarm, as a checkpoint's is. A runner takes up one whose lease ended as it
+    takes up a stale checkpoint: the resume it stands for is run again up to its action
+    call, and that attempt is closed ``interrupted`` and retried. A later ``save`` (the
+    step's outcome, or a checkpoint) replaces the record and ends the claim.
     """
 
     def claim(

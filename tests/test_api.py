@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +54,44 @@ def test_exported_members(module: object, expected: set[str]) -> None:
     assert list(names) == sorted(names)
     for name in names:
         assert getattr(module, name) is not None
+
+
+PRIVATE_NAME = re.compile(r"`+((?:\w+\.)*_[A-Za-z0-9][\w.]*)`+")
+"""A code span naming a private module or attribute (``_x``, ``mod._x``), not a dunder."""
+
+
+def _public_modules() -> list[str]:
+    """The packages and every public module of the adapters and stores."""
+    names = ["prana", "prana.testing", "scheduling", "scheduling.abc"]
+    for package in ("scheduling.adapters", "scheduling.stores"):
+        path = importlib.import_module(package).__path__
+        names += [f"{package}.{m.name}" for m in pkgutil.iter_modules(path) if m.name[0] != "_"]
+    return names
+
+
+@pytest.mark.parametrize("module_name", _public_modules())
+def test_public_docstrings_name_no_private_names(module_name: str) -> None:
+    """The API docs (mkdocstrings renders these) explain in user terms, not private names."""
+    module = pytest.importorskip(module_name)
+    found = []
+    names = getattr(module, "__all__", None) or [
+        name
+        for name, value in vars(module).items()
+        if name[0] != "_" and getattr(value, "__module__", None) == module_name
+    ]
+    for name in names:
+        obj = getattr(module, name)
+        docs = {name: inspect.getdoc(obj) or ""}
+        if inspect.isclass(obj):
+            for attr, value in vars(obj).items():
+                if (attr == "__init__" or attr[0] != "_") and (
+                    callable(value) or isinstance(value, (property, classmethod, staticmethod))
+                ):
+                    docs[f"{name}.{attr}"] = inspect.getdoc(value) or ""
+        found += [
+            f"{where}: {m[0]}" for where, doc in docs.items() for m in PRIVATE_NAME.finditer(doc)
+        ]
+    assert found == []
 
 
 def _prana_imports(path: Path) -> set[str]:

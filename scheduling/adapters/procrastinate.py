@@ -27,7 +27,8 @@ again (``recover_stalled``): the job goes back to ``todo`` and fires again, or i
 when a newer alarm of its execution is queued. So an alarm fires at least once, and the
 runner's compare-and-set makes each transition happen once. A worker whose database
 connections fail (a restart, ``pg_terminate_backend``) logs one line and starts over with
-backoff, up to ``_RECONNECT_MAX_SECONDS`` between tries, until it is shut down.
+backoff, up to 30 s between tries, until it is shut down. A worker frozen longer than
+``stalled_after_seconds`` (its jobs taken up by the others) says so and registers again.
 
 Transactions: ``schedule_in(conn, ...)`` defers on the caller's psycopg connection, inside
 the caller's transaction, so a store can arm the alarm in the same transaction as the state
@@ -143,7 +144,7 @@ def prana_resume(context: JobContext, execution_id: str) -> None:
     job ``failed``. Either way the execution stays due in the store, where a runner starting
     (or ``Runner.rearm_due``, which ``prana worker`` calls every ``--poll``) finds it.
     Started with ``start_batched``, the job fires its alarm with the other due ones in
-    batches (``_procrastinate_batch.fire_batches``).
+    batches of up to the scheduler's ``batch`` alarms, each handed to ``fire_many``.
     """
     extra = context.additional_context
     fire: Fire | None = extra.get(FIRE_KEY)
@@ -233,12 +234,14 @@ class ProcrastinateScheduler(ServingMixin):
     ``async_job_commits`` (on by default) lets the worker's own bookkeeping (taking a job,
     recording its end, beating) commit without waiting for the disk: a crash of the
     server may then fire an alarm again, which the store's compare-and-set makes a no-op,
-    and nothing the store says is ever lost (see ``_ASYNC_COMMIT``); ``batch``: a job fires
-    its own alarm, then takes and fires due ones up to ``batch`` in all
-    (``_procrastinate_batch``; 1: one per job); ``prefetch``, if given, is called with the
-    ids of each batch handed to ``fire_many``, in the thread that fires it, just before, and
-    with ``[]`` just after (``PostgresStore.prefetch``: the batch's rows in one query);
-    ``worker_options`` go to procrastinate's ``Worker`` (they win over ours).
+    and nothing the store says is ever lost (the store's saves, and alarms armed with them
+    or through ``schedule``/``cancel``, still wait for the disk); ``batch``: a job fires
+    its own alarm, then takes and fires due ones up to ``batch`` in all (so a burst of
+    due alarms costs a few round trips per batch; 1: one per job); ``prefetch``, if
+    given, is called with the ids of each batch handed to ``fire_many``, in the thread
+    that fires it, just before, and with ``[]`` just after (``PostgresStore.prefetch``:
+    the batch's rows in one query); ``worker_options`` go to procrastinate's ``Worker``
+    (they win over ours).
 
     Errors reaching the database from this scheduler's own connections (``setup``,
     ``schedule``, ``cancel``) are one-line ``StoreError``s; ``schedule`` and ``cancel``
