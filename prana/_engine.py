@@ -38,6 +38,7 @@ from prana._failure import settle_failure
 from prana._frontier import Frontier, Pending, check_pending
 from prana._graph import CompiledGraph, CompiledNode
 from prana._hooks import (
+    NO_TOKENS,
     redact_tokens,
 )
 from prana._jsoncheck import json_problem, json_size
@@ -174,8 +175,10 @@ class Run(Frontier):
         ``frozen`` reads it (the execution is handed back next)."""
         self.variables = graph.workflow.variables
         self.workflow_id = graph.workflow.id
-        self.issued: dict[str, str] = {}
-        """Resume tokens ``$webhooks`` minted in this call, by wait node (memory only)."""
+        self.issued: dict[str, str] = NO_TOKENS
+        """Resume tokens ``$webhooks`` minted in this call, by wait node (memory only).
+        Rule: a run that mints none shares ``NO_TOKENS``, which nothing writes
+        (``$webhooks`` gives the run its own dict first; a test holds it empty)."""
         self.trace_context = trace_context
         """The execution's trace (opaque W3C headers): carried, never read."""
         self.checkpoint: Checkpoint | None = None

@@ -111,6 +111,10 @@ class GraphOrder:
 
 _ORDERS: dict[int, GraphOrder] = {}
 
+_NO_JOINS: frozenset[str] = frozenset()
+_EMPTY_COUNTS: dict[Any, int] = {}
+"""``live``, ``blocked`` and ``parked`` of every run without AND-joins (see ``init_frontier``)."""
+
 
 def graph_order(graph: CompiledGraph) -> GraphOrder:
     """``graph``'s ``GraphOrder``, cached per compiled graph."""
@@ -188,13 +192,16 @@ class Frontier:
             self.feeds = feeds
             self.load_order()
             self.live = dict(self.order.ports)
+            self.blocked = {}
+            self.parked = {}
         else:  # no AND-join: the order is loaded at the first push
             self.rank, self.keys, self.width = None, (), 1
             self.feeds = None
-            self.joins = frozenset()
-            self.live = {}
-        self.blocked = {}
-        self.parked = {}
+            self.joins = _NO_JOINS
+            # Rule: without AND-joins nothing writes ``live``, ``blocked`` or ``parked`` (every
+            # write is behind ``feeds``, a join key or a ``blocked`` entry), so runs share one
+            # empty dict (a test holds it empty after runs without joins).
+            self.live = self.blocked = self.parked = _EMPTY_COUNTS
 
     def recount(self) -> None:
         """Compute ``live`` and ``blocked`` from ``pending`` (after loading an execution)."""

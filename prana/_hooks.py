@@ -38,6 +38,8 @@ SECRET_BYTES = 32
 HOOK_PATH_PREFIX = "/hooks/"
 """A token's resume path, relative to where the web app is mounted: ``/hooks/<token>``."""
 PENDING_TOKEN_PREFIX = "__webhook__:"  # noqa: S105 - a state key prefix, not a secret
+NO_TOKENS: dict[str, str] = {}
+"""``Run.issued`` of every run that minted no resume token (shared, never written)."""
 """A token handed out by ``$webhooks.<key>`` waits in the shared state under this prefix plus
 the node key (its digest only) until that node's webhook wait takes it."""
 REDACTED = "[webhook-token]"

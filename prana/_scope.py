@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from prana._graph import CompiledNode
 from prana._hooks import (
     HOOK_PATH_PREFIX,
+    NO_TOKENS,
     PENDING_TOKEN_PREFIX,
     mint_token,
     redact_tokens,
@@ -79,6 +80,8 @@ class _WebhooksView(Mapping[str, str]):
             raise KeyError(key)
         token, secret = mint_token(run.id)
         run.state[PENDING_TOKEN_PREFIX + key] = token_digest(run.id, key, secret)
+        if run.issued is NO_TOKENS:  # the shared empty dict is never written
+            run.issued = {}
         run.issued[key] = token
         path = self._paths[key] = HOOK_PATH_PREFIX + token
         return path

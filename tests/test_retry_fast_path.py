@@ -40,7 +40,9 @@ from prana import (
 )
 from prana._decision import FAST_BUILT, explain_retry, new_attempt_view, quick_retry
 from prana._entry import new_execution_id
+from prana._frontier import _EMPTY_COUNTS
 from prana._graph import compile_workflow
+from prana._hooks import NO_TOKENS
 from prana._model import AttemptOutcome, WorkflowExecution, hot_record_problems, with_lease
 from prana._noderun import error_info
 from prana._state import (
@@ -360,3 +362,59 @@ def test_execution_ids_are_fresh_random_hex() -> None:
     _entry._forget_ids()  # what os.register_at_fork runs in a child
     assert not _entry._IDS
     assert new_execution_id() not in ids
+
+
+def test_runs_without_joins_or_tokens_share_empty_containers_nobody_writes(
+    flaky: Registry,
+) -> None:
+    """A run without AND-joins shares one empty dict for its join counts, and a run that
+    mints no resume token one for its tokens; running such workflows (the retry cycle, a
+    wait handed a ``$webhooks`` path) leaves both empty, and a join graph gets its own."""
+    wf = _retry_workflow()
+    run = _entry.new_run(wf, 0, flaky, None, None, None, None, None)
+    assert run.live is _EMPTY_COUNTS
+    assert run.blocked is _EMPTY_COUNTS
+    assert run.parked is _EMPTY_COUNTS
+    assert run.issued is NO_TOKENS
+    paused = execute_workflow(wf, 0, registry=flaky)
+    assert isinstance(paused, Suspend)
+    assert paused.execution is not None
+    done = resume_workflow(paused.execution, None, workflow=wf, registry=flaky)
+    assert isinstance(done, Completed)
+    flaky.register("test.mail", lambda params, ctx: params["link"])
+    hook = Workflow(
+        id="hook",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="mail", type="test.mail", params={"link": "{{ $webhooks.wait }}"}),
+            Node(key="wait", type="wait.wait", params={"mode": "webhook"}),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="mail"),
+            Connection(from_node="mail", to_node="wait"),
+        ],
+    )
+    waiting = execute_workflow(hook, 0, registry=flaky)
+    assert isinstance(waiting, Suspend)
+    assert waiting.kind == "webhook"
+    assert _EMPTY_COUNTS == {}
+    assert NO_TOKENS == {}
+    join = Workflow(
+        id="join",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="a", type="test.fails_once"),
+            Node(key="b", type="test.fails_once"),
+            Node(key="merge", type="data.merge"),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="a"),
+            Connection(from_node="start", to_node="b"),
+            Connection(from_node="a", to_node="merge", to_port="left"),
+            Connection(from_node="b", to_node="merge", to_port="right"),
+        ],
+    )
+    joined = _entry.new_run(join, 0, flaky, None, None, None, None, None)
+    assert joined.blocked is not _EMPTY_COUNTS
+    assert joined.live is not _EMPTY_COUNTS
+    assert joined.parked is not _EMPTY_COUNTS
