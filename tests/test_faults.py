@@ -386,6 +386,31 @@ def fault_database(postgres_dsn: str) -> Iterator[str]:
             )
 
 
+def stuck_report(store: ExecutionStore, scripts: dict[str, tuple[str, ...]], dsn: str) -> str:
+    """What holds each execution not settled: its stored row and its procrastinate jobs."""
+    import psycopg
+
+    final = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED)
+    lines = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for execution_id in scripts:
+            execution, version = store.load(execution_id)
+            if execution.status in final:
+                continue
+            jobs = conn.execute(
+                "SELECT id, status::text, scheduled_at, worker_id FROM procrastinate_jobs"
+                " WHERE args->>'execution_id' = %s",
+                (execution_id,),
+            ).fetchall()
+            lines.append(
+                f"{execution_id}: {execution.status.value} v{version} due {execution.due_at}"
+                f" lease {execution.lease_expires_at} suspension"
+                f" {execution.suspension and execution.suspension.kind} jobs {jobs}"
+            )
+        workers = conn.execute("SELECT id, last_heartbeat FROM procrastinate_workers").fetchall()
+    return "not settled:\n" + "\n".join(lines) + f"\nworkers: {workers}"
+
+
 def cut_connections(dsn: str) -> int:
     """End every database backend of the test's workers (by application name); how many."""
     import psycopg
@@ -450,7 +475,8 @@ def test_procrastinate_workers_killed_and_cut_off_lose_and_double_nothing(
     scripts = supply.scripts
     report.executions = len(scripts)
     try:
-        assert wait_until(lambda: settled(store, scripts), timeout=POSTGRES.deadline_seconds)
+        ended = wait_until(lambda: settled(store, scripts), timeout=POSTGRES.deadline_seconds)
+        assert ended, stuck_report(store, scripts, fault_database)
     finally:
         stop_all(alive)
         check(store, scripts, log, report, killer.killed)
