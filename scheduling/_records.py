@@ -1,6 +1,7 @@
 """Small readings of records that the runner's steps share (kept out of ``_steps.py``).
 
-A parent's child id, a child's end as a parent's resume data, the tracer among the observers.
+A parent's child id, a child's end as a parent's resume data, the tracer among the observers;
+and a listed row the store could not read, as ``prana list --json`` and the web list show it.
 """
 
 from __future__ import annotations
@@ -12,14 +13,37 @@ from scheduling.abc import TracePropagator
 
 if TYPE_CHECKING:
     from prana import Outcome, WorkflowExecution
+    from scheduling.abc import UnreadableRow
 
 __all__ = [
+    "UNREADABLE",
     "child_execution_id",
     "error_dict",
     "exception_dict",
     "execution_of",
     "first_tracer",
+    "unreadable_row",
 ]
+
+UNREADABLE = "unreadable"
+"""The ``status`` of a listed row the store could not read; its ``problem`` says why."""
+
+
+def unreadable_row(row: UnreadableRow, **more: Any) -> dict[str, Any]:
+    """A listed row the store could not read (a hand-edited status): its id, status
+    ``unreadable`` and ``problem`` (``"field: message"``); what could not be read is
+    ``None``. ``more`` are the caller's own columns, also ``None`` (``failure``: the CLI's)."""
+    return {
+        "id": row.id,
+        "workflow_id": None,
+        "workflow_version": None,
+        "status": UNREADABLE,
+        "record_version": None,
+        "due_at": None,
+        "updated_at": None,
+        **more,
+        "problem": row.problem,
+    }
 
 
 def child_execution_id(parent: WorkflowExecution) -> str | None:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from scheduling._records import unreadable_row
+
 if TYPE_CHECKING:
     from prana import WorkflowExecution
     from scheduling.abc import ExecutionSummary, UnreadableRow
@@ -54,24 +56,10 @@ def summary_json(row: ExecutionSummary, failure: Failure | None = None) -> dict[
     }
 
 
-UNREADABLE = "unreadable"
-"""The ``status`` of a listed row the store could not read; its ``problem`` says why."""
-
-
 def unreadable_json(row: UnreadableRow) -> dict[str, Any]:
     """A ``prana list --json`` row the store could not read: its id, status ``unreadable``,
     ``problem`` (``"field: message"``); the fields it could not read are ``null``."""
-    return {
-        "id": row.id,
-        "workflow_id": None,
-        "workflow_version": None,
-        "status": UNREADABLE,
-        "record_version": None,
-        "due_at": None,
-        "updated_at": None,
-        "failure": None,
-        "problem": row.problem,
-    }
+    return unreadable_row(row, failure=None)
 
 
 @attrs.frozen

@@ -55,9 +55,10 @@ from scheduling._errors import (
     UnreadableRowsError,
     WorkflowNotFound,
 )
+from scheduling._records import unreadable_row
 from scheduling.abc import UnreadableRow
 from scheduling.web import _html
-from scheduling.web._views import FINAL, execution_view, summary_view, unreadable_view
+from scheduling.web._views import FINAL, execution_view, summary_view
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
@@ -502,7 +503,7 @@ def create_app(
             rows = exc.rows
         page = rows[:limit]
         items = [
-            unreadable_view(row) if isinstance(row, UnreadableRow) else summary_view(row)
+            unreadable_row(row) if isinstance(row, UnreadableRow) else summary_view(row)
             for row in page
         ]
         return items, page[-1].id if len(rows) > limit else None

@@ -15,9 +15,9 @@ from scheduling._console import claimed_resume
 
 if TYPE_CHECKING:
     from prana import NodeExecution, Registry, Workflow, WorkflowExecution
-    from scheduling.abc import ExecutionSummary, UnreadableRow
+    from scheduling.abc import ExecutionSummary
 
-__all__ = ["FINAL", "UNREADABLE", "execution_view", "summary_view", "unreadable_view"]
+__all__ = ["FINAL", "execution_view", "summary_view"]
 
 FINAL = frozenset({"completed", "failed", "cancelled"})
 SCHEDULE_PREVIEW_ROWS = 10
@@ -56,25 +56,6 @@ def summary_view(row: ExecutionSummary) -> dict[str, Any]:
         "due_at": _iso(row.due_at),
         "updated_at": _iso(row.updated_at),
         "problem": None,
-    }
-
-
-UNREADABLE = "unreadable"
-"""The ``status`` of a listed row the store could not read (``problem`` says why)."""
-
-
-def unreadable_view(row: UnreadableRow) -> dict[str, Any]:
-    """A row of the list the store could not read (a hand-edited status): its id, status
-    ``unreadable`` and the ``problem``; what could not be read is ``None``."""
-    return {
-        "id": row.id,
-        "workflow_id": None,
-        "workflow_version": None,
-        "status": UNREADABLE,
-        "record_version": None,
-        "due_at": None,
-        "updated_at": None,
-        "problem": row.problem,
     }
 
 
