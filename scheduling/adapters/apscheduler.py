@@ -38,7 +38,7 @@ from prana import InvalidSettingsError
 from scheduling.adapters._common import SchedulerStateError, require_aware
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable
 
     from scheduling.abc import Fire, FireMany
 
@@ -332,13 +332,31 @@ class APSchedulerAdapter:
         if not self._scheduler.running:
             # A stopped APScheduler queues jobs and does not dedupe the queue: keep one.
             self.cancel(execution_id)
-        self._scheduler.add_job(
+        self._add_job(
             self._job_func,
+            due_at,
+            (execution_id, self.name),
+            job_id(execution_id),
+            f"prana resume {execution_id}",
+        )
+
+    def _add_job(
+        self,
+        func: Callable[..., object],
+        due_at: datetime,
+        args: tuple[str, str],
+        ident: str,
+        name: str,
+    ) -> None:
+        """Add (or replace) one date job: every alarm job fires once, however late, never
+        skipped as misfired nor run twice at once."""
+        self._scheduler.add_job(
+            func,
             trigger="date",
             run_date=due_at,
-            args=(execution_id, self.name),
-            id=job_id(execution_id),
-            name=f"prana resume {execution_id}",
+            args=args,
+            id=ident,
+            name=name,
             jobstore=self._alias,
             replace_existing=True,
             coalesce=True,
@@ -366,18 +384,12 @@ class APSchedulerAdapter:
                 same[execution_id] = None
                 return
             buckets.by_instant[instant] = {execution_id: None}
-            self._scheduler.add_job(
+            self._add_job(
                 _fire_bucket_async if self._job_func is _fire_job_async else _fire_bucket,
-                trigger="date",
-                run_date=due_at,
-                args=(instant, self.name),
-                id=BUCKET_ID_PREFIX + instant,
-                name=f"prana resume at {instant}",
-                jobstore=self._alias,
-                replace_existing=True,
-                coalesce=True,
-                misfire_grace_time=None,
-                max_instances=_MAX_INSTANCES,
+                due_at,
+                (instant, self.name),
+                BUCKET_ID_PREFIX + instant,
+                f"prana resume at {instant}",
             )
 
     def _leave_bucket(self, buckets: _Buckets, execution_id: str, instant: str) -> None:

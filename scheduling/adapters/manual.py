@@ -222,16 +222,7 @@ class ManualScheduler:
             if due > clock():
                 clock.set(due)
             fired.append(eid)
-            result = fire(eid)
-            if result is not None and inspect.isawaitable(result):
-                close = getattr(result, "close", None)
-                if callable(close):
-                    close()  # no "never awaited" warning on top of the clear error
-                raise TypeError(
-                    f"ManualScheduler fired {eid!r} and the callback returned an awaitable; "
-                    "ManualScheduler is synchronous: give it a sync fire callback, or use "
-                    "AsyncioScheduler for async code"
-                )
+            _refuse_awaitable(fire(eid), repr(eid), "fire callback")
         return fired
 
     def _fire_bucket(self, due: datetime, fire_many: FireMany) -> Sequence[str]:
@@ -248,14 +239,18 @@ class ManualScheduler:
                 ids.append(eid)
         if due > self.clock():
             self.clock.set(due)
-        result = fire_many(ids)
-        if result is not None and inspect.isawaitable(result):
-            close = getattr(result, "close", None)
-            if callable(close):
-                close()  # no "never awaited" warning on top of the clear error
-            raise TypeError(
-                f"ManualScheduler fired {len(ids)} alarms due at {due.isoformat()} and the "
-                "callback returned an awaitable; ManualScheduler is synchronous: give it a "
-                "sync callback, or use AsyncioScheduler for async code"
-            )
+        _refuse_awaitable(fire_many(ids), f"{len(ids)} alarms due at {due.isoformat()}", "callback")
         return ids
+
+
+def _refuse_awaitable(result: object, fired: str, callback: str) -> None:
+    """Refuse what an async callback returned: ManualScheduler never runs an event loop."""
+    if result is not None and inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()  # no "never awaited" warning on top of the clear error
+        raise TypeError(
+            f"ManualScheduler fired {fired} and the callback returned an awaitable; "
+            f"ManualScheduler is synchronous: give it a sync {callback}, or use "
+            "AsyncioScheduler for async code"
+        )
