@@ -110,26 +110,25 @@ class EgressPolicy:
             return
         self.check_resolved(host, socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
 
-    def check_peer(self, host: str, stream: Any) -> None:
-        """Raise (closing ``stream``) when the address it connected to is not allowed."""
+    def peer_refusal(self, host: str, stream: Any) -> NonRetryable | None:
+        """The error for the address ``stream`` connected to, or ``None`` when allowed."""
         if self.allow_private_hosts:
-            return
+            return None
         peer = stream.get_extra_info("server_addr")
         if not peer:
-            return
-        error = self.refusal(host, str(peer[0]))
+            return None
+        return self.refusal(host, str(peer[0]))
+
+    def check_peer(self, host: str, stream: Any) -> None:
+        """Raise (closing ``stream``) when the address it connected to is not allowed."""
+        error = self.peer_refusal(host, stream)
         if error is not None:
             stream.close()
             raise error
 
     async def acheck_peer(self, host: str, stream: Any) -> None:
         """``check_peer`` for an async stream."""
-        if self.allow_private_hosts:
-            return
-        peer = stream.get_extra_info("server_addr")
-        if not peer:
-            return
-        error = self.refusal(host, str(peer[0]))
+        error = self.peer_refusal(host, stream)
         if error is not None:
             await stream.aclose()
             raise error
