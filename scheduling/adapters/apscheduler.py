@@ -123,9 +123,15 @@ def _fire_job(execution_id: str, adapter: str) -> None:
     fire = _lookup(adapter, execution_id)
     if fire is None:
         return
+    _run_in_job(fire, execution_id)
+
+
+def _run_in_job(callback: Callable[[Any], object], argument: object) -> None:
+    """Call an alarm callback as a background job (``_IN_JOB`` set while it runs); an
+    awaitable it returns is run to completion on a fresh event loop in this thread."""
     _IN_JOB.active = True
     try:
-        result = fire(execution_id)
+        result = callback(argument)
         if inspect.isawaitable(result):
             asyncio.run(_await(result))
     finally:
@@ -152,13 +158,7 @@ def _fire_bucket(instant: str, adapter: str) -> None:
     if taken is None:
         return
     fire_many, ids = taken
-    _IN_JOB.active = True
-    try:
-        result = fire_many(ids)
-        if inspect.isawaitable(result):
-            asyncio.run(_await(result))
-    finally:
-        _IN_JOB.active = False
+    _run_in_job(fire_many, ids)
 
 
 async def _fire_bucket_async(instant: str, adapter: str) -> None:
