@@ -103,14 +103,20 @@ def prepare_params(
     against the application's ``Limits`` before the action runs.
     """
     params: Any = cn.node.params
-    if cn.params_template is not None:
-        from prana._templates import TemplateError
+    template = cn.params_template
+    if template is not None:
+        # Plain paths over $input/$vars are walked without building the scope; any miss
+        # renders as usual (the rule: ``CompiledParams.walk``).
+        rendered = template.walk(ctx.input, run.variables) if template.walks else None
+        if rendered is None:
+            from prana._templates import TemplateError
 
-        try:
-            params, size = shared_json(cn.params_template.render(template_scope(run, ctx)))
-        except TemplateError as exc:
-            message = f"params.{exc.path}: {exc.message}"
-            return None, prana_error(ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError")
+            try:
+                rendered = template.render(template_scope(run, ctx))
+            except TemplateError as exc:
+                message = f"params.{exc.path}: {exc.message}"
+                return None, prana_error(ErrorCode.TEMPLATE_ERROR, message, cn.key, "TemplateError")
+        params, size = shared_json(rendered)
         recorded = params
         if size < 0:  # a tuple, a mapping that is not a dict, an object from $env...
             recorded = jsonable(params)

@@ -172,7 +172,8 @@ _PATH = re.compile(
 _STEP = re.compile(
     r"\.\s*([A-Za-z_]\w*)|\[\s*(\d+)\s*\]|\[\s*\"([^\"\\]*)\"\s*\]|\[\s*'([^'\\]*)'\s*\]"
 )
-_MISSING = object()
+MISS: Any = object()
+"""What a plain path's walk gives when it does not find its value: Jinja decides."""
 
 Names = tuple[tuple[str, ...], tuple[str, ...]]
 """What a template may name: scope roots (written ``$root``) and bare names."""
@@ -219,7 +220,7 @@ def _syntax_message(exc: TemplateSyntaxError, source: str) -> str:
 class _Expression:
     """One ``{{ expr }}`` keeping its native type; a plain path skips Jinja when it can."""
 
-    __slots__ = ("_path", "_root", "_template")
+    __slots__ = ("_path", "_root", "_template", "path_root")
 
     def __init__(self, source: str, names: Names = PARAM_NAMES) -> None:
         try:
@@ -239,9 +240,12 @@ class _Expression:
         tree.set_environment(ENV)
         self._template = ENV.from_string(tree)
         self._root = ""
+        self.path_root = ""
+        """The root (``input``...) a plain path starts from; ``""``: not a plain path."""
         self._path: tuple[str | int, ...] = ()
         match = _PATH.fullmatch(source)
         if match is not None:
+            self.path_root = match.group(1)
             self._root = PREFIX + match.group(1)
             steps: list[str | int] = []
             for step in _STEP.finditer(match.group(2)):
@@ -251,8 +255,8 @@ class _Expression:
 
     def __call__(self, context: dict[str, Any]) -> Any:
         if self._root:
-            value = self._walk(context)
-            if value is not _MISSING:
+            value = self.walk(context)
+            if value is not MISS:
                 return value
         ctx = self._template.new_context(context, shared=True)
         consume(self._template.root_render_func(ctx))
@@ -264,28 +268,28 @@ class _Expression:
             return str(result)  # Markup from |tojson, |escape...: the record holds plain text
         return result
 
-    def _walk(self, context: dict[str, Any]) -> Any:
-        """Follow a plain path through dicts and lists; ``_MISSING`` means ask Jinja."""
-        value: Any = context.get(self._root, _MISSING)
-        if value is _MISSING:
-            return _MISSING
+    def walk(self, context: dict[str, Any]) -> Any:
+        """Follow a plain path through dicts and lists; ``MISS`` means ask Jinja."""
+        value: Any = context.get(self._root, MISS)
+        if value is MISS:
+            return MISS
         for step in self._path:
             if isinstance(step, str):
                 if type(value) is dict:
                     if step not in value:
-                        return _MISSING
+                        return MISS
                     value = value[step]
                 elif isinstance(value, Mapping):
                     try:
                         value = value[step]
                     except KeyError:
-                        return _MISSING
+                        return MISS
                 else:
-                    return _MISSING
+                    return MISS
             elif type(value) in (list, tuple) and step < len(value):
                 value = value[step]
             else:
-                return _MISSING
+                return MISS
         return value
 
 
@@ -293,6 +297,13 @@ class _Text:
     """Text mixed with ``{{ }}`` / ``{% %}``, rendered to a string."""
 
     __slots__ = ("_template",)
+
+    path_root = ""
+    """Never a plain path (see ``_Expression.path_root``)."""
+
+    def walk(self, context: dict[str, Any]) -> Any:
+        """Text is never walked: ``MISS`` (see ``_Expression.walk``)."""
+        return MISS
 
     def __init__(self, source: str, names: Names = PARAM_NAMES) -> None:
         try:

@@ -55,6 +55,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prana._template_compile import (
+    MISS,
     ROOT_SET,
     ROOTS,
     Compiled,
@@ -76,6 +77,7 @@ from prana._template_limits import (
     MAX_SIZE,
     MAX_STEPS,
     MAX_WORK,
+    PREFIX,
     Budget,
 )
 
@@ -128,6 +130,15 @@ class _StringPart:
         except Exception as exc:
             raise TemplateError(self._path, describe_error(exc)) from exc
 
+    def walk(self, context: dict[str, Any]) -> Any:
+        """``render``'s value when the template's plain path finds it, else ``MISS``."""
+        return self._compiled.walk(context)
+
+    def roots(self) -> set[str] | None:
+        """The one root this template's plain path reads, or ``None`` (not a plain path)."""
+        root = self._compiled.path_root
+        return {root} if root else None
+
 
 class _DictPart:
     """A mapping with templates below it: rendered into a new dict."""
@@ -142,6 +153,19 @@ class _DictPart:
             key: value if part is None else part.render(context) for key, part, value in self._items
         }
 
+    def walk(self, context: dict[str, Any]) -> Any:
+        result = {}
+        for key, part, value in self._items:
+            if part is not None:
+                value = part.walk(context)
+                if value is MISS:
+                    return MISS
+            result[key] = value
+        return result
+
+    def roots(self) -> set[str] | None:
+        return _roots(part for _, part, _ in self._items)
+
 
 class _ListPart:
     """A list or tuple with templates below it: rendered into a new list."""
@@ -153,6 +177,31 @@ class _ListPart:
 
     def render(self, context: dict[str, Any]) -> Any:
         return [value if part is None else part.render(context) for part, value in self._items]
+
+    def walk(self, context: dict[str, Any]) -> Any:
+        result = []
+        for part, value in self._items:
+            if part is not None:
+                value = part.walk(context)
+                if value is MISS:
+                    return MISS
+            result.append(value)
+        return result
+
+    def roots(self) -> set[str] | None:
+        return _roots(part for part, _ in self._items)
+
+
+def _roots(parts: Iterable[_Part | None]) -> set[str] | None:
+    """The roots the parts' plain paths read; ``None`` if a part is not a plain path."""
+    found: set[str] = set()
+    for part in parts:
+        if part is not None:
+            roots = part.roots()
+            if roots is None:
+                return None
+            found |= roots
+    return found
 
 
 _Part = _StringPart | _DictPart | _ListPart
@@ -185,13 +234,40 @@ def _build(value: Any, path: str) -> _Part | None:
     return None
 
 
+WALKED_ROOTS = frozenset({"input", "vars"})
+"""The roots ``CompiledParams.walk`` is given: plain data, read without side effects."""
+
+
 class CompiledParams:
     """A params structure with its templates compiled; ``render(scope)`` evaluates them."""
 
-    __slots__ = ("_root",)
+    __slots__ = ("_root", "walks")
 
     def __init__(self, root: _Part) -> None:
         self._root = root
+        roots = None if isinstance(root, _StringPart) else root.roots()
+        self.walks = roots is not None and roots <= WALKED_ROOTS
+        """The params are a dict or list, and every template in them a plain path over
+        ``$input`` or ``$vars``: ``walk`` applies."""
+
+    def walk(self, input_data: Any, variables: Any) -> dict[str, Any] | list[Any] | None:
+        """``render``'s result by walking the plain paths alone, or ``None``.
+
+        Rule: only for ``walks`` params. Each template is a plain path, and ``render``
+        evaluates a plain path by this same walk first (``_Expression.__call__``), through
+        the same ``$input`` and ``$vars`` values ``template_scope`` gives, with no budget
+        spent and nothing else read; so when every walk finds its value, ``render`` would
+        return this very structure (a new dict or list, never ``None``). A walk that finds
+        nothing (or raises) gives ``None``, and the caller renders as usual, which walks
+        again (reading plain data has no side effect) and then asks Jinja, raising the
+        same ``TemplateError`` it always did. ``tests/test_templates.py`` holds both to
+        the same results.
+        """
+        try:
+            result = self._root.walk({_INPUT: input_data, _VARS: variables})
+        except Exception:  # noqa: BLE001 - render raises it again, as a TemplateError
+            return None
+        return None if result is MISS else result
 
     def render(self, scope: Mapping[str, Any]) -> Any:
         """A new structure with every template evaluated against ``scope``.
@@ -205,6 +281,10 @@ class CompiledParams:
             return self._root.render(context_of(scope))
         finally:
             BUDGET.reset(token)
+
+
+_INPUT = PREFIX + "input"
+_VARS = PREFIX + "vars"
 
 
 def compile_params(params: Any) -> CompiledParams | None:
