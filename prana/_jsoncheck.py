@@ -137,8 +137,27 @@ def shared_json(value: Any) -> tuple[Any, int]:
     templates built, not the data they name times the number of names. Each reference
     counts in the size, as it will in the record.
     """
+    if type(value) is dict:
+        # Rule: a dict of str keys and plain scalars (the usual rendered params) has no
+        # datetime to convert and nothing shared, so it is its own rendered form and its
+        # size is ``_shared``'s sum, counted here without the walk's memo. Anything else
+        # (a container, a datetime, a subclass, a text json_size refuses) walks as before.
+        total = 0
+        for k, v in value.items():
+            tp = type(v)
+            if type(k) is not str or not k.isascii() or tp not in _FLAT:
+                break
+            size = len(v) if tp is str and v.isascii() else json_size(v)
+            if size < 0:
+                break
+            total += len(k) + size + 1
+        else:
+            return value, total
     result, size, _ = _shared(value, {}, 0)
     return result, size
+
+
+_FLAT = frozenset({str, int, float, bool, type(None)})
 
 
 def _shared(value: Any, memo: _Memo, depth: int) -> tuple[Any, int, int]:

@@ -17,6 +17,7 @@ from doubles import T0
 from hypothesis import given
 from hypothesis import strategies as st
 
+import prana._jsoncheck
 import prana._scope
 from prana import (
     Completed,
@@ -220,12 +221,18 @@ def test_a_walk_gives_what_the_render_gives(
         {"n": 1, "f": 1.5, "t": True, "z": None, "s": "é"},
     ],
 )
-def test_flat_params_are_their_own_rendered_form(value: dict[str, Any]) -> None:
+def test_flat_params_are_their_own_rendered_form(
+    value: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A dict of str keys and plain scalars comes back as itself, sized as the walk sizes
-    it (the fast path's rule: nothing in it to convert or share)."""
-    result, size = shared_json(value)
+    it, without the walk (the fast path's rule: nothing in it to convert or share)."""
+    size = _shared(value, {}, 0)[1]
+    walks: list[Any] = []
+    monkeypatch.setattr(prana._jsoncheck, "_shared", lambda *args: walks.append(args))
+    result, fast_size = shared_json(value)
+    assert walks == []
     assert result is value
-    assert size == _shared(value, {}, 0)[1] >= 0
+    assert fast_size == size >= 0
 
 
 class Text(str):
