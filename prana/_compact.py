@@ -61,7 +61,7 @@ from prana._model import (
     WorkflowExecution,
     slot_twin,
 )
-from prana._noderuns import NodeRuns
+from prana._noderuns import NOT_DELIVERED, NodeRuns
 
 RUN_LAYOUT: Final[tuple[tuple[str, Any], ...]] = (
     ("status", attrs.NOTHING),
@@ -371,6 +371,33 @@ class RunsCodec(NamedTuple):
     """Check one run row as ``read`` does (raises on a row ``build`` would not take)."""
     build: Callable[[str, list[Any]], tuple[NodeExecution, ...]]
     """Build one node's runs from its rows (``check`` keeps ``build`` from failing)."""
+    peek: Callable[[list[Any], str, Any], Any]
+    """What a checked row's run delivered, read without building it (``peek_delivery``)."""
+
+
+_AT: Final = {name: i for i, (name, _) in enumerate(RUN_LAYOUT)}
+_STATUS, _INDEX, _OUTPUT, _PORT = (
+    _AT[n] for n in ("status", "execution_index", "output", "output_port")
+)
+_MAIN: Final = dict(RUN_LAYOUT)["output_port"]
+
+
+def peek_delivery(row: list[Any], port: str, index: Any) -> Any:
+    """``NodeRuns.delivered`` of a run row ``check_run`` accepted, without building the run.
+
+    Rule: the check took the row, so its status is a ``NodeStatus`` value, its
+    ``execution_index`` an ``int`` and its port text or ``None``, and ``read_run`` puts
+    those items and the output into the record as they are (a trailing item left out
+    takes its ``RUN_LAYOUT`` default); so these comparisons are the built record's.
+    """
+    n = len(row)
+    if (
+        row[_INDEX] == index
+        and row[_STATUS] == "completed"
+        and (row[_PORT] if n > _PORT else _MAIN) == port
+    ):
+        return row[_OUTPUT] if n > _OUTPUT else None
+    return NOT_DELIVERED
 
 
 def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
@@ -406,9 +433,10 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
     ns["_NotInt"] = _NotInt
     ns["_iso"] = _iso
     ns["_NodeRuns"] = NodeRuns
+    ns["_peek"] = peek_delivery
     checks = _check_code(conv, NodeExecution, RUN_LAYOUT, ns, "v", "d")
     # The check's names are bound as locals (a local is read faster than a global).
-    used = set(re.findall(r"\b_\w+", "\n".join(checks))) | {"_Mismatch", "_NodeRuns"}
+    used = set(re.findall(r"\b_\w+", "\n".join(checks))) | {"_Mismatch", "_NodeRuns", "_peek"}
     bound = ", ".join(f"{name}={name}" for name in sorted(used & {*ns, "_NodeRuns"}))
     source = "\n".join(
         [
@@ -446,12 +474,14 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
             *(f"        {line}" for line in checks),
             "    except Exception:",  # an object row (see write_run), or a bad row: build it,
             "      out[k] = build_runs(k, r)",  # which raises for a bad one
-            "  return _NodeRuns(out, build_runs)",
+            "  return _NodeRuns(out, build_runs, _peek)",
             "",
         ]
     )
     generate(source, ns, what="version 3 node runs")
-    return RunsCodec(ns["write_runs"], ns["read_runs"], ns["check_run"], ns["build_runs"])
+    return RunsCodec(
+        ns["write_runs"], ns["read_runs"], ns["check_run"], ns["build_runs"], peek_delivery
+    )
 
 
 # -- the slow path: version 3 runs as version 2 objects ------------------------------------------

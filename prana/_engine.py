@@ -75,7 +75,7 @@ from prana._model import (
     new_workflow_execution,
 )
 from prana._noderun import NodeRun, error_info, prana_error
-from prana._noderuns import NodeRuns, RunsByNode
+from prana._noderuns import NOT_DELIVERED, NodeRuns, OpenRuns, RunsByNode
 from prana._pause import settle_suspend
 from prana._registry import ActionContext
 from prana._scope import prepare_params
@@ -495,8 +495,14 @@ class Run(Frontier):
         input_data: dict[str, Any] | None = None
         if pending is not None and len(pending.sources) == 1:
             # build_input's common case, inlined: one source, whose latest run delivered
+            runs = self.runs
             for port, source in pending.sources.items():
-                record = self.runs[source[0]][-1]
+                if type(runs) is OpenRuns:  # a loaded source stays unread (prana._noderuns)
+                    output = runs.delivered(source[0], source[1], source[-1])
+                    if output is not NOT_DELIVERED:
+                        input_data = {port: output}
+                    continue
+                record = runs[source[0]][-1]
                 if (
                     record.execution_index == source[-1]
                     and record.status is NodeStatus.COMPLETED

@@ -27,7 +27,7 @@ from typing import Any
 from prana._errors import ResumeError
 from prana._graph import CompiledGraph
 from prana._model import NodeStatus, WorkflowExecution
-from prana._noderuns import RunsByNode
+from prana._noderuns import NOT_DELIVERED, NodeRuns, OpenRuns, RunsByNode
 
 
 class Pending:
@@ -48,6 +48,8 @@ def check_pending(graph: CompiledGraph, execution: WorkflowExecution) -> None:
     """
     nodes = graph.nodes
     ran = execution.node_executions
+    # a loaded record's runs answer without building a source's runs (prana._noderuns)
+    has_runs = ran.has_runs if type(ran) is NodeRuns else ran.get
     for activation in execution.pending:
         key = activation.node_key
         sources = activation.sources
@@ -59,7 +61,7 @@ def check_pending(graph: CompiledGraph, execution: WorkflowExecution) -> None:
                     and len(source) == 3
                     and type(source[0]) is str
                     and source[0] in nodes
-                    and ran.get(source[0])
+                    and has_runs(source[0])
                 ):
                     break
             else:
@@ -348,14 +350,20 @@ class Frontier:
         for port, source in pending.sources.items():
             if len(source) == 3:  # the common case first: the source's latest run delivered it
                 src, src_port, index = source
-                last = runs[src][-1]
-                if (
-                    last.execution_index == index
-                    and last.status is completed
-                    and last.output_port == src_port
-                ):
-                    result[port] = last.output
-                    continue
+                if type(runs) is OpenRuns:  # a loaded source stays unread (prana._noderuns)
+                    output = runs.delivered(src, src_port, index)
+                    if output is not NOT_DELIVERED:
+                        result[port] = output
+                        continue
+                else:
+                    last = runs[src][-1]
+                    if (
+                        last.execution_index == index
+                        and last.status is completed
+                        and last.output_port == src_port
+                    ):
+                        result[port] = last.output
+                        continue
             src, src_port = source[0], source[1]
             index = source[2] if len(source) > 2 else None  # records before 0.1 lack it
             records = runs.get(src, ())

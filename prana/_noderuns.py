@@ -17,6 +17,12 @@ as a ``dict`` is. The engine resumes from a private mutable copy (``OpenRuns``, 
 Rule: a raw value (a ``list`` of rows; a built value is always a ``tuple``) is put in a
 ``NodeRuns`` only after ``check_run`` accepted every row of it, so building it cannot
 fail; ``tests/test_node_runs.py`` holds the checker and the builder to the same rules.
+
+A resume reads one thing of the runs that fed the node it continues: what the source's
+latest run delivered (``delivered``), and that the source ran at all (``has_runs``). Both
+are read off a checked raw row (``prana._compact.peek_delivery``) without building it, so
+the nodes upstream of a resumed one stay unread; ``tests/test_node_runs.py`` holds the
+peek to the built record over the same generated rows.
 """
 
 from __future__ import annotations
@@ -25,11 +31,16 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeAlias
 
 from prana._errors import RecordError
-from prana._model import NodeExecution
+from prana._model import NodeExecution, NodeStatus
 
 Runs = tuple[NodeExecution, ...]
 Build = Callable[[str, list[Any]], Runs]
 """Build one node's runs from its checked raw rows (``prana._compact``'s reader)."""
+Peek = Callable[[list[Any], str, Any], Any]
+"""``NodeRuns.delivered`` of one checked raw row (``prana._compact.peek_delivery``)."""
+
+NOT_DELIVERED: Final[Any] = object()
+"""``delivered``'s answer when the latest run did not deliver what was asked."""
 RunsByNode: TypeAlias = "dict[str, Runs] | OpenRuns"
 """The engine's runs per node: a plain ``dict``, or an ``OpenRuns`` when resuming a loaded
 execution (both give ``get``, ``[]``, ``[]=`` and ``copy``)."""
@@ -40,12 +51,13 @@ _MISSING: Final = object()
 class NodeRuns(Mapping[str, Runs]):
     """Node key -> tuple of runs, oldest first; each node's runs built when first read."""
 
-    __slots__ = ("_build", "_d")
+    __slots__ = ("_build", "_d", "_peek")
 
-    def __init__(self, items: dict[str, Any], build: Build) -> None:
+    def __init__(self, items: dict[str, Any], build: Build, peek: Peek) -> None:
         self._d = items
         """Per node: its built tuple, or its checked raw rows (a ``list``) until first read."""
         self._build = build
+        self._peek = peek
 
     def _get(self, key: str, value: Any) -> Runs:
         """Build ``key``'s runs from ``value``, its raw rows, and keep them."""
@@ -72,6 +84,28 @@ class NodeRuns(Mapping[str, Runs]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._d
+
+    def has_runs(self, key: str) -> bool:
+        """``bool(self.get(key))``, without building: a node's rows build one run each."""
+        return bool(self._d.get(key))
+
+    def delivered(self, key: str, port: str, index: Any) -> Any:
+        """The output of ``key``'s latest run if that run is execution ``index`` and
+        completed on ``port``, else ``NOT_DELIVERED``; read off its raw row if unread.
+
+        ``key`` must have a run (``has_runs``), as ``self[key][-1]`` needs.
+        """
+        value = self._d[key]
+        if value.__class__ is list:
+            return self._peek(value[-1], port, index)
+        last = value[-1]
+        if (
+            last.execution_index == index
+            and last.status is NodeStatus.COMPLETED
+            and last.output_port == port
+        ):
+            return last.output
+        return NOT_DELIVERED
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._d)
@@ -109,7 +143,7 @@ class NodeRuns(Mapping[str, Runs]):
 
     def thawed(self) -> OpenRuns:
         """A private mutable copy for the engine, as lazy as this one."""
-        return OpenRuns(self._d.copy(), self._build)
+        return OpenRuns(self._d.copy(), self._build, self._peek)
 
 
 class OpenRuns(NodeRuns):
@@ -122,4 +156,4 @@ class OpenRuns(NodeRuns):
 
     def copy(self) -> NodeRuns:
         """A frozen snapshot: what the engine hands back in an execution."""
-        return NodeRuns(self._d.copy(), self._build)
+        return NodeRuns(self._d.copy(), self._build, self._peek)

@@ -8,6 +8,7 @@ it stands for, and the row check (``RunsCodec.check``) to the records' own const
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import pickle
 from datetime import datetime, timedelta, timezone
@@ -146,7 +147,8 @@ def test_the_mapping_is_read_only() -> None:
 
 def test_a_resume_builds_only_what_it_reads_and_ends_as_in_memory() -> None:
     """Resuming a loaded execution gives the in-memory result; the nodes the resume did not
-    read stay unread, and ``dumps`` writes them back as stored."""
+    read stay unread, and ``dumps`` writes them back as stored. The wait's source ``n4``
+    stays unread too: its output is read off its row (``NodeRuns.delivered``)."""
     wf, paused = suspended_chain()
     direct = resume_workflow(
         paused, {"ok": 1}, workflow=wf, registry=Registry(), clock=ManualClock(T0)
@@ -157,8 +159,8 @@ def test_a_resume_builds_only_what_it_reads_and_ends_as_in_memory() -> None:
     )
     assert isinstance(out, Completed)
     assert dumps(out.execution) == dumps(direct.execution)
-    assert unread(out.execution.node_executions) == {"start", "n0", "n1", "n2", "n3"}
-    assert unread(loaded.node_executions) == {"start", "n0", "n1", "n2", "n3"}
+    assert unread(out.execution.node_executions) == {"start", "n0", "n1", "n2", "n3", "n4"}
+    assert unread(loaded.node_executions) == {"start", "n0", "n1", "n2", "n3", "n4"}
     assert out == direct
     assert loaded == paused  # the resumed-from execution is unchanged
 
@@ -206,6 +208,13 @@ def disagreement(key: str, row: Any, construct: Any = constructed) -> str | None
         return f"the check accepts {row!r}, which the builder refuses: {exc!r}"
     if lazy != built:
         return f"{row!r} builds {lazy!r}, the constructors {built!r}"
+    # What a resume reads of an unread source run (``NodeRuns.delivered``) is the run's.
+    runs = NodeRuns({key: (lazy,)}, CODEC.build, CODEC.peek)
+    ports = {"main", "error", lazy.output_port or "main"}
+    for port, index in itertools.product(ports, (lazy.execution_index, -1, "main")):
+        peeked, want = CODEC.peek(row, port, index), runs.delivered(key, port, index)
+        if peeked is not want:  # the very output object, or both NOT_DELIVERED
+            return f"{row!r} peeks {peeked!r} on {port!r} at {index!r}, its run {want!r}"
     return None
 
 

@@ -20,11 +20,13 @@ from hypothesis import strategies as st
 import prana._jsoncheck
 import prana._scope
 from prana import (
+    ActionContext,
     Completed,
     Connection,
     ExecutionStatus,
     Failed,
     Node,
+    NodeSettings,
     Registry,
     Suspend,
     Workflow,
@@ -34,6 +36,7 @@ from prana import (
     resume_workflow,
 )
 from prana._jsoncheck import _shared, shared_json
+from prana._noderuns import NodeRuns
 from prana._templates import TemplateError, compile_params
 from prana.testing import ManualClock
 
@@ -263,3 +266,50 @@ def test_shared_json_agrees_with_the_walk(value: dict[str, Any]) -> None:
     assert size == walked_size
     assert result == walked
     assert (result is value) == (walked is value)
+
+
+def _fails_once(params: Any, ctx: ActionContext) -> Any:
+    if ctx.attempt == 1:
+        raise ConnectionError("down")
+    return ctx.attempt
+
+
+@pytest.mark.parametrize("kind", ["timer", "retry"])
+def test_a_light_resume_leaves_the_source_run_unread(registry: Registry, kind: str) -> None:
+    """A due timer or retry resumed from ``loads`` reads its input off the trigger's stored
+    row (``NodeRuns.delivered``): the trigger's runs are never built, ``dumps`` writes its
+    row back as read, and the result is the in-memory resume's."""
+    registry.register("test.fails_once", _fails_once)
+    if kind == "timer":
+        wf = _timers_workflow()
+        data: Any = {"at": (T0 + timedelta(minutes=5)).isoformat()}
+    else:
+        wf = Workflow(
+            id="retry",
+            nodes=[
+                Node(key="start", type="manual.trigger"),
+                Node(
+                    key="after",
+                    type="test.fails_once",
+                    settings=NodeSettings(retry_on_failed=True, retry_delay_ms=0),
+                ),
+            ],
+            connections=[Connection(from_node="start", to_node="after")],
+        )
+        data = 7
+    paused = execute_workflow(wf, data, registry=registry, clock=ManualClock(T0))
+    assert isinstance(paused, Suspend)
+    assert paused.kind == kind
+    assert paused.execution is not None
+    later = T0 + timedelta(minutes=6)
+    direct = resume_workflow(
+        paused.execution, workflow=wf, registry=registry, clock=ManualClock(later)
+    )
+    loaded = loads(dumps(paused.execution))
+    done = resume_workflow(loaded, workflow=wf, registry=registry, clock=ManualClock(later))
+    assert isinstance(done, Completed)
+    runs = done.execution.node_executions
+    assert type(runs) is NodeRuns
+    assert type(runs.raw_items()["start"]) is list  # still the stored rows, unbuilt
+    assert dumps(done.execution) == dumps(direct.execution)
+    assert done.execution == direct.execution
