@@ -301,8 +301,9 @@ class ClaimingStore(Protocol):
     ``claim(execution_id, expected_version, lease_expires_at, claimed_at)`` is a
     compare-and-set like ``save`` (``StaleVersionError`` and nothing changed when
     ``expected_version`` is not the stored one; it returns the new version) that sets only
-    the row's columns: status ``running``, due time ``lease_expires_at``, update time
-    ``claimed_at``. The stored record (the JSON document) stays what it was. The runner
+    the row's columns: status ``running``, its lease (the row's alarm while claimed)
+    ``lease_expires_at``, update time ``claimed_at``. The stored record (the JSON
+    document) stays what it was. The runner
     claims this way only a record it loaded ``suspended`` on a retry or a timer at that
     version, just before the first action call of the step that resumes it (in place of
     saving the core's ``running`` checkpoint: one serialization and one write fewer), and

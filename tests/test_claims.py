@@ -29,10 +29,11 @@ from prana import (
 )
 from prana.testing import ManualClock
 from scheduling import Runner, StaleVersionError
-from scheduling._claims import LIGHT_KINDS, claimable, is_claimed
+from scheduling._claims import LIGHT_KINDS, claimable, is_claimed, unclaimed
 from scheduling._leases import Claim, Leases
 from scheduling.abc import ClaimingStore, ExecutionStore
 from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores._sql import to_micros
 from scheduling.stores.memory import MemoryStore
 from scheduling.stores.sqlite import SQLiteStore
 
@@ -169,6 +170,76 @@ def test_the_sqlite_claim_leaves_the_stored_text_as_it_was(sqlite_store: SQLiteS
     sqlite_store.claim(eid, version, at(31), at(1))
     assert row()[:2] == (text, "running")
     assert row()[3] == version + 1
+
+
+def _columns(store: SQLiteStore, eid: str) -> tuple[Any, ...]:
+    query = "SELECT status, due_at, lease_at FROM prana_executions WHERE id = ?"
+    return tuple(store._conn.execute(query, (eid,)).fetchone())
+
+
+def test_a_sqlite_claim_writes_the_row_alone(sqlite_store: SQLiteStore) -> None:
+    """The lease goes in ``lease_at`` and the due time stays, so the claim's commit writes
+    one page (the row's), not the due-time index's too; a save clears the lease."""
+    eid, version = suspended_retry(sqlite_store, ManualClock(T0))
+    conn = sqlite_store._conn
+    (_, due, lease) = _columns(sqlite_store, eid)
+    assert lease is None
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    sqlite_store.claim(eid, version, at(31), at(1))
+    _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert frames == 1  # the table's leaf page alone: the index entry did not move
+    assert _columns(sqlite_store, eid) == ("running", due, to_micros(at(31)))
+    sqlite_store.claim(eid, version + 1, at(41), at(1))  # a renewal moves the lease alone
+    assert _columns(sqlite_store, eid) == ("running", due, to_micros(at(41)))
+    sqlite_store.save(unclaimed(sqlite_store.load(eid)[0]), version + 2)
+    assert _columns(sqlite_store, eid) == ("suspended", due, None)
+
+
+@pytest.mark.parametrize("due", [None, to_micros(at(90))])
+def test_a_sqlite_claim_that_cannot_keep_its_due_time_moves_it(
+    sqlite_store: SQLiteStore, due: int | None
+) -> None:
+    """A row without a due time at or before the lease (edited by hand) gets the lease as
+    its due time too, so the index still finds the claim once its lease ends."""
+    eid, version = suspended_retry(sqlite_store, ManualClock(T0))
+    sqlite_store._conn.execute("UPDATE prana_executions SET due_at = ? WHERE id = ?", (due, eid))
+    sqlite_store.claim(eid, version, at(31), at(1))
+    assert _columns(sqlite_store, eid) == ("running", to_micros(at(31)), to_micros(at(31)))
+    assert sqlite_store.find_due(at(30)) == []
+    assert sqlite_store.find_due(at(31)) == [(eid, at(31))]
+    assert sqlite_store.alarms() == [(eid, at(31))]
+
+
+def test_a_sqlite_row_claimed_before_schema_2_reads_its_lease_from_due_at(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """A claim of schema version 1 kept its lease in ``due_at`` (``lease_at`` null): it
+    reads, lists and falls due at that lease as it did."""
+    eid, version = suspended_retry(sqlite_store, ManualClock(T0))
+    sqlite_store._conn.execute(
+        "UPDATE prana_executions SET status = 'running', due_at = ?, updated_at = ?,"
+        " version = version + 1 WHERE id = ?",
+        (to_micros(at(31)), to_micros(at(1)), eid),
+    )
+    claimed, now = sqlite_store.load(eid)
+    assert is_claimed(claimed)
+    assert (claimed.lease_expires_at, claimed.updated_at, now) == (at(31), at(1), version + 1)
+    assert sqlite_store.find_due(at(30)) == []
+    assert sqlite_store.find_due(at(31)) == [(eid, at(31))]
+    [row] = sqlite_store.list()
+    assert row.due_at == at(31)
+
+
+def test_a_sqlite_lease_column_counts_only_on_a_running_row(sqlite_store: SQLiteStore) -> None:
+    """A ``lease_at`` left on a row that is not ``running`` (written over by a release
+    without the column) is ignored: the row falls due at its due time."""
+    eid, _ = suspended_retry(sqlite_store, ManualClock(T0))
+    sqlite_store._conn.execute(
+        "UPDATE prana_executions SET lease_at = ? WHERE id = ?", (to_micros(at(31)), eid)
+    )
+    assert sqlite_store.find_due(at(1)) == [(eid, at(1))]
+    assert sqlite_store.alarms() == [(eid, at(1))]
+    assert not is_claimed(sqlite_store.load(eid)[0])
 
 
 def test_a_stale_claim_changes_nothing(claiming: Callable[[], Any]) -> None:

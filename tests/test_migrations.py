@@ -37,9 +37,13 @@ CREATE TABLE prana_workflows (
 );
 INSERT INTO prana_workflows VALUES ('kept', 1, '{}');
 """
-LEASE = Migration(
-    2, "a lease column", "ALTER TABLE prana_executions ADD COLUMN lease_until INTEGER"
+FUTURE = Migration(
+    sqlite_module.SCHEMA_VERSION + 1,
+    "a future column",
+    "ALTER TABLE prana_executions ADD COLUMN future_column INTEGER",
 )
+NEXT = FUTURE.version
+"""The version a database would reach with one more migration than this prana has."""
 
 
 def versions(path: Path) -> list[int]:
@@ -68,14 +72,16 @@ def test_the_sql_stores_are_migrating_stores(tmp_path: Path) -> None:
 
 
 def test_a_database_made_before_migrations_is_adopted_as_version_1(tmp_path: Path) -> None:
-    """Tables without a version table are migration 1's layout: recorded, data kept."""
+    """Tables without a version table are migration 1's layout: recorded, data kept (and
+    upgraded from there)."""
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
         conn.executescript(OLD_SQLITE_LAYOUT)
     store = SQLiteStore(path)
     assert store.list_workflows() == [("kept", 1)]
+    assert store.upgraded_from == 1
     store.close()
-    assert versions(path) == [1]
+    assert versions(path) == [m.version for m in sqlite_module.SQLITE_MIGRATIONS]
 
 
 def test_a_newer_schema_is_refused_in_one_clear_line(tmp_path: Path) -> None:
@@ -105,29 +111,31 @@ def test_the_cli_refuses_a_newer_schema_with_exit_5(
 
 
 @pytest.fixture
-def with_lease_migration(monkeypatch: pytest.MonkeyPatch) -> None:
+def with_a_future_migration(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SQLite store as it would be with one more migration: a new column."""
-    migrations = (*sqlite_module.SQLITE_MIGRATIONS, LEASE)
+    migrations = (*sqlite_module.SQLITE_MIGRATIONS, FUTURE)
     check_sequence(migrations)
     monkeypatch.setattr(sqlite_module, "SQLITE_MIGRATIONS", migrations)
-    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", NEXT)
 
 
-def test_adding_a_column_is_one_more_migration(tmp_path: Path, with_lease_migration: None) -> None:
+def test_adding_a_column_is_one_more_migration(
+    tmp_path: Path, with_a_future_migration: None
+) -> None:
     """An existing database gains the column on open; its executions stay readable."""
-    del with_lease_migration
+    del with_a_future_migration
     path = tmp_path / "v1.db"
     stored_id = database_at_version_1(path)
     store = SQLiteStore(path)
-    assert (store.schema_version, store.upgraded_from) == (2, 1)
+    assert (store.schema_version, store.upgraded_from) == (NEXT, 1)
     (summary,) = store.list()
     assert summary.id == stored_id
     assert store.load(stored_id)[0].status is ExecutionStatus.COMPLETED
     store.close()
     with sqlite3.connect(path) as conn:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(prana_executions)")]
-    assert "lease_until" in columns
-    assert versions(path) == [1, 2]
+    assert {"lease_at", "future_column"} <= set(columns)
+    assert versions(path) == list(range(1, NEXT + 1))
 
 
 def database_at_version_1(path: Path) -> str:
@@ -148,10 +156,10 @@ def database_at_version_1(path: Path) -> str:
 
 
 def test_upgrade_false_refuses_a_database_that_is_behind(
-    tmp_path: Path, with_lease_migration: None, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, with_a_future_migration: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """With upgrade=False an older schema is refused; ``prana db upgrade`` then upgrades it."""
-    del with_lease_migration
+    del with_a_future_migration
     path = tmp_path / "v1.db"
     database_at_version_1(path)
     with pytest.raises(SchemaBehindError, match="run `prana db upgrade`"):
@@ -159,9 +167,9 @@ def test_upgrade_false_refuses_a_database_that_is_behind(
     assert main(["db", "status", "--db", str(path)]) == 5
     assert "prana db upgrade" in capsys.readouterr().err
     assert main(["db", "upgrade", "--db", str(path)]) == 0
-    assert capsys.readouterr().out.strip() == "schema upgraded from version 1 to 2"
+    assert capsys.readouterr().out.strip() == f"schema upgraded from version 1 to {NEXT}"
     assert main(["db", "status", "--db", str(path)]) == 0
-    assert capsys.readouterr().out.strip() == "schema at version 2 (up to date)"
+    assert capsys.readouterr().out.strip() == f"schema at version {NEXT} (up to date)"
 
 
 def test_migration_lists_are_numbered_in_order() -> None:
@@ -169,7 +177,7 @@ def test_migration_lists_are_numbered_in_order() -> None:
     check_sequence(sqlite_module.SQLITE_MIGRATIONS)
     check_sequence(postgres_module.POSTGRES_MIGRATIONS)
     with pytest.raises(AssertionError, match=r"numbered 1\.\.n"):
-        check_sequence([LEASE])
+        check_sequence([FUTURE])
 
 
 @pytest.mark.postgres
@@ -221,19 +229,21 @@ def test_db_status_is_read_only(tmp_path: Path, capsys: pytest.CaptureFixture[st
     SQLiteStore(tmp_path / "kept.db").close()
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(["db", "status", "--db", str(tmp_path / "kept.db")]) == 0
-    assert capsys.readouterr().out.strip() == "schema at version 1 (up to date)"
+    current = sqlite_module.SCHEMA_VERSION
+    assert capsys.readouterr().out.strip() == f"schema at version {current} (up to date)"
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_db_status_reports_a_behind_schema_without_upgrading_it(
-    tmp_path: Path, with_lease_migration: None, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, with_a_future_migration: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A schema that is behind is reported (exit 5) and left as it was."""
-    del with_lease_migration
+    del with_a_future_migration
     path = tmp_path / "v1.db"
     database_at_version_1(path)
     assert main(["db", "status", "--db", str(path)]) == 5
-    assert "at version 1, this prana needs 2; run `prana db upgrade`" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"at version 1, this prana needs {NEXT}; run `prana db upgrade`" in err
     assert versions(path) == [1]
 
 
@@ -244,8 +254,9 @@ def test_db_status_reads_a_database_made_before_migrations_as_version_1(
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
         conn.executescript(OLD_SQLITE_LAYOUT)
-    assert main(["db", "status", "--db", str(path)]) == 0
-    assert capsys.readouterr().out.strip() == "schema at version 1 (up to date)"
+    assert main(["db", "status", "--db", str(path)]) == 5
+    current = sqlite_module.SCHEMA_VERSION
+    assert f"at version 1, this prana needs {current}" in capsys.readouterr().err
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     assert "prana_schema_version" not in tables
@@ -298,6 +309,7 @@ def test_db_upgrade_of_no_database_says_it_created_it(
     schema was "up to date"), and the second run says up to date."""
     path = tmp_path / "new.db"
     assert main(["db", "upgrade", "--db", str(path)]) == 0
-    assert capsys.readouterr().out.strip() == f"schema created at version 1 ({path})"
+    current = sqlite_module.SCHEMA_VERSION
+    assert capsys.readouterr().out.strip() == f"schema created at version {current} ({path})"
     assert main(["db", "upgrade", "--db", str(path)]) == 0
-    assert capsys.readouterr().out.strip() == "schema at version 1 (up to date)"
+    assert capsys.readouterr().out.strip() == f"schema at version {current} (up to date)"

@@ -104,6 +104,11 @@ CREATE TABLE IF NOT EXISTS prana_workflows (
 );
 """,
     ),
+    Migration(
+        2,
+        "a claim's lease in its own column (lease_at): claiming leaves the due index alone",
+        "ALTER TABLE prana_executions ADD COLUMN lease_at INTEGER",
+    ),
 )
 """The SQLite schema, step by step: add a step at the end, never edit one (see _migrations)."""
 check_sequence(SQLITE_MIGRATIONS)
@@ -117,30 +122,55 @@ _INSERT = (
 )
 _UPDATE = (
     "UPDATE prana_executions SET workflow_id = ?, workflow_version = ?, status = ?,"
-    " due_at = ?, version = version + 1, updated_at = ?, data = ?"
+    " due_at = ?, lease_at = NULL, version = version + 1, updated_at = ?, data = ?"
     " WHERE id = ? AND version = ?"
 )
 # A claim (``scheduling.abc.ClaimingStore``) sets the columns only; ``data`` stays the
-# suspended record it claims.
+# suspended record it claims. The rule of the claimed row (schema version 2):
+#
+#     Its lease is ``lease_at``; its ``due_at`` stays the due time it was claimed at, which
+#     is never after the lease. A row's alarm is ``lease_at`` while it is claimed (status
+#     ``running``, ``lease_at`` set), else ``due_at`` (``_ALARM_AT``).
+#
+# So a claim writes the row alone, not the due-time index (``prana_executions_due``): two
+# of the three pages a claim's commit wrote before, when its lease moved ``due_at``. A claim
+# that cannot keep the rule (no due time, or one after the lease: a row edited by hand)
+# moves ``due_at`` to the lease as well (``_CLAIM_MOVING``). Every claimed row thus has
+# ``due_at <= lease_at``, so an alarm at or before ``now`` has ``due_at <= now`` and the
+# index walk of ``find_due`` finds every claim whose lease ended. A save clears ``lease_at``.
+# A row claimed before version 2 (its lease in ``due_at``, ``lease_at`` null) reads as ever.
 _CLAIM = (
-    "UPDATE prana_executions SET status = 'running', due_at = ?, version = version + 1,"
-    " updated_at = ? WHERE id = ? AND version = ?"
+    "UPDATE prana_executions SET status = 'running', lease_at = ?, version = version + 1,"
+    " updated_at = ? WHERE id = ? AND version = ? AND due_at <= ?"
 )
+_CLAIM_MOVING = (
+    "UPDATE prana_executions SET status = 'running', lease_at = ?, due_at = ?,"
+    " version = version + 1, updated_at = ? WHERE id = ? AND version = ?"
+)
+_ALARM_AT = "CASE WHEN lease_at IS NOT NULL AND status = 'running' THEN lease_at ELSE due_at END"
 _VERSION = "SELECT version FROM prana_executions WHERE id = ?"
-_LOAD = "SELECT data, version, status, due_at, updated_at FROM prana_executions WHERE id = ?"
+_LOAD = (
+    "SELECT data, version, status, due_at, updated_at, lease_at FROM prana_executions WHERE id = ?"
+)
 # A range of the id's (binary) index: every id starting "<root>:" sorts from it to "<root>;".
 _COUNT_TREE = (
     "SELECT COUNT(*) FROM (SELECT 1 FROM prana_executions"
     " WHERE id = ? OR (id >= ? AND id < ?) LIMIT ?)"
 )
+# Ordered by the index: a claim whose lease ended comes at the due time it was claimed at.
+# (``_ALARM_AT`` is this module's constant text; values go in as parameters.)
 _FIND_DUE = (
-    "SELECT id, due_at FROM prana_executions WHERE due_at IS NOT NULL AND due_at <= ?"
+    f"SELECT id, {_ALARM_AT} FROM prana_executions"  # noqa: S608
+    f" WHERE due_at IS NOT NULL AND due_at <= ? AND {_ALARM_AT} <= ?"
     " ORDER BY due_at, seq LIMIT ?"
 )
-_ALARMS = "SELECT id, due_at FROM prana_executions WHERE due_at IS NOT NULL ORDER BY due_at, seq"
+_ALARMS = (
+    f"SELECT id, {_ALARM_AT} FROM prana_executions"  # noqa: S608
+    " WHERE due_at IS NOT NULL ORDER BY due_at, seq"
+)
 _SUMMARY = (
-    "SELECT id, workflow_id, workflow_version, status, version, due_at, updated_at"
-    " FROM prana_executions"
+    f"SELECT id, workflow_id, workflow_version, status, version, {_ALARM_AT},"  # noqa: S608
+    " updated_at FROM prana_executions"
 )
 _WORKFLOW = "SELECT data FROM prana_workflows WHERE workflow_id = ? AND version = ?"
 _INSERT_WORKFLOW = "INSERT INTO prana_workflows (workflow_id, version, data) VALUES (?, ?, ?)"
@@ -447,14 +477,21 @@ class SQLiteStore(BaseStore):
         """Mark the stored execution running until ``lease_expires_at``, its record unchanged.
 
         ``scheduling.abc.ClaimingStore``: a compare-and-set on the version, like ``save``.
+        The lease goes in the row's ``lease_at`` column and its due time stays as it was, so
+        the claim writes the row alone (not the due-time index).
         """
         check_claim(execution_id, expected_version, lease_expires_at, claimed_at)
         lease, at = to_micros(lease_expires_at), to_micros(claimed_at)
-        params = (lease, at, execution_id, expected_version)
         with self._lock:
             if self._group_owner is None and getattr(self._grouping, "depth", 0) > 0:
                 self._open_group()
-            if self._conn.execute(_CLAIM, params).rowcount != 1:
+            conn = self._conn
+            changed = conn.execute(_CLAIM, (lease, at, execution_id, expected_version, lease))
+            if changed.rowcount != 1:  # stale, or no due time at or before the lease
+                changed = conn.execute(
+                    _CLAIM_MOVING, (lease, lease, at, execution_id, expected_version)
+                )
+            if changed.rowcount != 1:
                 raise stale(execution_id, expected_version, self._stored_version(execution_id))
         return expected_version + 1
 
@@ -469,7 +506,8 @@ class SQLiteStore(BaseStore):
             raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
         execution = self._parsed.read(execution_id, row[0])
         if row[2] == "running" and execution.status is ExecutionStatus.SUSPENDED:
-            execution = as_claimed(execution, _time_or_none(row[3]), _time_or_none(row[4]))
+            lease = row[3] if row[5] is None else row[5]  # claimed before version 2: due_at
+            execution = as_claimed(execution, _time_or_none(lease), _time_or_none(row[4]))
         return execution, row[1]
 
     def count_tree(self, root_id: str, most: int) -> int:
@@ -482,11 +520,16 @@ class SQLiteStore(BaseStore):
         return int(row[0])
 
     def find_due(self, now: datetime, limit: int = 100) -> Sequence[tuple[str, datetime]]:
-        """Suspended executions due at or before ``now``, earliest first (ties: oldest first)."""
+        """Suspended executions due at or before ``now``, earliest first (ties: oldest first).
+
+        A claim whose lease ended is among them, in the place of the due time it was claimed
+        at (the order of the due-time index, which a claim leaves alone).
+        """
         check_aware(now, "find_due(now)")
         check_limit(limit)
+        micros = to_micros(now)
         with self._lock:
-            rows = self._conn.execute(_FIND_DUE, (to_micros(now), limit)).fetchall()
+            rows = self._conn.execute(_FIND_DUE, (micros, micros, limit)).fetchall()
         return [(eid, from_micros(at)) for eid, at in rows]
 
     def alarms(self) -> Sequence[tuple[str, datetime]]:
