@@ -61,6 +61,7 @@ def check_pending(graph: CompiledGraph, execution: WorkflowExecution) -> None:
                     and len(source) == 3
                     and type(source[0]) is str
                     and source[0] in nodes
+                    and type(source[2]) is int
                     and has_runs(source[0])
                 ):
                     break
@@ -78,6 +79,7 @@ def check_pending(graph: CompiledGraph, execution: WorkflowExecution) -> None:
                     or not 2 <= len(source) <= 3
                     or type(source[0]) is not str
                     or source[0] not in nodes
+                    or (len(source) == 3 and source[2] is not None and type(source[2]) is not int)
                     or not ran.get(source[0])
                 ):
                     problem = (

@@ -29,7 +29,9 @@ from prana import (
     ResumeError,
     Suspend,
     Workflow,
+    dumps,
     execute_workflow,
+    loads,
     loads_workflow,
     resume_workflow,
 )
@@ -216,6 +218,21 @@ def test_a_pending_node_the_execution_does_not_have_is_refused_before_anything_r
     wf, execution = suspended_on_a_timer()
     edited = attrs.evolve(execution, pending=(*execution.pending, pending))
     with pytest.raises(ResumeError, match="edited by hand"):
+        resume_workflow(edited, workflow=wf, clock=ManualClock(T0.replace(year=2031)))
+
+
+@pytest.mark.parametrize("index", ['"0"', "{}", "[0]", "true", "1.5"])
+def test_a_source_run_index_that_is_not_an_int_is_refused_before_anything_runs(
+    index: str,
+) -> None:
+    """Was: a TypeError (``'<' not supported between 'int' and 'str'``) from deep in the
+    engine when the resumed node read its input, for a stored record whose pending source
+    names its delivering run by something other than its index."""
+    wf, execution = suspended_on_a_timer()
+    text = dumps(execution)
+    assert '"sources":{"main":["start","main",0]}' in text
+    edited = loads(text.replace('["start","main",0]', f'["start","main",{index}]'))
+    with pytest.raises(ResumeError, match=r"fed at port 'main'.*edited by hand"):
         resume_workflow(edited, workflow=wf, clock=ManualClock(T0.replace(year=2031)))
 
 
