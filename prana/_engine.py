@@ -26,8 +26,9 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from prana._builtins import SubWorkflowFailed
+from prana._builtins import SubWorkflowFailed, quick_wait_value
 from prana._builtins import _manual_trigger as manual_trigger
+from prana._builtins import _wait_resume as wait_resume
 from prana._decision import (
     AttemptView,
     rejects_result,
@@ -802,18 +803,17 @@ class Run(Frontier):
                 kind=suspension.kind,
             )
         input_data = self.build_input(key, self.pending.get(key))
-        now = self.clock()
         ctx = ActionContext(
-            input=input_data,
-            execution_id=self.id,
-            node_key=key,
-            attempt=number,
-            run_index=node_run.run_index,
-            state=self.state,
-            now=now,
-            env=self.env,
-            variables=self.workflow.variables,
-            workflow_id=self.workflow.id,
+            input_data,
+            self.id,
+            key,
+            number,
+            node_run.run_index,
+            self.state,
+            self.clock(),
+            self.env,
+            self.variables,
+            self.workflow_id,
         )
         resume_fn = cn.spec.resume
         if resume_fn is None:
@@ -822,5 +822,10 @@ class Run(Frontier):
             params, problem = prepare_params(self, cn, node_run, ctx, count=False)
             if problem is not None:
                 return self.settle_failure(cn, node_run, problem)
-            return (resume_fn, (params, ctx, resume_data), cn.timeout, (cn, node_run, ctx, True))
+            if resume_fn is wait_resume and type(params) is dict and cn.timeout is None:
+                # The built-in wait's resume, inlined (the rule: ``quick_wait_value``).
+                value = quick_wait_value(params, ctx, resume_data)
+            else:
+                call = (params, ctx, resume_data)
+                return (resume_fn, call, cn.timeout, (cn, node_run, ctx, True))
         return self.settle_value(cn, node_run, ctx, value, from_resume=True)
