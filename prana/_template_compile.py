@@ -21,7 +21,15 @@ from jinja2.parser import Parser
 from jinja2.utils import consume
 
 from prana._template_env import ENV, GLOBALS, bounded
-from prana._template_limits import MAX_SIZE, PREFIX, LimitError, checked, emit
+from prana._template_limits import (
+    MAX_SIZE,
+    PREFIX,
+    LimitError,
+    NotAValueError,
+    checked,
+    emit,
+    refuse_non_value,
+)
 
 ROOTS: tuple[str, ...] = (
     "input",
@@ -263,6 +271,7 @@ class _Expression:
         result = ctx.vars["result"]
         if isinstance(result, Undefined):
             result._fail_with_undefined_error()
+        refuse_non_value(result)
         emit(checked(result, "the value of the template"))
         if isinstance(result, str) and type(result) is not str:
             return str(result)  # Markup from |tojson, |escape...: the record holds plain text
@@ -382,7 +391,7 @@ def describe_error(exc: Exception) -> str:
     text = str(exc).replace(PREFIX, "$")
     if isinstance(exc, SecurityError):
         return f"blocked by the template sandbox: {text}"
-    if isinstance(exc, LimitError):
+    if isinstance(exc, LimitError | NotAValueError):
         return text
     if isinstance(exc, UndefinedError):
         return f"undefined: {text}"

@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import date, datetime, time, timedelta
+from types import ModuleType
 from typing import Any
 
 from jinja2 import Undefined
@@ -79,6 +80,33 @@ PREFIX = "__prana_"
 
 class LimitError(Exception):
     """A template went past one of the limits above; the message says which and how far."""
+
+
+class NotAValueError(Exception):
+    """A template's value is a function, method, class or iterator (``{{ $input.main.items
+    }}`` on data without that key, ``| map(...)`` without ``| list``): not data, and its
+    text would carry a memory address."""
+
+
+def refuse_non_value(value: Any) -> None:
+    """Raise ``NotAValueError`` if ``value`` is callable or an iterator: a template gives data."""
+    if hasattr(value, "__next__"):  # a generator (map, select, batch...), an iterator, a cycler
+        raise NotAValueError(
+            f"the value is a {type(value).__name__} (an iterator, as the filters map, select, "
+            "reject, batch and reverse give), not data: add | list"
+        )
+    if not callable(value):
+        return
+    owner = getattr(value, "__self__", None)
+    if isinstance(value, type):
+        what = "a class"
+    elif owner is not None and not isinstance(owner, ModuleType):
+        what = f"the method {getattr(value, '__name__', '?')!r} of a {type(owner).__name__}"
+    else:
+        what = "a function"
+    raise NotAValueError(
+        f"the value is {what}, not data: call it with (), or name a key that is there"
+    )
 
 
 # --- the budget of one render ------------------------------------------------------------
@@ -661,6 +689,7 @@ def finalize(value: Any) -> Any:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     if isinstance(value, Undefined):
         return str(value)  # raises, with the message of the undefined
+    refuse_non_value(value)
     if not isinstance(value, str | int | float):
         checked(value, "a rendered value")
     return str(value)

@@ -38,8 +38,9 @@ counting helpers):
   (``%``, ``str.format``, ``|format``) is at most ``MAX_FORMAT_WIDTH``; an integer has at
   most ``MAX_INT_BITS`` bits; ``lipsum`` writes at most ``MAX_LIPSUM_WORDS`` words.
 
-Every failure (syntax, sandbox, undefined, a limit, arithmetic) raises ``TemplateError``
-naming the param path; the executor records it as a non-retryable ``template_error``.
+Every failure (syntax, sandbox, undefined, a limit, arithmetic, a value that is a
+function or method) raises ``TemplateError`` naming the param path; the executor records
+it as a non-retryable ``template_error``.
 Dict keys are not rendered; static parts of the params are shared with the original,
 never mutated.
 

@@ -217,6 +217,42 @@ def test_dict_methods_remain_callable_when_no_key_shadows_them() -> None:
     assert render_one(text) == "id=7;name=Ada;"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{{ $input.main.user.items }}",
+        "{{ $input.main.user.keys }}",
+        "{{ $input.main.user.name.upper }}",
+        "name: {{ $input.main.user.get }}",
+        "{{ range }}",
+        "{{ dict }}",
+        "{{ joiner() }}",
+        "{{ $input.main.tags | map('upper') }}",
+        "tags: {{ $input.main.tags | select }}",
+        "{{ $input.main.tags | reverse }}",
+        "{{ $input.main.tags | batch(1) }}",
+        "{{ cycler(1, 2) }}",
+    ],
+)
+def test_a_method_function_or_iterator_is_not_a_value(text: str) -> None:
+    """Was: the value was the method or generator itself, passed to the action and recorded
+    as its repr with a memory address (``<built-in method items of dict object at
+    0x7f...>``, ``<generator object sync_do_map at 0x7f...>``), different on each run; now
+    it is an error that says to call it, to name a key that is there or to add ``| list``."""
+    error = error_of({"p": text})
+    assert error.path == "p"
+    assert "not data: " in error.message
+    assert "0x" not in error.message
+
+
+def test_what_an_iterator_or_method_gives_is_still_a_value() -> None:
+    """Calling the method or listing the iterator gives data, as it did."""
+    assert render_one("{{ $input.main.tags | map('upper') | list }}") == ["A", "B"]
+    assert render_one("{{ $input.main.tags | reverse | join(',') }}") == "b,a"
+    assert render_one("{{ $input.main.user.items() | list }}") == [("id", 7), ("name", "Ada")]
+    assert render_one("{% set c = cycler(1, 2) %}{{ c.next() }}{{ c.next() }}") == "12"
+
+
 def test_non_dict_mappings_are_read_like_dicts() -> None:
     """A lazy mapping (like the executor's ``$nodes`` view) is read through both paths."""
     scope = make_scope(nodes=LazyNodes({"fetch": {"output": {"id": 42}}}))
