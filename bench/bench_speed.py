@@ -21,7 +21,9 @@ Rows and their methods (every ratio is between figures measured in this run):
   attempt, at-least-once) are counted from the actions' own log. Lateness at light
   load: M more executions due 50 ms apart, lateness = the retry attempt's start - its
   due time. Beside it: one in-process Runner (PostgresStore + ManualScheduler, one
-  ``advance`` fires all N) on the same server.
+  ``advance`` fires all N) on the same server. Its note adds the CPU per execution of the
+  workers and of their server backends over the drain, and how busy the machine was
+  (``CpuMeter``); with ``pg_stat_statements`` in the database, the statements per execution.
 - ``sqlite``: N due retries through Runner + SQLiteStore (file, WAL, NORMAL) +
   ManualScheduler, per resume; beside it the core's own resume (``resume_workflow`` of
   the same suspended execution, no store) and a plain sqlite3 floor: for each of the N
@@ -914,7 +916,8 @@ class Workers:
         self.spies: list[subprocess.Popen[bytes]] = []
         self.spy = spy
         self.effects = tmp / "effects.log"
-        env = {**os.environ, "PRANA_BENCH_EFFECTS": str(self.effects)}
+        self.app_name = f"prana-bench-{schema}"  # how the server's side is found (CpuMeter)
+        env = {**os.environ, "PRANA_BENCH_EFFECTS": str(self.effects), "PGAPPNAME": self.app_name}
         for i in range(count):
             log = tmp / f"worker{i}.log"
             self.logs.append(log)
@@ -971,6 +974,7 @@ class Workers:
                         "--format",
                         "raw",
                         "--threads",
+                        "--gil",
                         "--output",
                         str(self.spy / f"worker{i}.txt"),
                     ],
@@ -1049,7 +1053,11 @@ def row_workers(args: argparse.Namespace) -> list[Row]:
         started_in = time.perf_counter() - began
         due = dues[0]
         workers.start_spying(lead + min(30.0, n / 20))
+        meter = CpuMeter(dsn, workers)
+        time.sleep(max(0.0, due.timestamp() - time.time() - 0.05))
+        meter.begin()
         completed = wait_completed(dsn, schema, ids, due, timeout=max(120.0, n / 5))
+        cpu = meter.end(completed)
         records = {i: store.load(i) for i in ids}
         finish = [
             r[0].updated_at for r in records.values() if r[0].status is ExecutionStatus.COMPLETED
@@ -1096,7 +1104,8 @@ def row_workers(args: argparse.Namespace) -> list[Row]:
             rate >= 2000 and lost == 0 and doubles == 0,
             f"lost {lost}, double transitions {doubles}, duplicated side effects "
             f"{duplicated}; burst lateness p50 {pct(burst_late, 50):,.0f} / p99 "
-            f"{pct(burst_late, 99):,.0f} ms; {n} starts took {started_in:.1f} s",
+            f"{pct(burst_late, 99):,.0f} ms (first {min(burst_late):,.0f} ms); {n} starts took "
+            f"{started_in:.1f} s; {cpu}",
         ),
         Row(
             f"2 procrastinate workers, lateness p99, {light} due 50 ms apart",
@@ -1109,6 +1118,100 @@ def row_workers(args: argparse.Namespace) -> list[Row]:
             f"p50 {pct(light_late, 50):,.0f} ms",
         ),
     ]
+
+
+class CpuMeter:
+    """CPU per execution over the burst: the workers' processes and their server backends.
+
+    The workers' backends are found by their ``application_name`` (``PGAPPNAME``); each
+    process's utime + stime comes from ``/proc`` (a backend that appears during the burst
+    counts from zero). With ``pg_stat_statements`` in the database (a server of your own:
+    ``shared_preload_libraries``), the statements run during the burst are summed per
+    execution into the profiles (their times are the server's wall time: on a busy
+    machine they include waiting for a core). Beside them, how busy the machine's cores
+    were over the drain (``/proc/stat``: every process, other users of the machine too).
+    """
+
+    def __init__(self, dsn: str, workers: Workers) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.workers = workers
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.before: dict[int, float] = {}
+        self.statements: dict[str, tuple[int, float]] = {}
+        self.machine = (0, 0)
+
+    def _backends(self) -> list[int]:
+        rows = self.conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+            (self.workers.app_name,),
+        ).fetchall()
+        return [int(row[0]) for row in rows]
+
+    def _cpu(self, pid: int) -> float:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / self.tick
+
+    def _snapshot(self) -> dict[int, float]:
+        pids = [-proc.pid for proc in self.workers.procs] + self._backends()
+        return {pid: self._cpu(abs(pid)) for pid in pids}
+
+    def _statements(self) -> dict[str, tuple[int, float]]:
+        import psycopg
+
+        try:
+            rows = self.conn.execute(
+                "SELECT query, calls, total_exec_time FROM pg_stat_statements"
+                " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).fetchall()
+        except psycopg.Error:
+            return {}
+        out: dict[str, tuple[int, float]] = {}
+        for query, calls, total in rows:
+            seen = out.get(query, (0, 0.0))
+            out[query] = (seen[0] + int(calls), seen[1] + float(total))
+        return out
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        """Jiffies of all cores since boot: (idle, iowait and stolen; all)."""
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return fields[3] + fields[4] + fields[7], sum(fields[:8])
+
+    def begin(self) -> None:
+        self.statements = self._statements()
+        self.before = self._snapshot()
+        self.machine = self._machine()
+
+    def end(self, executions: int) -> str:
+        after = self._snapshot()
+        idle, total = (b - a for a, b in zip(self.machine, self._machine(), strict=True))
+        per = max(executions, 1)
+        workers = sum(v - self.before.get(k, 0.0) for k, v in after.items() if k < 0)
+        server = sum(v - self.before.get(k, 0.0) for k, v in after.items() if k > 0)
+        now = self._statements()
+        lines = []
+        for query, (calls, spent) in now.items():
+            old = self.statements.get(query, (0, 0.0))
+            if calls > old[0]:
+                lines.append(((calls - old[0]) / per, (spent - old[1]) / per, query))
+        self.conn.close()
+        if lines:
+            lines.sort(reverse=True)
+            text = [f"{len(lines)} statements; per execution: calls, server ms, statement"]
+            text += [f"{c:7.2f} {t:7.3f}  {' '.join(q.split())[:150]}" for c, t, q in lines[:25]]
+            every = (sum(c for c, _, _ in lines), sum(t for _, t, _ in lines))
+            text.append(f"{every[0]:7.2f} {every[1]:7.3f}  all (a trigger's also in its caller's)")
+            PROFILES["workers/statements"] = "\n".join(text)
+        return (
+            f"CPU per execution: workers {workers / per * 1000:.2f} ms, their server backends "
+            f"{server / per * 1000:.2f} ms; the machine's cores (every process) busy "
+            f"{1 - idle / max(total, 1):.0%} of the drain"
+        )
 
 
 def lateness_ms(execution: WorkflowExecution, due: datetime) -> float:
@@ -1165,7 +1268,7 @@ def summarize_spy(folder: Path) -> None:
             own[frames[-1]] += count
             for frame in set(frames):
                 inclusive[frame] += count
-        out = [f"## {path.name}: {total} samples (py-spy, all threads, idle included)"]
+        out = [f"## {path.name}: {total} samples (py-spy --gil: the thread holding the GIL)"]
         out += ["own:"] + [f"  {c / total:6.1%}  {f}" for f, c in own.most_common(15)]
         out += ["inclusive:"] + [f"  {c / total:6.1%}  {f}" for f, c in inclusive.most_common(25)]
         PROFILES[f"workers/{path.stem}"] = "\n".join(out)
@@ -1227,14 +1330,21 @@ def against(
                         PROFILES.update(json.loads(line[len(PROFILES_MARK) :]))
                 for row in json.loads(out):
                     seen = sides[side].get(row["name"])
+                    figures = [*(seen or {}).get("figures", []), row["ours"]]
                     if seen is None or _better(row, seen):
                         sides[side][row["name"]] = row
+                    sides[side][row["name"]]["figures"] = figures
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     now = []
     for data in sides["now"].values():
-        row = Row(**{k: v for k, v in data.items() if k != "key"})
+        row = Row(**{k: v for k, v in data.items() if k not in ("key", "figures")})
         row.key = data["key"]
+        then = sides["then"].get(row.name, {}).get("figures", [])
+        turns = "; ".join(
+            f"{a:,.2f} / {b:,.2f}" for a, b in zip(data["figures"], then, strict=False)
+        )
+        row.note = f"{row.note}; turns (now / {ref}): {turns}" if row.note else f"turns: {turns}"
         now.append(row)
     return now, sides["then"]
 
