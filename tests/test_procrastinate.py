@@ -38,6 +38,7 @@ from prana import (
 )
 from scheduling import Runner, StoreError
 from scheduling.abc import BatchingScheduler, BulkScheduler, Scheduler
+from scheduling.adapters._procrastinate_batch import _TAKE
 from scheduling.adapters.procrastinate import (
     TASK_NAME,
     ProcrastinateScheduler,
@@ -988,3 +989,20 @@ def test_a_batch_raising_a_base_exception_leaves_no_job_doing(env: Env) -> None:
     assert handed.wait_for(6)
     assert env.wait_until(lambda: env.jobs() == [])
     assert handed.batches == [["exec-0", "exec-1", "exec-2"], ["exec-3", "exec-4", "exec-5"]]
+
+
+def test_taking_due_jobs_reads_the_locks_firing_once_per_statement(env: Env) -> None:
+    """The take's lock rule is one hashed set of the ``doing`` locks, not a lookup per candidate.
+
+    On a jobs table never analyzed (a fresh schema, autovacuum off) a ``NOT EXISTS`` per
+    candidate was planned as a scan of every ``doing`` entry of the lock index for each
+    candidate: each take of a burst cost the candidates times the jobs in flight.
+    """
+    scheduler = env.scheduler()
+    scheduler.setup()
+    for index in range(40):
+        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=1))
+    params = {"queue": env.queue, "task": TASK_NAME, "worker": 1, "limit": 31}
+    with psycopg.connect(env.dsn, autocommit=True, options=f"-c search_path={env.schema}") as conn:
+        plan = "\n".join(str(row[0]) for row in conn.execute("EXPLAIN " + _TAKE, params))
+    assert "NOT (hashed SubPlan" in plan, plan
