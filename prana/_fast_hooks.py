@@ -22,9 +22,11 @@ from cattrs.preconf.orjson import OrjsonConverter
 
 from prana._codegen import generate
 from prana._model import (
+    Activation,
     AttemptRecord,
     ErrorInfo,
     NodeExecution,
+    RetryData,
     WorkflowExecution,
     hot_record_problems,
     slot_twin,
@@ -44,7 +46,7 @@ def union_args(t: Any) -> tuple[Any, ...] | None:
 
 # -- hand-tuned hooks for the hot records -------------------------------------------------------
 
-HOT: Final = (ErrorInfo, AttemptRecord, NodeExecution, WorkflowExecution)
+HOT: Final = (ErrorInfo, AttemptRecord, NodeExecution, Activation, WorkflowExecution)
 """Records an execution holds by the hundred (and the one that holds them): generated fast hooks.
 
 ``bench/bench_serialization.py`` measures them against cattrs' generic hooks (both write
@@ -143,6 +145,8 @@ def gen_fast_hooks(
 
 
 _MISSING: Final = object()
+_SOURCES: Final = Mapping[str, tuple[Any, ...]]
+"""``Activation.sources``' type: per input port, the source run's triple."""
 
 
 def field_code(
@@ -195,6 +199,16 @@ def field_code(
             ),
         ]
         written = f"[_u_{n}(x[0])] if len(x := o.{n}) == 1 else [_u_{n}(y) for y in x]"
+    elif inner is None and t == _SOURCES:
+        # An activation's sources: each a JSON array read as a tuple of its items, as
+        # cattrs' tuple[Any, ...] hook reads it (anything but a dict of lists: cattrs').
+        lines = [
+            f"if {v}.__class__ is not dict: raise _Mismatch",
+            f"for x in {v}.values():",
+            "  if x.__class__ is not list: raise _Mismatch",
+            f"if {v}: {v} = {{k: tuple(x) for k, x in {v}.items()}}",
+        ]
+        written = f"x if (x := o.{n}).__class__ is dict else dict(x)"
     elif inner is None and (item := _runs_of(t)) is not None:
         names[f"_h_{n}"] = conv.get_structure_hook(item)
         names[f"_u_{n}"] = conv.get_unstructure_hook(item)
@@ -219,8 +233,16 @@ def field_code(
     return lines, written
 
 
+READ_HOT: Final = (RetryData,)
+"""Hot records read by a generated fast hook and written by cattrs' (``RetryData`` leaves
+``redrive`` out when it is false, an override the generated writer does not have)."""
+
+
 def register_hand_tuned(conv: OrjsonConverter) -> None:
     """Register the generated fast hooks for the hot records (inner records first)."""
+    for read in READ_HOT:
+        if not hot_record_problems(read):
+            conv.register_structure_hook(read, gen_fast_hooks(conv, read)[1])
     for cl in HOT:
         if hot_record_problems(cl):
             continue  # breaks a hot-record rule: cattrs' generic hooks (tests catch this)

@@ -431,6 +431,36 @@ def _structure_suspend(conv: OrjsonConverter) -> Callable[[Any, Any], Suspend]:
     return structure
 
 
+def _structure_suspend_fast(
+    conv: OrjsonConverter, general: Callable[[Any, Any], Suspend]
+) -> Callable[[Any, Any], Suspend]:
+    """``general``'s reading of the usual suspension, without its checks' containers.
+
+    Rule: a ``dict`` of exactly ``kind`` (non-empty text) and ``data`` is what ``general``
+    reads without an error list: it structures a built-in kind's data with its class's
+    hook (``conv.structure`` dispatches to the same one), anything else as it is. Any
+    other shape, and any failure, is ``general``'s (the fast converter's failures send
+    ``loads`` to the detailed converter, which explains them).
+    """
+    hooks: dict[str, Callable[[Any, Any], Any]] = {}
+
+    def structure(obj: Any, t: Any) -> Suspend:
+        if obj.__class__ is dict and len(obj) == 2 and "data" in obj:
+            kind = obj.get("kind")
+            if kind.__class__ is str and kind:
+                data = obj["data"]
+                cls = BUILTIN_SUSPEND_DATA.get(kind)
+                if cls is not None and data is not None:
+                    hook = hooks.get(kind)
+                    if hook is None:  # looked up at first use: every hook is registered
+                        hook = hooks[kind] = conv.get_structure_hook(cls)
+                    data = hook(data, cls)
+                return Suspend(kind, data)
+        return general(obj, t)
+
+    return structure
+
+
 def _note(exc: Exception, name: str, t: Any = None) -> Exception:
     """Mark ``exc`` as the error of ``Suspend`` field ``name``, for ``transform_error``."""
     exc.__notes__ = [  # type: ignore[attr-defined]
@@ -517,6 +547,9 @@ def make_converter(
     )
     register_rows(conv)
     if hand_tuned:
+        conv.register_structure_hook(
+            Suspend, _structure_suspend_fast(conv, _structure_suspend(conv))
+        )
         register_hand_tuned(conv)
     return conv
 

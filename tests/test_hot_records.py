@@ -11,7 +11,7 @@ import pytest
 from doubles import T0
 
 from prana import AttemptOutcome, ErrorInfo, NodeStatus, make_converter
-from prana._fast_hooks import HOT, ROWS
+from prana._fast_hooks import HOT, READ_HOT, ROWS
 from prana._model import (
     HOT_RECORDS,
     AttemptRecord,
@@ -63,7 +63,7 @@ def test_fast_constructors_take_the_fields_in_order_through_the_twin(cls: type[A
 
 def test_serialization_hot_records_are_hot_records() -> None:
     """Every record with generated serialization hooks is under the hot-record rules."""
-    assert set(HOT) <= set(HOT_RECORDS)
+    assert set(HOT) | set(READ_HOT) <= set(HOT_RECORDS)
     assert set(ROWS) <= set(HOT)
 
 
@@ -73,6 +73,18 @@ def test_hot_records_get_the_generated_hooks(cls: type[Any]) -> None:
     conv = make_converter()
     for hook in (conv.get_structure_hook(cls), conv.get_unstructure_hook(cls)):
         assert hook.__code__.co_filename.startswith("<prana generated ")
+
+
+@pytest.mark.parametrize("cls", READ_HOT, ids=lambda c: c.__name__)
+def test_read_hot_records_are_read_by_generated_code_and_written_by_cattrs(
+    cls: type[Any],
+) -> None:
+    """A ``READ_HOT`` record is read through generated code; its writer stays cattrs' (with
+    its overrides: a false ``RetryData.redrive`` is left out)."""
+    conv = make_converter()
+    assert conv.get_structure_hook(cls).__code__.co_filename.startswith("<prana generated ")
+    writer = conv.get_unstructure_hook(cls)
+    assert writer.__code__.co_filename.startswith("<cattrs generated unstructure")
 
 
 def test_row_layouts_are_the_stored_order() -> None:
@@ -138,5 +150,5 @@ def test_generated_functions_have_distinct_file_names() -> None:
     """Each generated function has its own file name, so linecache never mixes sources."""
     conv = make_converter()
     names = {fn.__code__.co_filename for fn in HOT_RECORDS.values()}
-    names |= {conv.get_structure_hook(cls).__code__.co_filename for cls in HOT}
-    assert len(names) == len(HOT_RECORDS) + len(HOT)
+    names |= {conv.get_structure_hook(cls).__code__.co_filename for cls in (*HOT, *READ_HOT)}
+    assert len(names) == len(HOT_RECORDS) + len(HOT) + len(READ_HOT)
