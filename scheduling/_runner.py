@@ -34,6 +34,7 @@ from prana import (
     ExecutionStatus,
     InvalidSettingsError,
     Outcome,
+    RecordError,
     Registry,
     ResumeError,
     SubWorkflowData,
@@ -668,6 +669,9 @@ class Runner(Steps, Generic[SchedulerT]):
             try:
                 execution, _ = self.store.load(execution_id)
             except ExecutionNotFound:
+                continue
+            except RecordError as error:  # edited by hand: said once, the rest go on
+                self._cannot_resume(execution_id, error)
                 continue
             data = execution.suspension.data if execution.suspension is not None else None
             expires = data.expires_at if isinstance(data, SubWorkflowData) else None

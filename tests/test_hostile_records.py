@@ -271,6 +271,86 @@ def test_a_record_that_cannot_be_resumed_never_stops_the_others(
     assert any(inconsistent in m and "'nope'" in m for m in said)
 
 
+@pytest.mark.parametrize("version", ["x", 1.5, 0, -3, 2**63 - 1])
+def test_a_version_column_edited_by_hand_never_stops_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, version: Any
+) -> None:
+    """Was: ``run_due`` raised at the row (``InvalidSettingsError: save(expected_version='x')``,
+    or ``OverflowError`` at the save after a claim of version 2**63 - 1), so every execution
+    due after it waited; ``list`` listed the text as the version. Now the row is unreadable,
+    naming its version: the worker says so once and goes on."""
+    path = tmp_path / "prana.sqlite3"
+    clock = ManualClock(T0)
+    wf = workflow(wait_node(mode="interval", duration=1))
+    store = SQLiteStore(path, cache_size=0)
+    with Runner(Registry(), store, ManualScheduler(clock), clock) as r:
+        edited, good = r.start(wf), r.start(wf)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE prana_executions SET version = ? WHERE id = ?", (version, edited))
+        with pytest.raises(RecordError, match=r"version: the row's version is"):
+            store.load(edited)
+        clock.advance(2)
+        with caplog.at_level("ERROR", logger="scheduling"):
+            assert r.run_due() == [good]
+            assert r.run_due() == []
+        assert r.get(good).status is ExecutionStatus.COMPLETED
+    store.close()
+    said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(said) == 1, said
+    assert edited in said[0]
+    assert "version" in said[0]
+
+
+def test_an_unreadable_row_without_a_due_time_never_stops_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: ``run_due`` looked through the suspended rows without a due time (for
+    sub-workflow deadlines) and raised the ``RecordError`` of the first it could not read,
+    so ``prana worker --once`` failed on every run. Now it says so once and goes on."""
+    path = tmp_path / "prana.sqlite3"
+    clock = ManualClock(T0)
+    store = SQLiteStore(path, cache_size=0)
+    with Runner(Registry(), store, ManualScheduler(clock), clock) as r:
+        edited = r.start(workflow(wait_node(mode="webhook"), wid="hook"))
+        good = r.start(workflow(wait_node(mode="interval", duration=1)))
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "UPDATE prana_executions SET data = '{', due_at = NULL WHERE id = ?", (edited,)
+            )
+        clock.advance(2)
+        with caplog.at_level("ERROR", logger="scheduling"):
+            assert r.run_due() == [good]
+            assert r.run_due() == []
+        assert r.get(good).status is ExecutionStatus.COMPLETED
+    store.close()
+    said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(said) == 1, said
+    assert edited in said[0]
+    assert "cannot be read" in said[0]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("version", [0, -3, 2**63 - 1])
+def test_a_postgres_version_column_edited_by_hand_is_unreadable(
+    postgres_store: Any, version: int
+) -> None:
+    """The PostgreSQL row's version (a bigint) edited to one no save makes: unreadable,
+    naming the version, as on SQLite (was: returned, then refused by the next save)."""
+    import psycopg
+
+    outcome = execute_workflow(workflow(wait_node(mode="interval", duration=1)))
+    assert outcome.execution is not None
+    eid = outcome.execution.id
+    postgres_store.save(outcome.execution, None)
+    with psycopg.connect(postgres_store.dsn, autocommit=True) as conn:
+        conn.execute(
+            f'UPDATE "{postgres_store.schema}".prana_executions SET version = %s WHERE id = %s',
+            (version, eid),
+        )
+    with pytest.raises(RecordError, match=r"version: the row's version is"):
+        postgres_store.load(eid)
+
+
 # -- sub-workflows ------------------------------------------------------------------------
 
 

@@ -339,6 +339,27 @@ def summary_from_row(row: Any, read_time: Callable[[Any], datetime | None]) -> E
     )
 
 
+MAX_VERSION = 2**62
+"""The largest version a row is read with: past any number of saves, and far enough
+below the 64-bit column's limit that the saves after it still fit."""
+
+
+def read_version(execution_id: str, value: Any) -> int:
+    """A stored version column, or ``RecordError`` naming the id for one no save makes.
+
+    A version edited by hand (text, a float, 0 or less, or so big that the next save would
+    overflow the column) would be returned by ``load`` and refused only by the next save or
+    claim, with an error no worker expects: so ``run_due`` stopped at that row. Unreadable,
+    the row is left as stored and the worker goes on.
+    """
+    if type(value) is int and 1 <= value <= MAX_VERSION:
+        return value
+    raise RecordError(
+        f"stored execution {execution_id!r} cannot be read",
+        [f"version: the row's version is {value!r}, not a whole number from 1 to 2**62"],
+    )
+
+
 def read_status(execution_id: str, value: Any) -> ExecutionStatus:
     """A stored status column as an ``ExecutionStatus``, or ``RecordError`` naming the id."""
     try:

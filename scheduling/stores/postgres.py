@@ -76,6 +76,7 @@ from scheduling.stores._sql import (
     check_tree_args,
     cursor_not_found,
     list_query,
+    read_version,
     stale,
     summaries_from_rows,
 )
@@ -592,7 +593,7 @@ class PostgresStore(GroupsMixin, BaseStore):
         execution = self._parsed.read(execution_id, row[0])
         if row[2] == "running" and execution.status is ExecutionStatus.SUSPENDED:
             execution = as_claimed(execution, _utc(row[3]), _utc(row[4]))  # ClaimingStore
-        return execution, int(row[1])
+        return execution, read_version(execution_id, row[1])
 
     def count_tree(self, root_id: str, most: int) -> int:
         """Executions with id ``root_id`` or starting ``root_id + ":"``, up to ``most``."""

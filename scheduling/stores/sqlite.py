@@ -56,6 +56,7 @@ from scheduling.stores._sql import (
     cursor_not_found,
     from_micros,
     list_query,
+    read_version,
     stale,
     summaries_from_rows,
     to_micros,
@@ -463,9 +464,10 @@ class SQLiteStore(BaseStore):
         self._lock.hold()
         self._group_owner = threading.get_ident()
 
-    def _stored_version(self, execution_id: str) -> int | None:
+    def _stored_version(self, execution_id: str) -> Any:
+        """The row's version column as stored (``None``: no row), for an error message."""
         row = self._conn.execute(_VERSION, (execution_id,)).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else row[0]
 
     def claim(
         self,
@@ -508,7 +510,7 @@ class SQLiteStore(BaseStore):
         if row[2] == "running" and execution.status is ExecutionStatus.SUSPENDED:
             lease = row[3] if row[5] is None else row[5]  # claimed before version 2: due_at
             execution = as_claimed(execution, _time_or_none(lease), _time_or_none(row[4]))
-        return execution, row[1]
+        return execution, read_version(execution_id, row[1])
 
     def count_tree(self, root_id: str, most: int) -> int:
         """Executions with id ``root_id`` or starting ``root_id + ":"``, up to ``most``."""
