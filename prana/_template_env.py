@@ -299,6 +299,46 @@ class _Undefined(StrictUndefined):
         return _undefined_message(self._undefined_hint, self._undefined_obj, self._undefined_name)
 
 
+class _MethodUndefined(_Undefined):
+    """A mapping's method, reached by a name that is not one of its keys.
+
+    The rule: a name on a mapping reads data. Without that key (``$input.main.items`` on
+    data without ``items``) it is undefined like any missing key: ``| default`` and
+    ``is defined`` see it missing, and its use fails listing the keys. Only a call reaches
+    the method (``.items()``): ``_Environment.call`` calls ``method`` in its place, or
+    raises ``blocked`` for a method the sandbox refuses (``.pop``, ``.update``).
+    """
+
+    __slots__ = ("blocked", "method")
+
+    def __init__(self, method: Callable[..., Any] | None, blocked: str, obj: Any, name: str):
+        super().__init__(obj=obj, name=name)
+        self.method = method
+        self.blocked = blocked
+
+    @property
+    def _undefined_message(self) -> str:
+        message = _undefined_message(None, self._undefined_obj, self._undefined_name)
+        if self.method is None:
+            return message
+        owner = type(self._undefined_obj).__name__
+        return f"{message} ({self._undefined_name}() calls the {owner}'s method)"
+
+
+def _mapping_name(obj: Mapping[Any, Any], name: str, read: Callable[[Any, Any], Any]) -> Any:
+    """What ``read`` (the sandbox's getattr or getitem) gives for a name ``obj`` has no key
+    for, a method of ``obj`` (safe or blocked) as ``_MethodUndefined``."""
+    try:
+        found = read(obj, name)
+    except SecurityError as exc:
+        if name.startswith("_") or not callable(getattr(type(obj), name, None)):
+            raise
+        return _MethodUndefined(None, str(exc), obj, name)
+    if callable(found) and getattr(found, "__self__", None) is obj:
+        return _MethodUndefined(found, "", obj, name)
+    return found
+
+
 # --- the Jinja environment ---------------------------------------------------------------
 
 
@@ -327,6 +367,7 @@ class _Environment(ImmutableSandboxedEnvironment):
                 return obj[attribute]
             except (KeyError, TypeError):
                 pass
+            return _mapping_name(obj, attribute, super().getattr)
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
@@ -334,6 +375,8 @@ class _Environment(ImmutableSandboxedEnvironment):
         step()
         if not isinstance(argument, str | int):
             checked(argument, "a key")
+        if isinstance(obj, Mapping) and isinstance(argument, str):
+            return _mapping_name(obj, argument, super().getitem)
         return super().getitem(obj, argument)
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Undefined:
@@ -393,6 +436,10 @@ class _Environment(ImmutableSandboxedEnvironment):
             budget.steps += CALL_STEPS
             if budget.steps > MAX_STEPS:
                 raise steps_exceeded()
+        if isinstance(__obj, _MethodUndefined):
+            if __obj.method is None:
+                raise SecurityError(__obj.blocked)
+            __obj = __obj.method
         if isinstance(__obj, Macro):
             for arg in args:
                 shallow(arg)

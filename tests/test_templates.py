@@ -220,10 +220,8 @@ def test_dict_methods_remain_callable_when_no_key_shadows_them() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "{{ $input.main.user.items }}",
-        "{{ $input.main.user.keys }}",
         "{{ $input.main.user.name.upper }}",
-        "name: {{ $input.main.user.get }}",
+        "{{ $input.main.tags.count }}",
         "{{ range }}",
         "{{ dict }}",
         "{{ joiner() }}",
@@ -243,6 +241,67 @@ def test_a_method_function_or_iterator_is_not_a_value(text: str) -> None:
     assert error.path == "p"
     assert "not data: " in error.message
     assert "0x" not in error.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{{ $input.main.user.items }}",
+        "{{ $input.main.user.keys }}",
+        "name: {{ $input.main.user.get }}",
+        "{{ $input.main.user['values'] }}",
+    ],
+)
+def test_a_missing_key_named_like_a_dict_method_is_undefined(text: str) -> None:
+    """Was: the name found the dict's method, and the error ("the value is the method 'items'
+    of a dict, not data") listed no keys; now it is a missing key like any other."""
+    error = error_of({"p": text})
+    assert error.message.startswith("undefined: no key '")
+    assert "here; the keys are: id, name (" in error.message
+    assert "() calls the dict's method" in error.message
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{{ $input.main.user.items | default([]) }}", []),
+        ("{{ $input.main.user['keys'] | default('none') }}", "none"),
+        ("{{ $input.main.user.get is defined }}", False),
+        ("{% if $input.main.user.values is defined %}yes{% else %}no{% endif %}", "no"),
+        ("{{ $input.main.items | default([]) }}", [10, 20, 30]),
+        ("{{ $input.main.user.items() | list | length }}", 2),
+        ("{{ $input.main.user.get('name') }}", "Ada"),
+        ("{{ $input.main.user.update | default(false) }}", False),
+        ("{{ $input.main.user['pop'] is defined }}", False),
+    ],
+)
+def test_default_and_is_defined_see_a_missing_key_named_like_a_dict_method(
+    text: str, expected: Any
+) -> None:
+    """The docs' way to read an optional value works for a key named like a dict method (was:
+    ``| default`` gave the method, then "not data", and ``is defined`` was true); calling the
+    method still works."""
+    assert render_one(text) == expected
+
+
+def test_a_dict_method_the_sandbox_blocks_stays_blocked() -> None:
+    """``.update`` on data without that key is undefined, and calling it is still refused."""
+    message = error_of({"p": "{{ $input.main.user.update }}"}).message
+    assert message == "undefined: no key 'update' here; the keys are: id, name"
+    assert "blocked by the template sandbox: access to attribute 'update'" in (
+        error_of({"p": "{{ $input.main.user.update({'id': 1}) }}"}).message
+    )
+
+
+def test_a_lazy_mappings_methods_are_callable_and_its_missing_keys_undefined() -> None:
+    """The same for a mapping that is not a dict (the executor's lazy ``$nodes``)."""
+    scope = make_scope(nodes=LazyNodes({"fetch": {"output": {"id": 42}}}))
+    assert render_one("{{ $nodes.keys() | list }}", scope) == ["fetch"]
+    assert render_one("{{ $nodes.items | default(0) }}", scope) == 0
+    assert (
+        "no key 'items' here; the keys are: fetch"
+        in error_of({"p": "{{ $nodes.items }}"}, scope).message
+    )
 
 
 def test_what_an_iterator_or_method_gives_is_still_a_value() -> None:
