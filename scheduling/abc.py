@@ -129,7 +129,13 @@ class ExecutionStore(Protocol):
         """The execution and its version; ``ExecutionNotFound`` if there is none."""
 
     def find_due(self, now: datetime, limit: int = 100) -> Sequence[tuple[str, datetime]]:
-        """Suspended executions whose ``due_at <= now``, earliest first: (id, due_at)."""
+        """Executions due at or before ``now``, earliest first: (id, due time).
+
+        Suspended ones by their ``due_at``, and running claims whose lease ended. A store
+        may place such a claim by the due time it was claimed at rather than by its lease
+        (``SQLiteStore`` does: its index order), so with a ``limit`` it can come ahead of
+        a row due between the two; every one of them is returned once due either way.
+        """
 
     def alarms(self) -> Sequence[tuple[str, datetime]]:
         """Every suspended execution that has a due time: what a runner re-arms on start."""
