@@ -28,6 +28,7 @@ from prana._template_limits import (
     NotAValueError,
     checked,
     emit,
+    refuse_inside,
     refuse_non_value,
 )
 
@@ -273,6 +274,8 @@ class _Expression:
             result._fail_with_undefined_error()
         refuse_non_value(result)
         emit(checked(result, "the value of the template"))
+        if isinstance(result, list | tuple | dict):
+            refuse_inside(result)
         if isinstance(result, str) and type(result) is not str:
             return str(result)  # Markup from |tojson, |escape...: the record holds plain text
         return result

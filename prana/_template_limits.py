@@ -83,9 +83,9 @@ class LimitError(Exception):
 
 
 class NotAValueError(Exception):
-    """A template's value is a function, method, class or iterator (``{{ $input.main.items
-    }}`` on data without that key, ``| map(...)`` without ``| list``): not data, and its
-    text would carry a memory address."""
+    """A template's value is a function, method, class or iterator (``{{ range }}``,
+    ``| map(...)`` without ``| list``), or holds one: not data, and its text would carry a
+    memory address."""
 
 
 def refuse_non_value(value: Any) -> None:
@@ -107,6 +107,49 @@ def refuse_non_value(value: Any) -> None:
     raise NotAValueError(
         f"the value is {what}, not data: call it with (), or name a key that is there"
     )
+
+
+def refuse_inside(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> None:
+    """What a list, tuple or dict a template gives holds, all the way down, is data.
+
+    The rule: a list or dict literal (``[$input.main.a]``) or a filter's list
+    (``map(attribute='email') | list``) may hold what no template's value may be: an
+    ``Undefined`` (a missing key) raises its error, a function, method or iterator
+    ``NotAValueError``. The caller sized ``value`` first (``checked``): the walk is bounded.
+    """
+    seen: set[int] = set()
+    stack: list[Any] = [value]
+    while stack:
+        container = stack.pop()
+        if id(container) in seen:
+            continue
+        seen.add(id(container))
+        for item in container.values() if isinstance(container, dict) else container:
+            tp = type(item)
+            if tp in _DATA:
+                continue
+            if tp in _NESTED or isinstance(item, list | tuple | dict):
+                stack.append(item)
+            elif isinstance(item, Undefined):
+                item._fail_with_undefined_error()
+            else:
+                refuse_non_value(item)
+
+
+_DATA = frozenset({str, int, float, bool, type(None)})
+_NESTED = frozenset({dict, list, tuple})
+
+
+def _in_text(value: Any) -> str:
+    """A value inside a list or dict written into text that JSON has no form for: a datetime
+    as ISO 8601 (as one outside), an ``Undefined`` raises its error, a function, method or
+    iterator is refused, anything else (an object from ``$env``) is its ``str``."""
+    if isinstance(value, Undefined):
+        return str(value)  # raises, with the message of the undefined
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    refuse_non_value(value)
+    return str(value)
 
 
 # --- the budget of one render ------------------------------------------------------------
@@ -686,10 +729,12 @@ def finalize(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, dict | list):
         checked(value, "a rendered value")
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_in_text)
     if isinstance(value, Undefined):
         return str(value)  # raises, with the message of the undefined
     refuse_non_value(value)
     if not isinstance(value, str | int | float):
         checked(value, "a rendered value")
+        if isinstance(value, tuple):
+            refuse_inside(value)
     return str(value)

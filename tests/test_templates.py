@@ -304,6 +304,56 @@ def test_a_lazy_mappings_methods_are_callable_and_its_missing_keys_undefined() -
     )
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{{ [$input.main.missing] }}",
+        "{{ {'name': $input.main.user.nmae} }}",
+        "{{ [1, {'deep': [$input.main.missing]}] }}",
+        "{{ $input.main.users | map(attribute='emial') | list }}",
+        "{{ ($input.main.missing, 1) }}",
+        "list: {{ [$input.main.missing] }}",
+    ],
+)
+def test_a_missing_key_inside_a_list_or_dict_the_template_builds_is_undefined(text: str) -> None:
+    """Was: the action got ``Undefined`` objects in its params, and the record the text
+    "Undefined" (a typo in ``map(attribute=...)`` gave a list of them), the node completing."""
+    scope = make_scope()
+    scope["input"]["main"]["users"] = [{"email": "a@x"}, {"email": "b@x"}]
+    error = error_of({"p": text}, scope)
+    assert error.message.startswith("undefined: ")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{{ [range] }}",
+        "{{ {'f': $input.main.user.name.upper} }}",
+        "{{ [[$input.main.tags | map('upper')]] }}",
+        "tags: {{ [$input.main.tags | map('upper')] }}",
+        "{{ {'f': lipsum} }}",
+        "pair: {{ (1, range) }}",
+    ],
+)
+def test_a_method_function_or_iterator_inside_a_list_or_dict_is_not_a_value(text: str) -> None:
+    """Was: passed to the action inside the list, and recorded as its repr with a memory
+    address; now the same error as at the top (``not data``)."""
+    error = error_of({"p": text})
+    assert "not data: " in error.message
+    assert "0x" not in error.message
+
+
+def test_lists_and_dicts_of_data_a_template_builds_are_still_values() -> None:
+    """Data, datetimes and a list a filter made stay values, nested or not."""
+    assert render_one("{{ [$input.main.count, {'u': $input.main.user}, [$now]] }}") == [
+        3,
+        {"u": {"id": 7, "name": "Ada"}},
+        [NOW],
+    ]
+    assert render_one("{{ {'t': $input.main.tags | map('upper') | list} }}") == {"t": ["A", "B"]}
+    assert render_one("x={{ [$input.main.count, $now] }}") == f'x=[3,"{NOW.isoformat()}"]'
+
+
 def test_what_an_iterator_or_method_gives_is_still_a_value() -> None:
     """Calling the method or listing the iterator gives data, as it did."""
     assert render_one("{{ $input.main.tags | map('upper') | list }}") == ["A", "B"]
