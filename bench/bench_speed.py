@@ -30,7 +30,7 @@ Rows and their methods (every ratio is between figures measured in this run):
   rows (same JSON text, same table shape), SELECT data and version, ``orjson.loads``,
   change the status, ``orjson.dumps``, UPDATE ... WHERE id AND version (autocommit).
   Its note adds the same floor with a durable claim (a committed UPDATE of the status,
-  due time and version before the compare-and-set): the write a runner must commit
+  a lease column and version before the compare-and-set): the write a runner must commit
   before an action runs, so the part of the distance that no shell code can remove.
 - ``timers``: N executions wait (``wait.wait``, mode schedule) for one instant; they
   are started through a ManualScheduler, then a Runner + SQLiteStore +
@@ -699,8 +699,9 @@ def sqlite_floor(path: Path, texts: list[str], *, claim: bool = False) -> tuple[
     """Per row: read data and version, parse, change, serialize, compare-and-set (autocommit).
 
     The table has the store's shape (rowid, unique id, the partial index on due times).
-    ``claim``: a committed claim first (status, due time and version by compare-and-set),
-    what a runner must make durable before an action runs.
+    ``claim``: a committed claim first (status, lease and version by compare-and-set; the
+    lease in its own column, as ``SQLiteStore``'s claim since schema 2, so the due-time
+    index is left alone), what a runner must make durable before an action runs.
     """
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -708,7 +709,8 @@ def sqlite_floor(path: Path, texts: list[str], *, claim: bool = False) -> tuple[
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(
             "CREATE TABLE t (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, status TEXT,"
-            " due_at INTEGER, version INTEGER NOT NULL, updated_at INTEGER, data TEXT NOT NULL)"
+            " due_at INTEGER, lease_at INTEGER, version INTEGER NOT NULL, updated_at INTEGER,"
+            " data TEXT NOT NULL)"
         )
         conn.execute("CREATE INDEX t_due ON t (due_at, seq) WHERE due_at IS NOT NULL")
         ids = [uuid.uuid4().hex for _ in texts]
@@ -727,16 +729,16 @@ def sqlite_floor(path: Path, texts: list[str], *, claim: bool = False) -> tuple[
                 if claim:
                     assert (
                         conn.execute(
-                            "UPDATE t SET status = 'running', due_at = ?, version = version + 1"
-                            " WHERE id = ? AND version = ?",
-                            (3, execution_id, version),
+                            "UPDATE t SET status = 'running', lease_at = ?, version = version + 1,"
+                            " updated_at = ? WHERE id = ? AND version = ?",
+                            (3, 2, execution_id, version),
                         ).rowcount
                         == 1
                     )
                     version += 1
                 doc["execution"]["status"] = "completed"
                 changed = conn.execute(
-                    "UPDATE t SET status = ?, due_at = ?, version = version + 1,"
+                    "UPDATE t SET status = ?, due_at = ?, lease_at = NULL, version = version + 1,"
                     " updated_at = ?, data = ? WHERE id = ? AND version = ?",
                     ("completed", None, 2, orjson.dumps(doc).decode(), execution_id, version),
                 ).rowcount
