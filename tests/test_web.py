@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -471,6 +472,33 @@ def test_api_one_execution_with_attempts_and_schedule() -> None:
     preview = call["retry_policies"][0]
     assert [row["typical_delay_s"] for row in preview["rows"]] == [5.0, 5.0]
     assert "token" not in json.dumps(view)
+
+
+def test_api_one_gives_a_claimed_executions_lease_as_its_due_time_as_the_list_does(
+    tmp_path: Path,
+) -> None:
+    """A light claim (running, its suspended record kept): the detail's ``due_at`` is its
+    lease end, as the list's row and ``lease_expires_at`` say (it had no ``due_at``)."""
+    store = SQLiteStore(tmp_path / "claimed.db")
+    with make_runner(store, fails=1) as runner:
+        execution_id = runner.start(approval(), None)  # suspended on the call's retry
+        loaded, version = store.load(execution_id)
+        assert loaded.status is ExecutionStatus.SUSPENDED
+        assert loaded.started_at is not None
+        lease = loaded.started_at + timedelta(seconds=35)
+        store.claim(execution_id, version, lease, loaded.started_at + timedelta(seconds=5))
+
+        async def both() -> tuple[Any, Any]:
+            async with _asgi(create_app(runner, token=OPERATOR)) as client:
+                listed = await client.get("/api/executions", headers=_auth())
+                one = await client.get(f"/api/executions/{execution_id}", headers=_auth())
+                return listed.json(), one.json()
+
+        listed, view = asyncio.run(both())
+    [row] = listed["items"]
+    assert (row["status"], view["status"]) == ("running", "running")
+    assert view["resuming"] is not None
+    assert row["due_at"] == view["due_at"] == view["lease_expires_at"] == lease.isoformat()
 
 
 def test_operator_auth(runner: Runner, server: str) -> None:

@@ -147,7 +147,11 @@ def execution_view(
     workflow: Workflow | None,
     registry: Registry,
 ) -> dict[str, Any]:
-    """The whole execution as JSON-native data: header, waiting state, node runs, attempts."""
+    """The whole execution as JSON-native data: header, waiting state, node runs, attempts.
+
+    ``due_at`` is the execution's alarm, as the list's row gives it: a wait's due time, or a
+    ``running`` execution's lease end (a light claim's too).
+    """
     waiting = None
     suspension = execution.suspension
     if execution.status is ExecutionStatus.SUSPENDED and suspension is not None:
@@ -183,6 +187,7 @@ def execution_view(
         "started_at": _iso(execution.started_at),
         "updated_at": _iso(execution.updated_at),
         "completed_at": _iso(execution.completed_at),
+        "due_at": _iso(execution.due_at),
         "waiting": waiting,
         "resuming": claimed_resume(execution),
         "lease_expires_at": _iso(execution.lease_expires_at),
