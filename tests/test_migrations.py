@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from typing import TYPE_CHECKING
 
@@ -313,3 +314,82 @@ def test_db_upgrade_of_no_database_says_it_created_it(
     assert capsys.readouterr().out.strip() == f"schema created at version {current} ({path})"
     assert main(["db", "upgrade", "--db", str(path)]) == 0
     assert capsys.readouterr().out.strip() == f"schema at version {current} (up to date)"
+
+
+UPGRADED = (
+    "upgraded the database schema from version 1 to {to} ({where}); earlier prana versions "
+    "can no longer open it, and one still running must be stopped"
+)
+
+
+def test_opening_an_older_database_warns_once_that_it_upgraded_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgrade on open is one WARNING on ``scheduling.stores``; a store that upgraded
+    nothing (a new database, or one already up to date) logs none."""
+    path = tmp_path / "v1.db"
+    database_at_version_1(path)
+    with caplog.at_level(logging.WARNING, logger="scheduling"):
+        SQLiteStore(path).close()
+        SQLiteStore(path).close()
+        SQLiteStore(tmp_path / "new.db").close()
+    [record] = caplog.records
+    assert (record.name, record.levelno) == ("scheduling.stores", logging.WARNING)
+    current = sqlite_module.SCHEMA_VERSION
+    assert record.getMessage() == UPGRADED.format(to=current, where=path)
+
+
+def test_the_cli_says_on_stderr_that_it_upgraded_the_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana list`` on an older database says on stderr, in one line, that it upgraded
+    it; ``prana db upgrade`` says it once, on stdout, as before."""
+    listed, upgraded = tmp_path / "listed.db", tmp_path / "upgraded.db"
+    stored_id = database_at_version_1(listed)
+    database_at_version_1(upgraded)
+    current = sqlite_module.SCHEMA_VERSION
+    assert main(["list", "--db", str(listed)]) == 0
+    out, err = capsys.readouterr()
+    assert stored_id[:8] in out
+    assert err == f"prana: warning: {UPGRADED.format(to=current, where=listed)}\n"
+    assert main(["list", "--db", str(listed)]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["db", "upgrade", "--db", str(upgraded)]) == 0
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"schema upgraded from version 1 to {current}\n", "")
+
+
+@pytest.mark.postgres
+def test_postgres_warns_once_that_it_upgraded_the_schema(
+    postgres_store: PostgresStore,
+    postgres_dsn: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PostgreSQL: an upgrade on open (here to a future version) is one WARNING naming the
+    schema; opening it again logs none."""
+    from scheduling.stores.postgres import PostgresStore
+
+    postgres_store.setup()
+    future = Migration(
+        postgres_module.SCHEMA_VERSION + 1,
+        "a future column",
+        "ALTER TABLE {executions} ADD COLUMN future_column INTEGER",
+    )
+    monkeypatch.setattr(
+        postgres_module, "POSTGRES_MIGRATIONS", (*postgres_module.POSTGRES_MIGRATIONS, future)
+    )
+    monkeypatch.setattr(postgres_module, "SCHEMA_VERSION", future.version)
+    with caplog.at_level(logging.WARNING, logger="scheduling"):
+        for _ in "ab":
+            store = PostgresStore(postgres_dsn, schema=postgres_store.schema)
+            try:
+                store.setup()
+            finally:
+                store.close()
+    [record] = caplog.records
+    assert record.name == "scheduling.stores"
+    assert record.getMessage().startswith(
+        f"upgraded the database schema from version {future.version - 1} to {future.version} "
+        f"(PostgreSQL schema {postgres_store.schema or 'public'})"
+    )

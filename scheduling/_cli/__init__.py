@@ -14,7 +14,6 @@ command is one module and one line in ``_COMMANDS``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sqlite3
 import sys
@@ -46,6 +45,7 @@ from scheduling._cli._common import (
     load_workflow_file,
     one_line,
     one_line_logging,
+    store_warnings,
 )
 from scheduling._console import printable
 
@@ -162,7 +162,7 @@ def _main(argv: Sequence[str] | None) -> int:
     logs = (
         one_line_logging(args.log_level, console=args.log_console)
         if hasattr(args, "log_level")
-        else contextlib.nullcontext()
+        else store_warnings()
     )
     try:
         with logs:

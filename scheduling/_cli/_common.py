@@ -464,6 +464,26 @@ def one_line_logging(level: str = "info", *, console: bool = False) -> Iterator[
             logger.setLevel(previous[1][name])
 
 
+@contextlib.contextmanager
+def store_warnings() -> Iterator[None]:
+    """While inside, the stores' warnings go to stderr as ``prana: warning: ...`` lines.
+
+    For a command without ``--log-level`` (which configures no logging): opening a store
+    may upgrade its schema, and the operator must see that it did (earlier releases can no
+    longer use the database). Only ``scheduling.stores`` is shown; the handler is removed
+    on the way out.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(OneLineFormatter("prana: warning: %(message)s"))
+    stores = logging.getLogger("scheduling.stores")
+    stores.addHandler(handler)
+    try:
+        yield
+    finally:
+        stores.removeHandler(handler)
+
+
 PREFIX_SCAN_LIMIT = 100_000
 """How many stored executions an id prefix is matched against (newest first)."""
 

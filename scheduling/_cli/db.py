@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 from typing import TYPE_CHECKING
 
 from scheduling._cli._common import (
@@ -18,6 +20,8 @@ from scheduling._cli._common import (
 from scheduling.abc import MigratingStore
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from scheduling._cli._common import AddCommand
 
 
@@ -36,7 +40,8 @@ def _cmd_db(args: argparse.Namespace) -> int:
     if args.action == "status":
         return _status(args)
     stored, where, _ = _stored_version(args)
-    store = open_store(args, must_exist=False, upgrade=True)
+    with _upgrade_said_here():
+        store = open_store(args, must_exist=False, upgrade=True)
     try:
         if not isinstance(store, MigratingStore):  # pragma: no cover - the CLI opens SQL stores
             raise CLIError(f"prana db: a {type(store).__name__} has no versioned schema")
@@ -50,6 +55,21 @@ def _cmd_db(args: argparse.Namespace) -> int:
     else:
         print(f"schema at version {version} (up to date)")
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _upgrade_said_here() -> Iterator[None]:
+    """Leave out the store's own warning that it upgraded the schema: the line below says it."""
+    from scheduling.stores._migrations import UPGRADED_FROM, logger
+
+    def other(record: logging.LogRecord) -> bool:
+        return not hasattr(record, UPGRADED_FROM)
+
+    logger.addFilter(other)
+    try:
+        yield
+    finally:
+        logger.removeFilter(other)
 
 
 def _status(args: argparse.Namespace) -> int:

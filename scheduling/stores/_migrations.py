@@ -4,7 +4,9 @@ Each store lists its migrations in order, numbered from 1 without gaps; the data
 one row per applied migration in ``prana_schema_version``. Opening a store applies the
 ones it lacks, in order, inside one transaction (or refuses with ``upgrade=False``), and
 refuses a database whose schema is newer than the code. Changing the schema (a column, an
-index) is one new migration at the end of the list, never an edit of an old one.
+index) is one new migration at the end of the list, never an edit of an old one. An upgrade
+on open is logged once, at WARNING on ``scheduling.stores`` (``log_upgrade``): an operator
+sees that earlier releases can no longer use the database.
 
 A database made before versioned migrations has prana's tables but no version table: its
 layout is migration 1, recorded as such when it is first opened.
@@ -12,6 +14,7 @@ layout is migration 1, recorded as such when it is first opened.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import attrs
@@ -19,6 +22,10 @@ import attrs
 from scheduling._errors import StoreError
 
 VERSION_TABLE = "prana_schema_version"
+
+logger = logging.getLogger("scheduling.stores")
+UPGRADED_FROM = "prana_schema_upgraded_from"
+"""The attribute of the upgrade's log record holding the version it upgraded from."""
 
 
 @attrs.frozen
@@ -66,3 +73,15 @@ def pending(
             "run `prana db upgrade` (or open the store with upgrade=True)"
         )
     return todo
+
+
+def log_upgrade(where: str, before: int, after: int) -> None:
+    """Say once, at WARNING, that opening the store upgraded the database at ``where``."""
+    logger.warning(
+        "upgraded the database schema from version %d to %d (%s); earlier prana versions "
+        "can no longer open it, and one still running must be stopped",
+        before,
+        after,
+        where,
+        extra={UPGRADED_FROM: before, "prana_schema_version": after},
+    )

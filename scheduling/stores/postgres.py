@@ -57,7 +57,7 @@ from scheduling._errors import (
 )
 from scheduling.abc import ExecutionSummary
 from scheduling.stores._base import BaseStore, conflict_message
-from scheduling.stores._migrations import Migration, check_sequence, pending
+from scheduling.stores._migrations import Migration, check_sequence, log_upgrade, pending
 from scheduling.stores._postgres_groups import (
     BEGIN_ASYNC_GROUP,
     GroupsMixin,
@@ -389,6 +389,9 @@ class PostgresStore(GroupsMixin, BaseStore):
                     sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
                 )
             self._migrate(conn)
+        if self.upgraded_from is not None:  # said once committed
+            where = f"PostgreSQL schema {self.schema or 'public'}"
+            log_upgrade(where, self.upgraded_from, SCHEMA_VERSION)
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Bring the schema to ``SCHEMA_VERSION`` (in the caller's transaction) or refuse."""

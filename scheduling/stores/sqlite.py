@@ -41,6 +41,7 @@ from scheduling.stores._migrations import (
     SchemaBehindError,
     SchemaTooNewError,
     check_sequence,
+    log_upgrade,
     pending,
 )
 from scheduling.stores._sql import (
@@ -352,6 +353,7 @@ class SQLiteStore(BaseStore):
         conn.execute("COMMIT")
         if todo and current > 0:
             self.upgraded_from = current
+            log_upgrade(self.path, current, SCHEMA_VERSION)
         self.schema_version = SCHEMA_VERSION
 
     @staticmethod
