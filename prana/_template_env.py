@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from jinja2 import StrictUndefined, Undefined, nodes, pass_environment, pass_eval_context
-from jinja2.exceptions import SecurityError
+from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.filters import make_attrgetter
 from jinja2.runtime import LoopContext, Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -39,11 +39,13 @@ from prana._template_limits import (
     MAX_STEPS,
     NUMBERS,
     OPERAND,
+    PLAIN,
     PPRINT_DEPTH,
     PREFIX,
     SLICED,
     Formatter,
     LimitError,
+    NotAValueError,
     bounded_dumps,
     charge,
     check_add,
@@ -61,6 +63,7 @@ from prana._template_limits import (
     method_check,
     over,
     pre_replace,
+    refuse_in_text,
     shallow,
     size_of,
     step,
@@ -81,6 +84,18 @@ _SHALLOW_FILTERS = frozenset(
 """Filters that only read the top level of their value (the rest may print or compare it)."""
 
 _O1_FILTERS = frozenset({"attr", "count", "d", "default", "first", "length"})
+
+_PASSING_FILTERS = frozenset(
+    {
+        "attr", "batch", "count", "d", "default", "dictsort", "first", "groupby", "items",
+        "join", "last", "length", "list", "map", "max", "min", "random", "reject",
+        "rejectattr", "reverse", "select", "selectattr", "slice", "sort", "sum", "unique",
+    }
+)  # fmt: skip
+"""Filters whose value may be an iterator or hold a method: they pass items along (what
+they give is checked where it is used), or read a length; ``join`` checks the items it
+writes. Every other filter writes its value as text or reads it as a number, so its value,
+like every filter's arguments, goes through ``refuse_in_text`` first."""
 
 _SHALLOW_TESTS = frozenset(
     {
@@ -152,6 +167,9 @@ def _join_filter(eval_ctx: Any, value: Any, d: Any = "", attribute: Any = None) 
         getter = make_attrgetter(eval_ctx.environment, attribute)
         items = [getter(item) for item in items]
     joined(d, items)
+    for item in items:
+        if type(item) not in PLAIN:
+            refuse_in_text(item)
     return str(d).join([text_of(item) for item in items])
 
 
@@ -199,6 +217,7 @@ def _guard_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     offset = 0 if _PassArg.from_obj(fn) is None else 1
     top_only = name in _SHALLOW_FILTERS
     constant = name in _O1_FILTERS
+    writes_value = name not in _PASSING_FILTERS
     check = _FILTER_CHECKS.get(name)
     label = f"the {name} filter"
 
@@ -217,10 +236,14 @@ def _guard_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                 checked(own[0], what)
             elif not constant:
                 shallow(own[0])
+            if writes_value and type(own[0]) is not str:
+                refuse_in_text(own[0])
             for arg in own[1:]:
                 checked(arg, what)
+                refuse_in_text(arg)
         for arg in kwargs.values():
             checked(arg, what)
+            refuse_in_text(arg)
         if check is not None:
             check(*own, **kwargs)
         result = fn(*args, **kwargs)
@@ -255,6 +278,15 @@ def _guard_test(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 # --- strict undefined --------------------------------------------------------------------
 
 
+class _Unnamed(str):
+    """A key that is not data (``$input.main[range]``), shown by its type in a message."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<a {self}>"
+
+
 def _shown(name: Any) -> str:
     text = str(name)
     if text.startswith(PREFIX):
@@ -264,6 +296,10 @@ def _shown(name: Any) -> str:
 
 def _undefined_message(hint: str | None, obj: Any, name: Any) -> str:
     """Say what is missing and what is there instead (keys, list length, close matches)."""
+    try:
+        refuse_in_text(name)
+    except (NotAValueError, UndefinedError):  # a key that is not data: its repr has an address
+        name = _Unnamed(type(name).__name__)
     if hint:
         return hint.replace(PREFIX, "$")
     if obj is missing:

@@ -16,10 +16,10 @@ import contextvars
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MappingView
 from datetime import date, datetime, time, timedelta
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from jinja2 import Undefined
 from jinja2.exceptions import SecurityError
@@ -88,14 +88,24 @@ class NotAValueError(Exception):
     memory address."""
 
 
+_OBJECT_REPR: Any = object.__repr__
+_OBJECT_STR: Any = object.__str__
+
+
 def refuse_non_value(value: Any) -> None:
-    """Raise ``NotAValueError`` if ``value`` is callable or an iterator: a template gives data."""
+    """Raise ``NotAValueError`` if ``value`` is callable, an iterator or an object whose text
+    is Python's default repr (a memory address): a template gives data."""
     if hasattr(value, "__next__"):  # a generator (map, select, batch...), an iterator, a cycler
         raise NotAValueError(
             f"the value is a {type(value).__name__} (an iterator, as the filters map, select, "
             "reject, batch and reverse give), not data: add | list"
         )
     if not callable(value):
+        tp = type(value)
+        if tp.__repr__ is _OBJECT_REPR and tp.__str__ is _OBJECT_STR:
+            raise NotAValueError(
+                f"the value is a {tp.__name__} object, not data: its text would be a memory address"
+            )
         return
     owner = getattr(value, "__self__", None)
     if isinstance(value, type):
@@ -109,35 +119,92 @@ def refuse_non_value(value: Any) -> None:
     )
 
 
-def refuse_inside(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> None:
-    """What a list, tuple or dict a template gives holds, all the way down, is data.
+def refuse_inside(value: Any) -> None:
+    """What a list, tuple or dict (or set, dict view, namespace) holds, all the way down, is
+    data.
 
     The rule: a list or dict literal (``[$input.main.a]``) or a filter's list
     (``map(attribute='email') | list``) may hold what no template's value may be: an
-    ``Undefined`` (a missing key) raises its error, a function, method or iterator
-    ``NotAValueError``. The caller sized ``value`` first (``checked``): the walk is bounded.
+    ``Undefined`` (a missing key) raises its error, a function, method or iterator, as an
+    item or a dict key, ``NotAValueError``. The caller sized ``value`` first (``checked``):
+    the walk is bounded.
     """
-    seen: set[int] = set()
+    tp = type(value)
+    if tp is list or tp is tuple:  # the usual flat list: one pass, nothing allocated
+        for item in value:
+            if type(item) not in PLAIN:
+                break
+        else:
+            return
+    elif tp is dict:
+        for key, item in value.items():
+            if type(key) not in PLAIN or type(item) not in PLAIN:
+                break
+        else:
+            return
+    seen: dict[int, Any] = {}  # holds what it walked: an id is not reused during the walk
     stack: list[Any] = [value]
     while stack:
         container = stack.pop()
         if id(container) in seen:
             continue
-        seen.add(id(container))
-        for item in container.values() if isinstance(container, dict) else container:
-            tp = type(item)
-            if tp in _DATA:
-                continue
-            if tp in _NESTED or isinstance(item, list | tuple | dict):
-                stack.append(item)
-            elif isinstance(item, Undefined):
-                item._fail_with_undefined_error()
-            else:
-                refuse_non_value(item)
+        seen[id(container)] = container
+        if type(container) in _NESTED:
+            pass
+        elif isinstance(container, Namespace):
+            container = container._Namespace__attrs  # its only storage
+        elif isinstance(container, MappingView):
+            container = tuple(cast("Iterable[Any]", container))  # .items(): its pairs
+            seen[id(container)] = container
+        items: Iterable[Any] = container
+        if isinstance(container, dict):
+            items = container.values()
+            for key in container:
+                if type(key) not in PLAIN:
+                    _refuse_item(key, stack)
+        for item in items:
+            if type(item) not in PLAIN:
+                _refuse_item(item, stack)
 
 
-_DATA = frozenset({str, int, float, bool, type(None)})
+def _refuse_item(item: Any, stack: list[Any]) -> None:
+    """An item of a container ``refuse_inside`` walks: a container goes on ``stack``."""
+    if type(item) in _NESTED or isinstance(item, _CONTAINERS):
+        stack.append(item)
+    elif isinstance(item, Undefined):
+        item._fail_with_undefined_error()
+    else:
+        refuse_non_value(item)
+
+
+PLAIN = frozenset({str, int, float, bool, type(None)})
+"""The types of plain data: written as text by ``str``, with nothing inside to walk."""
 _NESTED = frozenset({dict, list, tuple})
+_CONTAINERS = (list, tuple, dict, set, frozenset, Namespace, MappingView)
+
+
+def refuse_in_text(value: Any) -> None:
+    """Raise ``NotAValueError`` if writing ``value`` as text would write something that is
+    not data: a function, method, class or iterator, an object with Python's default repr,
+    or a list, dict, dict view or namespace holding one (its text is their repr, with a
+    memory address that differs on every run). An ``Undefined`` in one raises its error.
+
+    The rule: every place a template turns a value into text calls it first (the finalize
+    hook, ``~``, ``%``, ``str.format``, the filters but those that pass objects along, and
+    ``join``'s items). A top-level ``Undefined`` is let through: its ``str`` raises. The
+    callers sized ``value`` first: the walk is bounded.
+    """
+    tp = type(value)
+    if tp in PLAIN:
+        return
+    if tp in _NESTED:
+        refuse_inside(value)
+        return
+    if isinstance(value, Undefined):
+        return
+    refuse_non_value(value)
+    if isinstance(value, _CONTAINERS):
+        refuse_inside(value)
 
 
 def _in_text(value: Any) -> str:
@@ -148,7 +215,7 @@ def _in_text(value: Any) -> str:
         return str(value)  # raises, with the message of the undefined
     if isinstance(value, datetime | date | time):
         return value.isoformat()
-    refuse_non_value(value)
+    refuse_in_text(value)
     return str(value)
 
 
@@ -426,6 +493,7 @@ def check_printf(fmt: Any, args: Any) -> None:
     """Check a ``%`` format and its arguments before formatting: widths and the result size."""
     if not isinstance(fmt, str | bytes):
         return
+    refuse_in_text(args)
     text = fmt if isinstance(fmt, str) else fmt.decode("latin-1")
     positional = args if isinstance(args, tuple) else (args,)
     index = 0
@@ -465,12 +533,14 @@ class Formatter(SandboxedFormatter):
 
     def convert_field(self, value: Any, conversion: str | None) -> Any:
         checked(value, "a formatted value")
+        refuse_in_text(value)
         return super().convert_field(value, conversion)
 
     def format_field(self, value: Any, format_spec: str) -> Any:
         for number in _SPEC_NUMBER.findall(format_spec):
             check_width(number, f"the format spec {format_spec!r}")
         checked(value, "a formatted value")
+        refuse_in_text(value)
         text = super().format_field(value, format_spec)
         self._total += len(text)
         if self._total > MAX_SIZE:
@@ -645,6 +715,9 @@ def concat(*pieces: Any) -> str:
         if total > MAX_SIZE:
             raise over("the ~ concatenation", total)
     charge(total)
+    for piece in pieces:
+        if type(piece) is not str:
+            refuse_in_text(piece)
     text = "".join([piece if type(piece) is str else str(piece) for piece in pieces])
     if len(text) > MAX_SIZE:
         raise over("the ~ concatenation", len(text))
@@ -735,6 +808,5 @@ def finalize(value: Any) -> Any:
     refuse_non_value(value)
     if not isinstance(value, str | int | float):
         checked(value, "a rendered value")
-        if isinstance(value, tuple):
-            refuse_inside(value)
+        refuse_in_text(value)
     return str(value)

@@ -362,6 +362,109 @@ def test_what_an_iterator_or_method_gives_is_still_a_value() -> None:
     assert render_one("{% set c = cycler(1, 2) %}{{ c.next() }}{{ c.next() }}") == "12"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{{ $input.main.user.name.upper | string }}",
+        "{{ $input.main.user.name.upper ~ '' }}",
+        "{{ '%s' % $input.main.user.name.upper }}",
+        "{{ '%s and %s' % (1, range) }}",
+        "{{ '%(f)s' % {'f': range} }}",
+        "{{ $input.main.user.name.upper | pprint }}",
+        "{{ '%s' | format($input.main.user.name.upper) }}",
+        "{{ [$input.main.user.name.upper] | join(', ') }}",
+        "{{ [[range]] | join(', ') }}",
+        "{{ ['a', 'b'] | join(range) }}",
+        "{{ $input.main.user.name.upper | tojson }}",
+        "{{ '{}'.format(range) }}",
+        "{{ '{f!r}'.format_map({'f': range}) }}",
+        "{{ [range] | string }}",
+        "{{ {range: 1} | string }}",
+        "{{ {'a': range}.items() | string }}",
+        "{{ range | upper }}",
+        "{{ range | e }}",
+        "{{ {'a': range} | xmlattr }}",
+        "{{ $now.replace | string }}",
+        "{{ $input.main.tags | map('upper') | string }}",
+        "{{ cycler(1, 2) | string }}",
+        "{{ [range] | map('string') | list }}",
+        "{% set f = range %}{{ f | truncate(9) }}",
+        "x {{ namespace(f=range) }}",
+        "{{ [1] | map(range) | list }}",
+        "{{ [1] | select(range) | list }}",
+    ],
+)
+def test_text_of_a_method_function_or_iterator_is_refused(text: str) -> None:
+    """Was: turning one into text explicitly (``| string``, ``~``, ``%``, ``| pprint``,
+    ``| format``, ``| join``, ``str.format``, any filter that writes its value) recorded its
+    repr, a memory address different on every run (``<built-in method upper of str object
+    at 0x7f...>``); ``map(range)`` failed naming it the same way. Now the same error as a
+    template whose value is one, saying what to do."""
+    error = error_of({"p": text})
+    assert "not data: " in error.message
+    assert "0x" not in error.message
+
+
+def test_a_missing_key_inside_a_list_written_as_text_is_undefined() -> None:
+    """Was: ``[$input.main.missing] | string`` wrote ``[Undefined]``."""
+    message = error_of({"p": "{{ [$input.main.missing] | string }}"}).message
+    assert message.startswith("undefined: no key 'missing' here")
+
+
+def test_an_object_with_the_default_repr_is_not_written_as_text() -> None:
+    """An object whose text is Python's default repr (``<object object at 0x...>``) is refused
+    where it would be written; its own repr without an address (a namespace) is kept."""
+    scope = make_scope(vars={"obj": object()})
+    for text in ("{{ $vars.obj | string }}", "x {{ $vars.obj }}", "{{ [$vars.obj] ~ '' }}"):
+        message = error_of({"p": text}, scope).message
+        assert message.startswith("the value is a object object, not data"), text
+        assert "0x" not in message
+    assert render_one("{{ namespace(a=1) | string }}") == "<Namespace {'a': 1}>"
+
+
+@pytest.mark.parametrize("text", ["{{ $input.main.user[range] }}", "{{ $input.main.tags[range] }}"])
+def test_a_key_that_is_not_data_is_named_by_its_type(text: str) -> None:
+    """Was: the undefined error showed the key's repr, a memory address."""
+    message = error_of({"p": text}).message
+    assert message.startswith("undefined: ")
+    assert "<a function>" in message
+    assert "0x" not in message
+
+
+def test_a_dict_key_that_is_a_function_is_not_a_value() -> None:
+    """Was: ``{{ {range: 1} }}`` gave the action a dict keyed by the function."""
+    assert "not data: " in error_of({"p": "{{ {range: 1} }}"}).message
+
+
+_DATA_AS_TEXT = [
+    ("'Ada'", "Ada", "'Ada'"),
+    ("3", "3", "3"),
+    ("2.5", "2.5", "2.5"),
+    ("true", "True", "True"),
+    ("none", "None", "None"),
+    ("[1, 'a', none, [true]]", "[1, 'a', None, [True]]", "[1, 'a', None, [True]]"),
+    ("{'a': [1, {'b': none}]}", "{'a': [1, {'b': None}]}", "{'a': [1, {'b': None}]}"),
+    ("$now", "2030-01-02 03:04:05+00:00", repr(NOW)),
+    ("[$now]", f"[{NOW!r}]", f"[{NOW!r}]"),
+    ("(1, 'a')", "(1, 'a')", "(1, 'a')"),
+    ("$input.main.user.items()", "dict_items([('id', 7), ('name', 'Ada')])", None),
+    ("namespace(a=1)", "<Namespace {'a': 1}>", "<Namespace {'a': 1}>"),
+]
+
+
+@pytest.mark.parametrize(("value", "text", "printed"), _DATA_AS_TEXT)
+def test_data_written_as_text_is_unchanged(value: str, text: str, printed: str | None) -> None:
+    """Strings, numbers, booleans, None, lists, dicts and datetimes are written as before."""
+    assert render_one(f"{{{{ {value} | string }}}}") == text
+    assert render_one(f"{{{{ {value} ~ '|' }}}}") == text + "|"
+    assert render_one(f"{{{{ '%s' % ({value},) }}}}") == text
+    assert render_one(f"{{{{ '%s!' | format({value}) }}}}") == text + "!"
+    assert render_one(f"{{{{ '{{}}'.format({value}) }}}}") == text
+    assert render_one(f"{{{{ [{value}, {value}] | join(';') }}}}") == f"{text};{text}"
+    if printed is not None:
+        assert render_one(f"{{{{ {value} | pprint }}}}") == printed
+
+
 def test_non_dict_mappings_are_read_like_dicts() -> None:
     """A lazy mapping (like the executor's ``$nodes`` view) is read through both paths."""
     scope = make_scope(nodes=LazyNodes({"fetch": {"output": {"id": 42}}}))
