@@ -13,7 +13,9 @@ action call: the execution ``running``, the node's record ``running`` with the a
 about to run open (outcome ``running``). A shell saves it, so a process that dies inside
 the action leaves a record that says which attempt was in flight; ``prana._recovery`` (for
 ``recover_execution``) closes that attempt ``interrupted`` and runs it again. An exception
-from the callback stops the run before the action is called (a lost claim).
+from the callback stops the run before the action is called (a lost claim). A shell that
+will not read a snapshot passes a ``prana._checkpoint.CheckpointById``, which the engine
+offers the execution id first, building the snapshot only if it declines.
 
 Scheduling is depth-first: the most recently activated ready node runs next, ties by key.
 A node with several input ports waits until every port has data or can no longer get any.
@@ -29,6 +31,7 @@ from typing import Any
 from prana._builtins import SubWorkflowFailed, quick_wait_value
 from prana._builtins import _manual_trigger as manual_trigger
 from prana._builtins import _wait_resume as wait_resume
+from prana._checkpoint import CheckpointById
 from prana._decision import (
     AttemptView,
     rejects_result,
@@ -428,8 +431,16 @@ class Run(Frontier):
                 continue
             if type(step) is tuple:
                 continuation = step[3]
-                if self.checkpoint is not None and not continuation[3]:
-                    self.checkpoint(self.snapshot(continuation[1]))
+                checkpoint = self.checkpoint
+                # A checkpoint taken by the id alone needs no snapshot (prana._checkpoint).
+                if (
+                    checkpoint is not None
+                    and not continuation[3]
+                    and not (
+                        isinstance(checkpoint, CheckpointById) and checkpoint.take_by_id(self.id)
+                    )
+                ):
+                    checkpoint(self.snapshot(continuation[1]))
                 ok, value = yield step
                 if ok and not continuation[3]:
                     cn, node_run, ctx, _ = continuation

@@ -3,8 +3,10 @@
 Theory of operation. A step that resumes a record loaded ``suspended`` on a retry or a timer
 (``LIGHT_KINDS``) claims it with ``ClaimingStore.claim`` instead of saving the core's first
 ``running`` snapshot: the row says ``running`` under a lease since the claim time, and its
-stored record stays the suspended one. That saves the snapshot's serialization and most of
-its write, and loses nothing, by this rule:
+stored record stays the suspended one. The claim is taken by the execution id
+(``prana._checkpoint.CheckpointById``), so the core does not even build that snapshot. That
+saves the snapshot, its serialization and most of its write, and loses nothing, by this
+rule:
 
     A claimed record (``running`` with its ``suspension`` kept, see ``is_claimed``) stands
     for the snapshot its step saved no copy of: the core resuming that suspended record, at

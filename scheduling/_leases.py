@@ -13,7 +13,9 @@ snapshot of the execution (``checkpoint=``). The runner saves it with a compare-
 
 A light claim (``light=True``, over a ``scheduling.abc.ClaimingStore``) is the same first
 save without the snapshot: the store sets the row's status, lease and claim time and keeps
-its record, the suspended execution the step resumes. The step asks for it only when that
+its record, the suspended execution the step resumes, and it is taken by the execution id
+(``StepCheckpoint.take_by_id``), so the core builds no snapshot for it at all
+(``prana._checkpoint``). The step asks for it only when that
 record says everything the snapshot would (a retry or a timer: the resume data is ignored;
 ``scheduling._claims`` holds the rule and the reading back). Later checkpoints of the step
 save their snapshots as before (the record has moved on from what the claim stands on).
@@ -32,6 +34,7 @@ import threading
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from prana._checkpoint import CheckpointById
 from prana._model import with_lease
 from scheduling._errors import StaleVersionError, StoreError
 from scheduling.abc import ClaimingStore
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("scheduling._runner")
 
-__all__ = ["Claim", "Leases"]
+__all__ = ["Claim", "Leases", "StepCheckpoint"]
 
 
 class Claim:
@@ -67,6 +70,55 @@ class Claim:
         self.claimed: tuple[str, datetime] | None = None
 
 
+class StepCheckpoint(CheckpointById):
+    """One step's checkpoint callback (``Leases.checkpoint``).
+
+    A light claim is taken by the execution id alone (``take_by_id``): the store writes the
+    row's columns, and the core builds no snapshot for it (``prana._checkpoint``: the
+    snapshot the claim stands for is rebuilt from the stored record when it is needed,
+    ``scheduling._claims``). Every other checkpoint saves the snapshot it is handed.
+    """
+
+    __slots__ = ("claim", "commit", "leases")
+
+    def __init__(self, leases: Leases, claim: Claim, commit: Callable[[], None] | None) -> None:
+        self.leases = leases
+        self.claim = claim
+        self.commit = commit
+
+    def take_by_id(self, execution_id: str) -> bool:
+        """Claim lightly if this is the step's first checkpoint of a light claim."""
+        claim, leases = self.claim, self.leases
+        claiming = leases.claiming
+        with claim.lock:
+            if not claim.light or claiming is None or claim.version is None:
+                return False
+            claim.light = False  # only the first checkpoint: the record moves on after
+            now = leases.clock()
+            claim.version = claiming.claim(execution_id, claim.version, now + leases.lease, now)
+            claim.claimed, claim.saved_at = (execution_id, now), now
+        self._held()
+        return True
+
+    def __call__(self, execution: WorkflowExecution) -> None:
+        """Save ``execution`` (a ``running`` snapshot) leased, unless it is taken by id."""
+        if self.take_by_id(execution.id):
+            return
+        claim, leases = self.claim, self.leases
+        now = leases.clock()
+        with claim.lock:
+            record = with_lease(execution, now + leases.lease)
+            claim.version = leases.store.save(record, claim.version)
+            claim.record, claim.claimed, claim.saved_at = record, None, now
+        self._held()
+
+    def _held(self) -> None:
+        """After a save: commit the store's group, and have the keeper renew the claim."""
+        if self.commit is not None:
+            self.commit()
+        self.leases.renewing(self.claim)
+
+
 class Leases:
     """Saves checkpoints as leased claims, and renews the claims of steps still running."""
 
@@ -86,34 +138,13 @@ class Leases:
         self._cond = threading.Condition()
         self._keeper: threading.Thread | None = None
 
-    def checkpoint(
-        self, claim: Claim, commit: Callable[[], None] | None = None
-    ) -> Callable[[WorkflowExecution], None]:
+    def checkpoint(self, claim: Claim, commit: Callable[[], None] | None = None) -> StepCheckpoint:
         """The core's ``checkpoint`` callback for one step: save each snapshot on ``claim``.
 
         ``commit`` is the step's store group's (``scheduling.abc.GroupingStore``): called
         after each save, so the claim is durable before the action it guards runs.
         """
-
-        def save(execution: WorkflowExecution) -> None:
-            now = self.clock()
-            with claim.lock:
-                if claim.light and self.claiming is not None and claim.version is not None:
-                    claim.light = False  # only the first checkpoint: the record moves on after
-                    claim.version = self.claiming.claim(
-                        execution.id, claim.version, now + self.lease, now
-                    )
-                    claim.claimed, claim.saved_at = (execution.id, now), now
-                else:
-                    record = with_lease(execution, now + self.lease)
-                    claim.version = self.store.save(record, claim.version)
-                    claim.record, claim.claimed, claim.saved_at = record, None, now
-            if commit is not None:
-                commit()
-            if self._keeper is None or id(claim) not in self._held:
-                self._hold(claim)
-
-        return save
+        return StepCheckpoint(self, claim, commit)
 
     def save(self, claim: Claim, execution: WorkflowExecution) -> int:
         """The step's final save (compare-and-set on the claim's version); ends the claim."""
@@ -131,6 +162,11 @@ class Leases:
         if self._held:
             with self._cond:
                 self._held.pop(id(claim), None)
+
+    def renewing(self, claim: Claim) -> None:
+        """Have the keeper renew ``claim`` from now on (after a checkpoint saved it)."""
+        if self._keeper is None or id(claim) not in self._held:
+            self._hold(claim)
 
     def _hold(self, claim: Claim) -> None:
         with self._cond:

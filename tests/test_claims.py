@@ -27,9 +27,10 @@ from prana import (
     dumps,
     execute_workflow,
 )
+from prana._engine import Run
 from prana.testing import ManualClock
 from scheduling import Runner, StaleVersionError
-from scheduling._claims import LIGHT_KINDS, claimable, is_claimed, unclaimed
+from scheduling._claims import LIGHT_KINDS, claimable, claimed_snapshot, is_claimed, unclaimed
 from scheduling._leases import Claim, Leases
 from scheduling.abc import ClaimingStore, ExecutionStore
 from scheduling.adapters.manual import ManualScheduler
@@ -332,6 +333,80 @@ def test_a_step_claims_lightly_only_a_record_that_qualifies(node: Node, light: b
     assert is_claimed(seen[0]) is light
     assert not any(is_claimed(record) for record in seen[1:])  # later checkpoints: full
     assert len(seen) == (2 if node.key == "r" else 1)
+
+
+LIGHT_NODES = [
+    pytest.param(flaky_node(), id="retry"),
+    pytest.param(
+        Node(key="w", type="wait.wait", params={"mode": "interval", "duration": 5}), id="timer"
+    ),
+]
+
+
+def first_checkpoints(node: Node, store: Any) -> tuple[list[Any], list[Any], int]:
+    """Resume ``node``'s pause under a Runner, then ``after``, one action each.
+
+    Inside each action: the stored record and the snapshot a claimed one stands for
+    (``claimed_snapshot``); and how many snapshots the core built in the resuming step.
+    """
+    clock = ManualClock(T0)
+    stored: list[Any] = []
+    registry = Registry()
+
+    def flaky(params: Any, ctx: ActionContext) -> Any:
+        if ctx.attempt == 1 and ctx.node_key == "r":
+            raise ConnectionError("down")
+        stored.append(store.load(ctx.execution_id)[0])
+        return "done"
+
+    registry.register("test.flaky", flaky)
+    wf = workflow(node, Node(key="after", type="test.flaky"))
+    built = 0
+    with Runner(registry, store, ManualScheduler(clock), lease_seconds=LEASE) as runner:
+        eid = runner.start(wf, execution_id="e1")
+        stored.clear()
+        snapshot = Run.snapshot
+
+        def counted(run: Run, node_run: Any) -> Any:
+            nonlocal built
+            built += 1
+            return snapshot(run, node_run)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Run, "snapshot", counted)
+            runner.scheduler.advance(5)
+        assert runner.get(eid).status is ExecutionStatus.COMPLETED
+    rebuilt = [claimed_snapshot(r, wf, registry, None, clock) for r in stored if is_claimed(r)]
+    return stored, rebuilt, built
+
+
+@pytest.mark.parametrize("node", LIGHT_NODES)
+def test_a_light_claim_builds_no_snapshot(node: Node) -> None:
+    """The core builds no snapshot for a light claim (``prana._checkpoint``: taken by the id);
+    the step's later checkpoints get theirs, and over a store without claims every one
+    does."""
+    actions = 2 if node.key == "r" else 1
+    stored, _, built = first_checkpoints(node, MemoryStore())
+    assert is_claimed(stored[0])
+    assert built == actions - 1
+    stored, _, built = first_checkpoints(node, Unclaiming(MemoryStore()))
+    assert not any(is_claimed(record) for record in stored)
+    assert built == actions
+
+
+@pytest.mark.parametrize("node", LIGHT_NODES)
+def test_a_light_claim_stands_for_the_snapshot_a_full_checkpoint_saves(
+    claiming: Callable[[], Any], node: Node
+) -> None:
+    """What a light claim stores, read back (``claimed_snapshot``, as recovery and cancel do),
+    is the snapshot a full checkpoint stores at the same point; later records are equal."""
+    light, rebuilt, _ = first_checkpoints(node, claiming())
+    full, _, _ = first_checkpoints(node, Unclaiming(claiming()))
+    assert len(rebuilt) == 1
+    assert is_claimed(light[0])
+    assert not is_claimed(full[0])
+    assert dumps(rebuilt[0]) == dumps(full[0])
+    assert [dumps(record) for record in light[1:]] == [dumps(record) for record in full[1:]]
 
 
 # -- recovery, cancelling, renewing: as with a full checkpoint ------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,6 +45,8 @@ from prana import (
     loads,
     resume_workflow,
 )
+from prana._checkpoint import CheckpointById
+from prana._engine import Checkpoint
 from prana._resolve import resolve
 from prana._state import ATTEMPT_TRANSITIONS, NODE_TRANSITIONS
 from prana.testing import ManualClock, set_testing
@@ -71,6 +73,7 @@ def drive(
     reload: bool = False,
     check_untouched: bool = False,
     observers: Sequence[Observer] = (),
+    checkpoint: Callable[[], Checkpoint] | None = None,
 ) -> list[Step]:
     """Execute the scenario, then resume at every pause until it completes or fails.
 
@@ -78,6 +81,7 @@ def drive(
     (or expires at ``expires_at``, per the scenario's plan); an approval one second later.
     With ``reload`` every resume gets ``loads(dumps(execution))`` instead of the execution
     itself; with ``check_untouched`` each resumed execution is compared to a snapshot.
+    ``checkpoint`` makes each call's checkpoint callback (one per call, as a shell's step).
     """
     workflow = scenario.workflow
     registry = make_registry(scenario.script)
@@ -90,6 +94,7 @@ def drive(
             clock=clock,
             execution_id=scenario.execution_id,
             observers=observers,
+            checkpoint=None if checkpoint is None else checkpoint(),
         )
         trace = [Step(outcome, clock())]
         webhooks = 0
@@ -124,6 +129,7 @@ def drive(
                     registry=registry,
                     clock=clock,
                     observers=observers,
+                    checkpoint=None if checkpoint is None else checkpoint(),
                 )
             else:
                 outcome = resume_workflow(
@@ -133,6 +139,7 @@ def drive(
                     registry=registry,
                     clock=clock,
                     observers=observers,
+                    checkpoint=None if checkpoint is None else checkpoint(),
                 )
             if snapshot is not None:
                 assert execution == snapshot, "resume_workflow changed the execution it was given"
@@ -342,6 +349,54 @@ def test_same_id_clock_and_script_give_equal_executions(scenario: Scenario) -> N
     """Two runs with the same execution id, clock and script are equal, jittered delays too."""
     first, second = drive(scenario), drive(scenario)
     assert [s.outcome for s in first] == [s.outcome for s in second]
+
+
+class _ByIdFirst(CheckpointById):
+    """Takes the first checkpoint of its call by id (all of them with ``every``), as the
+    runner's light claim does; keeps what it was offered and handed."""
+
+    def __init__(self, taken: list[Any], *, every: bool) -> None:
+        self.taken, self.every, self.first = taken, every, True
+
+    def take_by_id(self, execution_id: str) -> bool:
+        if self.first or self.every:
+            self.first = False
+            self.taken.append(execution_id)
+            return True
+        return False
+
+    def __call__(self, execution: WorkflowExecution) -> None:
+        self.taken.append(execution)
+
+
+def _checkpointed(scenario: Scenario, by_id: str) -> tuple[list[Step], list[Any], list[Any]]:
+    """Drive with a checkpoint per call: handed every snapshot, or taking the ``first`` or
+    ``all`` by id. The steps, what the checkpoints took, the events."""
+    taken: list[Any] = []
+    events: list[Any] = []
+
+    def make() -> Checkpoint:
+        if by_id == "snapshot":
+            return taken.append
+        return _ByIdFirst(taken, every=by_id == "all")
+
+    return drive(scenario, observers=[events.append], checkpoint=make), taken, events
+
+
+@PROPERTY_SETTINGS
+@given(scenarios())
+def test_a_checkpoint_taken_by_id_changes_nothing(scenario: Scenario) -> None:
+    """A checkpoint taken by the execution id (no snapshot built; ``prana._checkpoint``)
+    leaves every outcome and event as a checkpoint handed its snapshot does, at the same
+    points of the run."""
+    runs = {name: _checkpointed(scenario, name) for name in ("snapshot", "first", "all")}
+    steps, snapshots, events = runs["snapshot"]
+    for name in ("first", "all"):
+        other_steps, taken, other_events = runs[name]
+        assert [s.outcome for s in other_steps] == [s.outcome for s in steps]
+        assert other_events == events
+        assert [t if type(t) is str else t.id for t in taken] == [s.id for s in snapshots]
+    assert all(type(t) is str for t in runs["all"][1])
 
 
 # -- 5. resume never mutates ----------------------------------------------------------------
