@@ -65,6 +65,7 @@ import json
 import operator
 import os
 import pstats
+import re
 import shutil
 import signal
 import sqlite3
@@ -1338,22 +1339,35 @@ def against(
                 for row in json.loads(out):
                     seen = sides[side].get(row["name"])
                     figures = [*(seen or {}).get("figures", []), row["ours"]]
+                    cpu = _CPU_NOTE.search(row.get("note") or "")
+                    cpus = [*(seen or {}).get("cpus", []), cpu.group(1, 2) if cpu else None]
                     if seen is None or _better(row, seen):
                         sides[side][row["name"]] = row
                     sides[side][row["name"]]["figures"] = figures
+                    sides[side][row["name"]]["cpus"] = cpus
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     now = []
     for data in sides["now"].values():
-        row = Row(**{k: v for k, v in data.items() if k not in ("key", "figures")})
+        row = Row(**{k: v for k, v in data.items() if k not in ("key", "figures", "cpus")})
         row.key = data["key"]
         then = sides["then"].get(row.name, {}).get("figures", [])
         turns = "; ".join(
             f"{a:,.2f} / {b:,.2f}" for a, b in zip(data["figures"], then, strict=False)
         )
         row.note = f"{row.note}; turns (now / {ref}): {turns}" if row.note else f"turns: {turns}"
+        then_cpus = sides["then"].get(row.name, {}).get("cpus", [])
+        if any(data["cpus"]):  # the workers row: CPU per execution, workers + backends
+            cpu_turns = "; ".join(
+                f"{a[0]}+{a[1]} / {b[0]}+{b[1]}" if a and b else "-"
+                for a, b in zip(data["cpus"], then_cpus, strict=False)
+            )
+            row.note += f"; CPU ms per execution, workers+backends (now / {ref}): {cpu_turns}"
         now.append(row)
     return now, sides["then"]
+
+
+_CPU_NOTE = re.compile(r"CPU per execution: workers ([\d.]+) ms, their server backends ([\d.]+) ms")
 
 
 def _better(row: dict[str, Any], seen: dict[str, Any]) -> bool:

@@ -900,6 +900,56 @@ def test_cancel_in_writes_only_when_a_job_is_queued(env: Env) -> None:
     assert [job["status"] for job in env.jobs()] == ["doing"]
 
 
+class Reads:
+    """A connection for ``cancel_in`` that records each statement and finds no job queued."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def execute(self, query: Any, params: Any = None) -> Any:
+        self.sent.append(str(query))
+        return self
+
+    def fetchone(self) -> None:
+        return None
+
+
+def test_a_batchs_first_disarm_of_an_execution_it_fires_reads_nothing(env: Env) -> None:
+    """The speed rule of a batch's first disarm (``cancel_in``): each execution of a batch
+    holds its job ``doing``, so its first disarm in the batch sends no statement; its next
+    one, one after this thread armed it, one of an execution outside the batch, and any
+    after the batch read the queue as before."""
+    scheduler = env.scheduler(concurrency=1, batch=3)
+    scheduler.setup()
+    for index in range(3):
+        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=1))
+    reads: list[int] = []
+    fired = threading.Event()
+
+    def disarm(execution_id: str) -> None:
+        conn = Reads()
+        scheduler.cancel_in(conn, execution_id)  # type: ignore[arg-type]
+        reads.append(len(conn.sent))
+
+    def fire_many(ids: Sequence[str]) -> None:
+        assert list(ids) == ["exec-0", "exec-1", "exec-2"]
+        disarm("exec-0")  # its first disarm: nothing sent
+        disarm("exec-0")  # the next one reads
+        with psycopg.connect(env.dsn) as conn, conn.transaction(force_rollback=True):
+            scheduler.schedule_in(conn, "exec-1", now() + timedelta(hours=1))
+        disarm("exec-1")  # armed by this thread: reads
+        disarm("not-in-the-batch")
+        disarm("exec-2")
+        fired.set()
+
+    scheduler.start_batched(lambda execution_id: None, fire_many)
+    assert fired.wait(TIMEOUT)
+    assert reads == [0, 1, 1, 1, 0]
+    assert env.wait_until(lambda: env.jobs() == [])
+    disarm("exec-2")  # after the batch: reads
+    assert reads[-1] == 1
+
+
 def test_prefetch_is_called_with_each_batch_then_with_nothing(env: Env) -> None:
     """``prefetch`` sees each batch's ids just before ``fire_many``, and ``[]`` just after."""
     calls: list[list[str]] = []
