@@ -441,7 +441,9 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
     source = "\n".join(
         [
             "def write_runs(m):",
-            "  if isinstance(m, _NodeRuns):",  # raw rows not read since loads are written back
+            # Raw rows not read since loads are written back. A dict (the engine's) skips the
+            # isinstance: NodeRuns is a Mapping, whose check runs ABCMeta's in Python.
+            "  if m.__class__ is not dict and isinstance(m, _NodeRuns):",
             (
                 "    return {k: r if r.__class__ is list else [write_run(k, r[0])] if len(r) == 1"
                 " else [write_run(k, x) for x in r] for k, r in m.raw_items().items()}"

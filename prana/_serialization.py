@@ -33,7 +33,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Final, Literal, TypeVar, Union
 
 import attrs
@@ -111,6 +111,7 @@ _OUTCOME_TAGS: Final[dict[type[Any], str]] = {
 
 
 _MISSING: Final = object()
+UTC: Final = timezone.utc
 
 
 # -- names: callables by their registered name, classes by their own ------------------------
@@ -726,6 +727,19 @@ def dumps(execution: WorkflowExecution) -> str:
             f"dumps() takes a prana.WorkflowExecution, got {type(execution).__name__} "
             "(use dumps_workflow for a Workflow)"
         )
+    for value in (execution.started_at, execution.updated_at, execution.completed_at):
+        # A datetime in UTC (what the clocks give) is aware: the usual times skip is_aware.
+        if value is not None and (value.__class__ is not datetime or value.tzinfo is not UTC):
+            _check_times(execution)
+            break
+    body = _v3()[0](execution)
+    return _encode(
+        {"schema_version": SCHEMA_VERSION, "execution": body}, "execution", orjson.OPT_UTC_Z
+    )
+
+
+def _check_times(execution: WorkflowExecution) -> None:
+    """``RecordError`` for an execution time that is not an aware datetime."""
     for field in ("started_at", "updated_at", "completed_at"):
         value = getattr(execution, field)
         if value is not None and not is_aware(value):
@@ -733,10 +747,6 @@ def dumps(execution: WorkflowExecution) -> str:
                 f"$.execution.{field}: {value!r} is not an aware datetime; it would not read "
                 "back (executions keep aware datetimes: check the clock you pass)"
             )
-    body = _v3()[0](execution)
-    return _encode(
-        {"schema_version": SCHEMA_VERSION, "execution": body}, "execution", orjson.OPT_UTC_Z
-    )
 
 
 def loads(text: str | bytes | bytearray | memoryview) -> WorkflowExecution:

@@ -776,6 +776,45 @@ def test_naive_datetime_names_its_path() -> None:
     assert "no UTC offset" in problem
 
 
+class _Datetime(datetime):
+    """A datetime subclass: not the exact class the UTC fast path of ``dumps`` takes."""
+
+
+@pytest.mark.parametrize("field", ["started_at", "updated_at", "completed_at"])
+@pytest.mark.parametrize(
+    ("value", "aware"),
+    [
+        (datetime(2030, 1, 1), False),  # noqa: DTZ001 -- the naive time dumps refuses
+        (_Datetime(2030, 1, 1), False),  # naive too, of a subclass
+        (datetime(2030, 1, 1, tzinfo=timezone(timedelta(hours=2))), True),
+    ],
+)
+def test_dumps_refuses_a_naive_execution_time_only(
+    field: str, value: datetime, aware: bool
+) -> None:
+    """``dumps`` checks the execution's times with ``is_aware`` when one is not a plain UTC
+    datetime (the fast path's rule): a naive one is refused naming its field, any aware one
+    is written and reads back equal."""
+    execution = attrs.evolve(suspended_execution(), **{field: value})
+    if aware:
+        assert getattr(loads(dumps(execution)), field) == value
+    else:
+        with pytest.raises(RecordError, match=rf"^\$\.execution\.{field}: .* not an aware"):
+            dumps(execution)
+
+
+def test_dumps_takes_utc_times_without_the_full_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clocks' times (UTC datetimes, or None) skip ``is_aware`` in ``dumps``."""
+    from prana import _serialization
+
+    def refuse(execution: WorkflowExecution) -> None:
+        raise AssertionError("the full check ran")
+
+    monkeypatch.setattr(_serialization, "_check_times", refuse)
+    execution = attrs.evolve(suspended_execution(), updated_at=T0, completed_at=T0)
+    assert loads(dumps(execution)) == execution
+
+
 def test_missing_and_extra_fields_are_named() -> None:
     """A missing required field and an unknown field are both reported, with their paths."""
 
