@@ -795,7 +795,8 @@ def test_dumps_refuses_a_naive_execution_time_only(
     """``dumps`` checks the execution's times with ``is_aware`` when one is not a plain UTC
     datetime (the fast path's rule): a naive one is refused naming its field, any aware one
     is written and reads back equal."""
-    execution = attrs.evolve(suspended_execution(), **{field: value})
+    changes: dict[str, Any] = {field: value}
+    execution = attrs.evolve(suspended_execution(), **changes)
     if aware:
         assert getattr(loads(dumps(execution)), field) == value
     else:
