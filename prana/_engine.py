@@ -55,14 +55,12 @@ from prana._limits import (
 )
 from prana._model import (
     Activation,
-    AttemptOutcome,
     Completed,
     ErrorCode,
     ErrorInfo,
     ExecutionStatus,
     Failed,
     NodeExecution,
-    NodeStatus,
     Outcome,
     Output,
     ParentRef,
@@ -83,7 +81,17 @@ from prana._noderuns import NOT_DELIVERED, NodeRuns, OpenRuns, RunsByNode
 from prana._pause import settle_suspend
 from prana._registry import ActionContext
 from prana._scope import prepare_params
-from prana._state import FINAL, check_transition
+from prana._state import (
+    ATTEMPT_COMPLETED,
+    ATTEMPT_FAILED,
+    EXEC_COMPLETED,
+    EXEC_PENDING,
+    EXEC_RUNNING,
+    EXEC_SUSPENDED,
+    FINAL,
+    NODE_COMPLETED,
+    check_transition,
+)
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL)
 _TUPLE = frozenset({tuple})
@@ -171,7 +179,7 @@ class Run(Frontier):
         self.next_index = 0
         self.started_at: datetime | None = None
         self.last_output: Any = None
-        self.status = ExecutionStatus.PENDING
+        self.status = EXEC_PENDING
         self.now_hint: datetime | None = None
         """The clock's latest reading while only pure work has run since (the entry
         check's, a node's completion, an attempt's end): the next reading takes it instead
@@ -328,8 +336,8 @@ class Run(Frontier):
     # -- the engine ----------------------------------------------------------------------
 
     def start(self) -> Generator[Call, Result, Outcome]:
-        check_transition(self.status, ExecutionStatus.RUNNING)
-        self.status = ExecutionStatus.RUNNING
+        check_transition(self.status, EXEC_RUNNING)
+        self.status = EXEC_RUNNING
         self.started_at = self.now_hint or self.clock()
         if self.observers:
             self.event(EventType.EXECUTION_STARTED)
@@ -373,15 +381,13 @@ class Run(Frontier):
         self.kept += size
         # complete_node's records, inlined; both edges are in prana._state's tables
         self.now_hint = now = self.clock()
-        attempt = new_attempt_record(
-            1, started, now, AttemptOutcome.COMPLETED, None, None, None, False
-        )
+        attempt = new_attempt_record(1, started, now, ATTEMPT_COMPLETED, None, None, None, False)
         runs = self.runs
         runs[key] = (
             *runs.get(key, ()),
             new_node_execution(
                 key,
-                NodeStatus.COMPLETED,
+                NODE_COMPLETED,
                 index,
                 0,
                 started,
@@ -452,9 +458,9 @@ class Run(Frontier):
 
     def complete(self) -> Completed:
         output = self.last_output
-        check_transition(self.status, ExecutionStatus.COMPLETED)
-        self.status = ExecutionStatus.COMPLETED
-        execution = self.frozen(ExecutionStatus.COMPLETED, self.state, None, None, output, None)
+        check_transition(self.status, EXEC_COMPLETED)
+        self.status = EXEC_COMPLETED
+        execution = self.frozen(EXEC_COMPLETED, self.state, None, None, output, None)
         if self.observers:
             self.event(EventType.EXECUTION_COMPLETED, output=output)
         return new_completed(execution, output)
@@ -517,7 +523,7 @@ class Run(Frontier):
                 record = runs[source[0]][-1]
                 if (
                     record.execution_index == source[-1]
-                    and record.status is NodeStatus.COMPLETED
+                    and record.status is NODE_COMPLETED
                     and record.output_port == source[1]
                 ):
                     input_data = {port: record.output}
@@ -671,7 +677,7 @@ class Run(Frontier):
                 node_run.attempt_number,
                 node_run.attempt_started,
                 now,
-                AttemptOutcome.COMPLETED if error is None else AttemptOutcome.FAILED,
+                ATTEMPT_COMPLETED if error is None else ATTEMPT_FAILED,
                 error,
                 node_run.attempt_due,
                 None,
@@ -680,7 +686,7 @@ class Run(Frontier):
         )
         execution = new_node_execution(
             cn.key,
-            NodeStatus.COMPLETED,
+            NODE_COMPLETED,
             node_run.execution_index,
             node_run.run_index,
             node_run.started_at,
@@ -719,9 +725,9 @@ class Run(Frontier):
         self, key: str, suspension: Suspend, given: Any = None
     ) -> Suspend[Any, WorkflowExecution]:
         """Freeze the execution suspended; the outcome carries ``given`` data if there is any."""
-        check_transition(self.status, ExecutionStatus.SUSPENDED)
-        self.status = ExecutionStatus.SUSPENDED
-        execution = self.frozen(ExecutionStatus.SUSPENDED, self.state, key, suspension, None, None)
+        check_transition(self.status, EXEC_SUSPENDED)
+        self.status = EXEC_SUSPENDED
+        execution = self.frozen(EXEC_SUSPENDED, self.state, key, suspension, None, None)
         if self.observers:
             self.event(EventType.EXECUTION_SUSPENDED, node_key=key, kind=suspension.kind)
         data = suspension.data if given is None else given
@@ -746,8 +752,8 @@ class Run(Frontier):
         assert suspension is not None
         assert key is not None
         cn = self.graph.nodes[key]
-        check_transition(self.status, ExecutionStatus.RUNNING)
-        self.status = ExecutionStatus.RUNNING
+        check_transition(self.status, EXEC_RUNNING)
+        self.status = EXEC_RUNNING
         if self.observers:
             self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
         node_run = self.suspended_node_run(key)

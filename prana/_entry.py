@@ -31,7 +31,12 @@ from prana._model import (
     WorkflowExecution,
 )
 from prana._registry import Registry
-from prana._state import check_attempt_transition, check_node_transition
+from prana._state import (
+    EXEC_SUSPENDED,
+    NODE_SUSPENDED,
+    check_attempt_transition,
+    check_node_transition,
+)
 
 _EMPTY_ENV: Mapping[str, Any] = {}
 
@@ -188,7 +193,7 @@ def _prepare_resume(
     execution: WorkflowExecution, workflow: Workflow, registry: Registry | None, resume_data: Any
 ) -> CompiledGraph:
     check_execution(execution, "resume")
-    if execution.status is not ExecutionStatus.SUSPENDED:
+    if execution.status is not EXEC_SUSPENDED:
         raise ResumeError(
             f"execution {execution.id!r} is {execution.status.value}, not suspended; "
             "only a suspended execution can be resumed"
@@ -215,7 +220,7 @@ def _prepare_resume(
             "or the execution's records do not have"
         )
     last = runs[-1]
-    if last.status is not NodeStatus.SUSPENDED:  # suspended -> running is an edge (a test)
+    if last.status is not NODE_SUSPENDED:  # suspended -> running is an edge (a test)
         check_node_transition(key, last.status, NodeStatus.RUNNING)
     kind = execution.suspension.kind
     if kind == "retry":

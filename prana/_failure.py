@@ -35,6 +35,7 @@ from prana._model import (
     new_suspend,
 )
 from prana._noderun import NodeRun, redacted_error, with_detail
+from prana._state import ATTEMPT_FAILED, NODE_SUSPENDED
 
 if TYPE_CHECKING:
     from prana._engine import Run
@@ -118,7 +119,7 @@ def settle_failure(
                     number,
                     node_run.attempt_started,
                     now,
-                    AttemptOutcome.FAILED,
+                    ATTEMPT_FAILED,
                     error,
                     node_run.attempt_due,
                     delay_ms,
@@ -127,7 +128,7 @@ def settle_failure(
             )
             record = new_node_execution(
                 key,
-                NodeStatus.SUSPENDED,
+                NODE_SUSPENDED,
                 node_run.execution_index,
                 node_run.run_index,
                 node_run.started_at,
