@@ -60,7 +60,6 @@ class NodeRun:
         started_at: datetime,
         attempts: list[AttemptRecord],
         params: Any = None,
-        *,
         recorded: bool = False,
     ) -> None:
         self.key = key
@@ -87,7 +86,7 @@ class NodeRun:
             last.started_at,
             list(last.attempts) if attempts is None else attempts,
             last.params,
-            recorded=True,
+            True,  # recorded; positional: a keyword call costs a dict
         )
         for attempt in reversed(node_run.attempts):
             if attempt.redrive and attempt.number == 1:  # a redrive reset the budget here

@@ -69,15 +69,15 @@ FINAL: frozenset[ExecutionStatus] = frozenset(
 """The end states of a run: every edge out of them is a redrive."""
 
 
-_EDGES: frozenset[tuple[str, str]] = frozenset(
-    (src.value, dst.value) for src, targets in TRANSITIONS.items() for dst in targets
-)
-"""The table by value: string pairs hash in C, enum members in Python."""
+_NEXT: dict[str, frozenset[str]] = {
+    src.value: frozenset(dst.value for dst in targets) for src, targets in TRANSITIONS.items()
+}
+"""The table by value: strings hash in C (and keep their hash), enum members in Python."""
 
 
 def check_transition(current: ExecutionStatus, new: ExecutionStatus) -> None:
     """Raise ``ResumeError`` unless ``current -> new`` is an edge of the table."""
-    if (current._value_, new._value_) not in _EDGES:
+    if new._value_ not in _NEXT[current._value_]:
         raise ResumeError(
             f"an execution that is {current.value} cannot become {new.value}; "
             f"from {current.value} it may become: {_targets(TRANSITIONS, current)}"
@@ -113,11 +113,11 @@ ATTEMPT_TRANSITIONS: dict[AttemptOutcome, frozenset[AttemptOutcome]] = {
 _NODE_EDGES: frozenset[tuple[str, str]] = frozenset(
     (src.value, dst.value) for src, targets in NODE_TRANSITIONS.items() for dst in targets
 )
-"""``NODE_TRANSITIONS`` by value (see ``_EDGES``)."""
+"""``NODE_TRANSITIONS`` by value (see ``_NEXT``)."""
 _ATTEMPT_EDGES: frozenset[tuple[str, str]] = frozenset(
     (src.value, dst.value) for src, targets in ATTEMPT_TRANSITIONS.items() for dst in targets
 )
-"""``ATTEMPT_TRANSITIONS`` by value (see ``_EDGES``)."""
+"""``ATTEMPT_TRANSITIONS`` by value (see ``_NEXT``)."""
 
 
 def check_node_transition(key: str, current: NodeStatus, new: NodeStatus) -> None:

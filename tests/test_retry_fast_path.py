@@ -47,7 +47,7 @@ from prana._model import AttemptOutcome, WorkflowExecution, hot_record_problems,
 from prana._noderun import error_info
 from prana._state import (
     _ATTEMPT_EDGES,
-    _EDGES,
+    _NEXT,
     _NODE_EDGES,
     ATTEMPT_TRANSITIONS,
     NODE_TRANSITIONS,
@@ -164,7 +164,11 @@ def test_a_resumed_pause_reads_the_clock_after_its_callback(flaky: Registry) -> 
 
 @pytest.mark.parametrize(
     ("table", "edges"),
-    [(TRANSITIONS, _EDGES), (NODE_TRANSITIONS, _NODE_EDGES), (ATTEMPT_TRANSITIONS, _ATTEMPT_EDGES)],
+    [
+        (TRANSITIONS, {(src, dst) for src, targets in _NEXT.items() for dst in targets}),
+        (NODE_TRANSITIONS, _NODE_EDGES),
+        (ATTEMPT_TRANSITIONS, _ATTEMPT_EDGES),
+    ],
 )
 def test_the_transition_checks_read_the_tables_by_value(table: Any, edges: Any) -> None:
     """The checks look edges up as value pairs (str hashing in C, not Enum.__hash__ in
@@ -418,3 +422,21 @@ def test_runs_without_joins_or_tokens_share_empty_containers_nobody_writes(
     assert joined.blocked is not _EMPTY_COUNTS
     assert joined.live is not _EMPTY_COUNTS
     assert joined.parked is not _EMPTY_COUNTS
+
+
+def test_runs_held_in_lists_resume_as_the_tuples_the_engine_keeps(flaky: Registry) -> None:
+    """A record built by hand with lists of runs resumes as the same record with tuples
+    would: the load copies each list into a tuple (the engine replaces a node's tuple, so
+    a list left in place would come back in the new execution)."""
+    wf = _retry_workflow()
+    paused = execute_workflow(wf, 0, registry=flaky, clock=ManualClock(), execution_id="e")
+    assert isinstance(paused, Suspend)
+    execution = paused.execution
+    assert execution is not None
+    lists: dict[str, Any] = {k: list(v) for k, v in execution.node_executions.items()}
+    listed = attrs.evolve(execution, node_executions=lists)
+    expected = resume_workflow(execution, workflow=wf, registry=flaky, clock=ManualClock())
+    done = resume_workflow(listed, workflow=wf, registry=flaky, clock=ManualClock())
+    assert isinstance(done, Completed)
+    assert done.execution == expected.execution
+    assert {type(runs) for runs in done.execution.node_executions.values()} == {tuple}
