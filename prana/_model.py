@@ -524,7 +524,8 @@ class RetryData:
     redrive: bool = False
 
 
-@attrs.frozen(kw_only=True)
+# Hot record: the rules above ErrorCode apply.
+@attrs.frozen(kw_only=True, weakref_slot=False)
 class TimerData:
     """What a ``Suspend(kind="timer")`` carries: when to resume."""
 
@@ -850,6 +851,8 @@ new_suspend: Callable[..., Suspend[Any, WorkflowExecution]] = _fast_constructor(
 """``new_suspend(kind, data, execution)``: the executor's outcome, its kind already checked."""
 new_completed: Callable[..., Completed] = _fast_constructor(Completed)
 """``new_completed(execution, output)``."""
+new_timer_data: Callable[..., TimerData] = _fast_constructor(TimerData)
+"""``new_timer_data(resume_at)``."""
 
 with_lease: Callable[[WorkflowExecution, datetime | None], WorkflowExecution] = _fast_replace(
     WorkflowExecution, "lease_expires_at"
@@ -863,6 +866,7 @@ HOT_RECORDS: dict[type[Any], Callable[..., Any]] = {
     NodeExecution: new_node_execution,
     Activation: new_activation,
     RetryData: new_retry_data,
+    TimerData: new_timer_data,
     WorkflowExecution: new_workflow_execution,
     Suspend: new_suspend,
     Completed: new_completed,
