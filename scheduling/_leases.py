@@ -157,23 +157,30 @@ class Leases:
         finally:
             self.release(claim)
 
+    # ``_held`` is written without the condition's lock (a dict's item set and pop are
+    # atomic): a claim is held and released once per step. The rule that keeps every held
+    # claim renewed: ``_hold`` puts the claim in ``_held`` *before* it reads ``_keeper``,
+    # and a keeper that finds ``_held`` empty publishes ``_keeper = None`` *before* it looks
+    # at ``_held`` again (under the lock, where ``_hold`` starts a keeper): so a claim held
+    # meanwhile is either seen by that second look (the keeper goes on) or finds
+    # ``_keeper`` None and starts one (``tests/test_shell_fast_paths.py``).
     def release(self, claim: Claim) -> None:
         """Stop renewing ``claim`` (its step ended, saved or not)."""
-        if self._held:
-            with self._cond:
-                self._held.pop(id(claim), None)
+        self._held.pop(id(claim), None)
 
     def renewing(self, claim: Claim) -> None:
         """Have the keeper renew ``claim`` from now on (after a checkpoint saved it)."""
-        if self._keeper is None or id(claim) not in self._held:
-            self._hold(claim)
+        self._hold(claim)
 
     def _hold(self, claim: Claim) -> None:
-        with self._cond:
-            self._held[id(claim)] = claim
-            if self._keeper is None:
-                self._keeper = threading.Thread(target=self._keep, name="prana-leases", daemon=True)
-                self._keeper.start()
+        self._held[id(claim)] = claim
+        if self._keeper is None:
+            with self._cond:
+                if self._keeper is None:
+                    self._keeper = threading.Thread(
+                        target=self._keep, name="prana-leases", daemon=True
+                    )
+                    self._keeper.start()
 
     def _keep(self) -> None:
         """Renew the claims held for a third of the lease or more, until none is held."""
@@ -181,8 +188,10 @@ class Leases:
             with self._cond:
                 self._cond.wait(self.renew_every)
                 if not self._held:
-                    self._keeper = None
-                    return
+                    keeper, self._keeper = self._keeper, None
+                    if not self._held:  # looked at again once published: see the rule
+                        return
+                    self._keeper = keeper
                 held = list(self._held.values())
             for claim in held:
                 self._renew(claim)

@@ -26,7 +26,6 @@ import enum
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -129,7 +128,6 @@ class Move(enum.Enum):
 
 
 _RESUME, _EXPIRE, _CHILDREN = Move.RESUME, Move.EXPIRE, Move.CHILDREN  # hot-path aliases
-_UNTRACED: AbstractContextManager[object] = contextlib.nullcontext()
 
 Check = Callable[[WorkflowExecution], Move | None]
 """A step's check: runs under the lock; ``None`` means nothing to do; raising refuses."""
@@ -188,11 +186,6 @@ class Steps:
         """The observers of the next step: the log's too when logging is configured."""
         return self._emit if wanted() else self.observers
 
-    def _traced(self, trace_context: Mapping[str, str] | None) -> AbstractContextManager[object]:
-        """Where a step of an execution runs: inside its stored trace, when tracing."""
-        tracer = self._tracer
-        return _UNTRACED if tracer is None else tracer.resume(trace_context)
-
     # -- one step ----------------------------------------------------------------------
 
     def _lock_for(self, execution_id: str) -> threading.RLock:
@@ -235,36 +228,12 @@ class Steps:
                 claim = Claim(version, light=move is _RESUME and claimable(execution))
                 try:
                     checkpoint = leases.checkpoint(claim, None if batch is None else batch.commit)
-                    with self._traced(execution.trace_context):
-                        if move is _RESUME:
-                            outcome = resume_workflow(
-                                execution,
-                                data,
-                                workflow=workflow,
-                                registry=self.registry,
-                                clock=self.clock,
-                                env=self.env,
-                                observers=self._observers(),
-                                checkpoint=checkpoint,
-                            )
-                        elif move is Move.REDRIVE:
-                            node, reset = data
-                            outcome = self._redrive(execution, workflow, node, reset, checkpoint)
-                        elif move is Move.RECOVER:
-                            claimed = is_claimed(execution)
-                            recover = recover_claimed if claimed else recover_execution
-                            outcome = recover(
-                                execution,
-                                workflow=workflow,
-                                registry=self.registry,
-                                clock=self.clock,
-                                env=self.env,
-                                observers=self._observers(),
-                                checkpoint=checkpoint,
-                                max_interruptions=self.max_interruptions,
-                            )
-                        else:
-                            outcome = self._expire_webhook(execution, workflow, checkpoint)
+                    tracer = self._tracer
+                    if tracer is None:
+                        outcome = self._move(move, execution, data, workflow, checkpoint)
+                    else:  # the step runs inside the execution's stored trace
+                        with tracer.resume(execution.trace_context):
+                            outcome = self._move(move, execution, data, workflow, checkpoint)
                 except BaseException:
                     leases.release(claim)
                     raise
@@ -290,6 +259,43 @@ class Steps:
         else:
             self._settle(new, version)
         return outcome
+
+    def _move(
+        self,
+        move: Move,
+        execution: WorkflowExecution,
+        data: Any,
+        workflow: Workflow,
+        checkpoint: Callable[[WorkflowExecution], None],
+    ) -> Outcome:
+        """Compute the next state of ``execution`` with the core, as ``move`` says."""
+        if move is _RESUME:
+            return resume_workflow(
+                execution,
+                data,
+                workflow=workflow,
+                registry=self.registry,
+                clock=self.clock,
+                env=self.env,
+                observers=self._observers(),
+                checkpoint=checkpoint,
+            )
+        if move is Move.REDRIVE:
+            node, reset = data
+            return self._redrive(execution, workflow, node, reset, checkpoint)
+        if move is Move.RECOVER:
+            recover = recover_claimed if is_claimed(execution) else recover_execution
+            return recover(
+                execution,
+                workflow=workflow,
+                registry=self.registry,
+                clock=self.clock,
+                env=self.env,
+                observers=self._observers(),
+                checkpoint=checkpoint,
+                max_interruptions=self.max_interruptions,
+            )
+        return self._expire_webhook(execution, workflow, checkpoint)
 
     def _redrive(
         self,

@@ -222,7 +222,9 @@ class ManualScheduler:
             if due > clock():
                 clock.set(due)
             fired.append(eid)
-            _refuse_awaitable(fire(eid), repr(eid), "fire callback")
+            result = fire(eid)
+            if result is not None:  # the message's repr only when there is one to refuse
+                _refuse_awaitable(result, repr(eid), "fire callback")
         return fired
 
     def _fire_bucket(self, due: datetime, fire_many: FireMany) -> Sequence[str]:
