@@ -77,7 +77,8 @@ def execute_workflow(
     run = new_run(
         workflow, input, registry, clock, env, observers, execution_id, parent, trace_context
     )
-    run.checkpoint = check_checkpoint(checkpoint)
+    if checkpoint is not None:  # a run starts with none
+        run.checkpoint = check_checkpoint(checkpoint)
     return drive_sync(run.start())
 
 
@@ -101,7 +102,8 @@ def resume_workflow(
     outcome is saved).
     """
     run = loaded_run(execution, resume_data, workflow, registry, clock, env, observers)
-    run.checkpoint = check_checkpoint(checkpoint)
+    if checkpoint is not None:  # a run starts with none
+        run.checkpoint = check_checkpoint(checkpoint)
     return drive_sync(run.resume(execution, resume_data))
 
 
@@ -122,7 +124,8 @@ async def aexecute_workflow(
     run = new_run(
         workflow, input, registry, clock, env, observers, execution_id, parent, trace_context
     )
-    run.checkpoint = check_checkpoint(checkpoint)
+    if checkpoint is not None:  # a run starts with none
+        run.checkpoint = check_checkpoint(checkpoint)
     return await drive_async(run.start())
 
 
@@ -139,7 +142,8 @@ async def aresume_workflow(
 ) -> Outcome:
     """``resume_workflow`` for async code."""
     run = loaded_run(execution, resume_data, workflow, registry, clock, env, observers)
-    run.checkpoint = check_checkpoint(checkpoint)
+    if checkpoint is not None:  # a run starts with none
+        run.checkpoint = check_checkpoint(checkpoint)
     return await drive_async(run.resume(execution, resume_data))
 
 
@@ -165,7 +169,8 @@ def _recovering_run(
         env=checked_env,
         observers=checked_observers,
     )
-    run.checkpoint = check_checkpoint(checkpoint)
+    if checkpoint is not None:  # a run starts with none
+        run.checkpoint = check_checkpoint(checkpoint)
     return run, key
 
 
@@ -238,7 +243,8 @@ def expire_webhook(
             f"execution {execution.id!r} is not waiting on a webhook (suspension kind {kind!r})"
         )
     run = loaded_run(execution, None, workflow, registry, clock, env, observers)
-    run.checkpoint = check_checkpoint(checkpoint)
+    if checkpoint is not None:  # a run starts with none
+        run.checkpoint = check_checkpoint(checkpoint)
     return drive_sync(run.expire(execution))
 
 

@@ -13,7 +13,10 @@ pending feeders of each join port and ``blocked`` the ports of each pending join
 have no data yet and a live feeder; a join is ready when its ``blocked`` count is 0. So
 the counts stay true, **every change to the set of keys in ``pending`` goes through
 ``enter``/``leave``, and every change of a join's head activation through
-``deliver``/``consume_activation``/``recount``**; a property test compares the counts with
+``deliver``/``consume_activation``/``recount``**; a run without AND-joins (``feeds`` is
+``None``) has no counts, and there ``enter`` and ``leave`` only set and pop ``pending``,
+which the hot paths (``deliver``, the engine's start and settles) do inline (a test holds
+``enter`` and ``leave`` to that); a property test compares the counts with
 the graph walk (``CompiledGraph.reachable_from``) at every pick of random workflows.
 """
 
@@ -31,13 +34,24 @@ from prana._noderuns import NOT_DELIVERED, NodeRuns, OpenRuns, RunsByNode
 
 
 class Pending:
-    """An activation: the ``seq`` of its latest delivery and each input port's source."""
+    """An activation: the ``seq`` of its latest delivery and each input port's source.
+
+    Built empty and filled (``new_pending``, or its two stores inline on hot paths): an
+    ``__init__`` would cost a Python call per activation, three per retry cycle.
+    """
 
     __slots__ = ("seq", "sources")
 
-    def __init__(self, seq: int, sources: dict[str, tuple[Any, ...]]) -> None:
-        self.seq = seq
-        self.sources = sources
+    seq: int
+    sources: dict[str, tuple[Any, ...]]
+
+
+def new_pending(seq: int, sources: dict[str, tuple[Any, ...]]) -> Pending:
+    """An activation delivered with ``seq`` from ``sources``."""
+    activation = Pending()
+    activation.seq = seq
+    activation.sources = sources
+    return activation
 
 
 def check_pending(graph: CompiledGraph, execution: WorkflowExecution) -> None:
@@ -400,13 +414,18 @@ class Frontier:
         for target, to_port in self.graph.nodes[key].outgoing.get(port, ()):
             pending = self.pending.get(target)
             if pending is None:
-                self.enter(target, Pending(seq, {to_port: (key, port, seq)}))
+                head = Pending()  # new_pending, inlined
+                head.seq, head.sources = seq, {to_port: (key, port, seq)}
+                if self.feeds is None:  # ``enter`` without AND-joins: only ``pending`` changes
+                    self.pending[target] = head
+                else:
+                    self.enter(target, head)
             else:
                 queue = self.backlog.get(target)
                 newest = queue[-1] if queue else pending
                 if to_port in newest.sources:
                     self.backlog.setdefault(target, []).append(
-                        Pending(seq, {to_port: (key, port, seq)})
+                        new_pending(seq, {to_port: (key, port, seq)})
                     )
                 else:
                     newest.sources[to_port] = (key, port, seq)

@@ -6,6 +6,7 @@ or checks the rule the fast path relies on.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,7 +41,7 @@ from prana import (
 )
 from prana._decision import FAST_BUILT, explain_retry, new_attempt_view, quick_retry
 from prana._entry import new_execution_id
-from prana._frontier import _EMPTY_COUNTS
+from prana._frontier import _EMPTY_COUNTS, new_pending
 from prana._graph import compile_workflow
 from prana._hooks import NO_TOKENS
 from prana._model import AttemptOutcome, WorkflowExecution, hot_record_problems, with_lease
@@ -232,6 +233,11 @@ def test_the_inlined_settles_take_edges_of_the_tables() -> None:
     assert NodeStatus.SUSPENDED in NODE_TRANSITIONS[NodeStatus.RUNNING]
     # the resume check skips the table for a suspended node's record (_entry._prepare_resume)
     assert NodeStatus.RUNNING in NODE_TRANSITIONS[NodeStatus.SUSPENDED]
+    # start, resume, complete and suspend_execution check only an unusual status
+    assert ExecutionStatus.RUNNING in TRANSITIONS[ExecutionStatus.PENDING]
+    assert ExecutionStatus.RUNNING in TRANSITIONS[ExecutionStatus.SUSPENDED]
+    assert ExecutionStatus.COMPLETED in TRANSITIONS[ExecutionStatus.RUNNING]
+    assert ExecutionStatus.SUSPENDED in TRANSITIONS[ExecutionStatus.RUNNING]
 
 
 def test_with_lease_is_evolve_through_the_slot_twin(flaky: Registry) -> None:
@@ -440,3 +446,25 @@ def test_runs_held_in_lists_resume_as_the_tuples_the_engine_keeps(flaky: Registr
     assert isinstance(done, Completed)
     assert done.execution == expected.execution
     assert {type(runs) for runs in done.execution.node_executions.values()} == {tuple}
+
+
+def test_enter_and_leave_without_joins_change_only_pending(flaky: Registry) -> None:
+    """Without AND-joins (``feeds`` is None) the engine's start, settles and ``deliver`` set
+    and pop ``pending`` themselves instead of calling ``enter`` and ``leave``: those must
+    change nothing else there, or the inline paths would skip it."""
+    run = _entry.new_run(_retry_workflow(), 0, flaky, None, None, None, None, None)
+    assert run.feeds is None
+    names = sorted({n for cls in type(run).__mro__ for n in getattr(cls, "__slots__", ())})
+
+    def state() -> dict[str, Any]:  # containers copied, so a change in place shows
+        values = {n: getattr(run, n, None) for n in names}
+        return {n: copy.copy(v) if type(v) in (dict, list) else v for n, v in values.items()}
+
+    before = state()
+    head = new_pending(3, {"main": ("start", "main", 3)})
+    run.enter("call", head)
+    entered = state()
+    assert {n for n in names if entered[n] != before[n]} == {"pending"}
+    assert run.pending == {"call": head}
+    run.leave("call")
+    assert state() == before
