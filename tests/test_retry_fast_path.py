@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import attrs
@@ -468,3 +468,23 @@ def test_enter_and_leave_without_joins_change_only_pending(flaky: Registry) -> N
     assert run.pending == {"call": head}
     run.leave("call")
     assert state() == before
+
+
+def test_the_usual_call_takes_the_answers_of_the_checks_it_skips(flaky: Registry) -> None:
+    """``new_run`` and ``loaded_run`` given a registry and no clock, env or observers take
+    ``checked_call``'s answer without calling it, and read the default clock without
+    ``read_clock``: both must stay what those calls answer."""
+    assert _entry.checked_call(flaky, None, None, None) == (
+        flaky,
+        _entry._utcnow,
+        _entry._EMPTY_ENV,
+        (),
+    )
+    assert _entry.checked_call(flaky, None, None, None)[2] is _entry._EMPTY_ENV
+    clock, reading = _entry.read_clock(_entry._utcnow)
+    assert clock is _entry._utcnow
+    assert type(reading) is datetime
+    assert reading.tzinfo is timezone.utc  # read_clock's first branch: taken as it is
+    run = _entry.new_run(_retry_workflow(), 0, flaky, None, None, None, None, None)
+    assert (run.clock, run.env, run.observers) == (_entry._utcnow, _entry._EMPTY_ENV, ())
+    assert type(run.now_hint) is datetime
