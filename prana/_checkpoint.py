@@ -16,8 +16,8 @@ record in ``runs``, which settling the call replaces (``Run.record``: the settle
 takes the running one's place, or is added where there was none: the same tuples), and it
 reads the clock for the snapshot's own ``updated_at`` (nothing the run keeps; only a test
 clock that moves on each reading sees one reading fewer). Observers see no event of a
-checkpoint either way. ``tests/test_checkpoint_by_id.py`` holds both paths to equal records
-(a Hypothesis property over random workflows too).
+checkpoint either way. ``tests/test_properties.py`` holds both paths to equal outcomes and
+events (a Hypothesis property over random workflows), ``tests/test_claims.py`` the Runner's.
 
 Rule, the shell's side: return ``True`` only for a checkpoint whose effect does not depend
 on the snapshot beyond the id (and having had that effect: the run goes on to the action

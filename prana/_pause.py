@@ -6,10 +6,12 @@ a ``Suspend``): a webhook wait's resume token is minted here, and only its diges
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from prana._durations import is_aware
 from prana._events import EventType
 from prana._hooks import PENDING_TOKEN_PREFIX, mint_token, redact_tokens, token_digest
 from prana._jsoncheck import json_problem
@@ -43,6 +45,8 @@ def settle_suspend(run: Run, cn: CompiledNode, node_run: NodeRun, value: Suspend
         if not isinstance(data, _SUSPEND_TYPES[kind]):
             expected = _SUSPEND_TYPES[kind].__name__
             problem = f"Suspend({kind!r}) needs {expected} data, got {type(data).__name__}"
+        else:
+            problem = _time_problem(kind, data)
     else:
         json_issue = json_problem(data)
         if json_issue is not None:
@@ -82,6 +86,27 @@ def settle_suspend(run: Run, cn: CompiledNode, node_run: NodeRun, value: Suspend
             kind=kind,
         )
     return run.suspend_execution(key, suspension, given)
+
+
+_UTC = timezone.utc
+
+
+def _time_problem(kind: str, data: Any) -> str | None:
+    """Why a built-in kind's time is not one a record can hold (an aware datetime), if so.
+
+    The records have no validators (``TimerData`` is a hot record, ``prana._model``): what
+    an action hands back is checked here, as it comes in. A naive time suspended the run,
+    then broke the alarm and the record (``dumps`` wrote it, ``loads`` refused it).
+    """
+    name = "resume_at" if kind == "timer" else "expires_at"
+    value = getattr(data, name)
+    if value.__class__ is datetime and value.tzinfo is _UTC:
+        return None  # what the clocks give: aware (is_aware for anything else)
+    if value is None and kind != "timer":
+        return None  # a wait without an end
+    if is_aware(value):
+        return None
+    return f"Suspend({kind!r}) {name}={value!r} is not an aware datetime"
 
 
 _SUSPEND_TYPES: dict[str, type[Any]] = {
