@@ -13,6 +13,7 @@ import threading
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 from doubles import T0
 from test_stores import retry
@@ -76,6 +77,27 @@ def test_a_failed_group_commit_is_a_store_error_and_frees_the_store(tmp_path: Pa
     thread.start()
     thread.join(timeout=30)
     assert taken.is_set()
+
+
+def test_a_save_without_a_due_time_writes_the_row_the_full_update_writes(tmp_path: Path) -> None:
+    """A record that ended is stored with no due time or lease, found due by nobody."""
+    store = SQLiteStore(tmp_path / "undue.db")
+    saved_retry(store)
+    assert store.claim("e1", 1, DUE + timedelta(seconds=30), DUE) == 2
+    done = attrs.evolve(
+        retry("e1", DUE), status=ExecutionStatus.COMPLETED, suspension=None, suspended_node=None
+    )
+    assert done.due_at is None
+    assert store.save(done, 2) == 3
+    row = store._conn.execute(
+        "SELECT status, due_at, lease_at, version FROM prana_executions WHERE id = 'e1'"
+    ).fetchone()
+    assert row == ("completed", None, None, 3)
+    assert store.load("e1") == (done, 3)
+    assert store.find_due(DUE + timedelta(days=1)) == []
+    again = retry("e1", DUE + timedelta(seconds=1))  # a due time again: the other statement
+    assert store.save(again, 3) == 4
+    assert store.find_due(DUE + timedelta(days=1)) == [("e1", DUE + timedelta(seconds=1))]
 
 
 AWARE = [
