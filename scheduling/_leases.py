@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from prana._checkpoint import CheckpointById
+from prana._entry import check_clock
 from prana._model import with_lease
 from scheduling._errors import StaleVersionError, StoreError
 from scheduling.abc import ClaimingStore
@@ -131,7 +132,9 @@ class Leases:
         self.store = store
         self.claiming: ClaimingStore | None = store if isinstance(store, ClaimingStore) else None
         """The store's light claims (``ClaimingStore``), if it offers them."""
-        self.clock = clock
+        # A clock returning datetime subclasses (pendulum's) is read as plain datetimes, as
+        # the core reads it (``check_clock``): the leases and claim times go in records.
+        self.clock = check_clock(clock)
         self.lease = timedelta(seconds=lease_seconds)
         self.renew_every = lease_seconds / 3
         self._held: dict[int, Claim] = {}

@@ -321,6 +321,39 @@ def test_runner_refuses_a_clock_other_than_the_schedulers() -> None:
     assert runner.clock is clock
 
 
+class _SubclassTime(datetime):
+    """A ``datetime`` subclass, as pendulum's clocks return."""
+
+
+class _SubclassClock(ManualClock):
+    """A manual clock whose readings are ``_SubclassTime``s."""
+
+    def __call__(self) -> datetime:
+        now = super().__call__()
+        return _SubclassTime(
+            now.year, now.month, now.day, now.hour, now.minute, now.second, tzinfo=now.tzinfo
+        )
+
+
+def test_a_clock_returning_a_datetime_subclass_runs_as_a_plain_one(tmp_path: Path) -> None:
+    """A clock returning ``datetime`` subclasses runs, saves and reloads as plain readings
+    of the same times do (the core reads such a clock as plain datetimes; the runner's
+    leases kept the subclass, which the store's ``dumps`` could not write)."""
+
+    def run(clock: ManualClock, name: str) -> WorkflowExecution:
+        h = Harness(SQLiteStore(tmp_path / f"{name}.db"), fails=2, clock=clock)
+        with h.runner as runner:
+            eid = runner.start(flaky_workflow(), execution_id="e1")
+            while h.scheduler.advance(1):
+                pass
+            return h.store.load(eid)[0]
+
+    plain = run(ManualClock(T0), "plain")
+    subclassed = run(_SubclassClock(T0), "subclass")
+    assert plain.status is ExecutionStatus.COMPLETED
+    assert subclassed == plain
+
+
 def test_wait_times_out_while_a_retry_is_pending() -> None:
     """``wait`` raises ``TimeoutError`` when the execution is still waiting on its own alarm."""
     h = Harness(MemoryStore(), fails=1)
