@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
-from prana import ExecutionStatus
+from prana import AttemptOutcome, ExecutionStatus
 from scheduling._cli._common import (
     EXIT_OK,
     add_lease,
@@ -22,7 +23,9 @@ from scheduling._cli._common import (
 if TYPE_CHECKING:
     import argparse
 
+    from prana import Registry, WorkflowExecution
     from scheduling._cli._common import AddCommand
+    from scheduling.abc import ExecutionStore
 
 
 def register(add: AddCommand) -> None:
@@ -39,7 +42,10 @@ def register(add: AddCommand) -> None:
     cancel.add_argument("id", help="the execution id, or a unique prefix of it")
     cancel.add_argument("--reason", help="why (kept in the record)")
     cancel.add_argument(
-        "--actions", help="module registering your actions (to resume a cancelled child's parent)"
+        "--actions",
+        help="module registering your actions: to record the attempt in flight of an "
+        "execution a worker is running (without it, that attempt is left out of the "
+        "ledger), and to resume a cancelled child's parent",
     )
     cancel.set_defaults(handler=_cmd_cancel)
 
@@ -70,8 +76,60 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
         # The scheduler is never started: a worker's pending alarm finds it cancelled.
         registry = load_actions(args.actions)
         execution_id = resolve_id(store, args.id)
+        in_flight = _unrecordable_attempt(store, execution_id, registry)
         execution = make_runner(registry, store, None).cancel(execution_id, args.reason)
     finally:
         store.close()
     print(f"execution {execution.id}: {execution.status.value}")
+    if in_flight is not None and not _records_a_cancelled_attempt(execution):
+        print(f"prana: warning: {in_flight}", file=sys.stderr)
     return EXIT_OK
+
+
+def _unrecordable_attempt(
+    store: ExecutionStore, execution_id: str, registry: Registry
+) -> str | None:
+    """What a cancel leaves out of the ledger, said in a line; ``None`` if nothing.
+
+    A light claim (a worker running a due retry or timer, its stored record still the
+    suspended one) has its attempt in flight recorded ``cancelled`` only when the runner can
+    rebuild the checkpoint the claim stands for, which needs the workflow's node types
+    registered (``--actions``); otherwise the cancelled record leaves that attempt out.
+    """
+    from scheduling._claims import is_claimed
+    from scheduling._console import claimed_resume
+    from scheduling._errors import WorkflowNotFound
+
+    execution, _ = store.load(execution_id)
+    if not is_claimed(execution):
+        return None
+    try:
+        workflow = store.load_workflow(execution.workflow_id, execution.workflow_version)
+    except WorkflowNotFound:
+        missing = ["(its definition is not stored)"]
+    else:
+        missing = sorted({repr(n.type) for n in workflow.nodes if n.type not in registry})
+    resume = claimed_resume(execution)
+    if not missing or resume is None:
+        return None
+    claimed = f"claimed {resume['claimed_at'] or '-'}"
+    what = (
+        f"attempt {resume['attempt']} of node {resume['node_key']!r} ({claimed})"
+        if resume["attempt"]
+        else f"the resume of the {resume['kind']} at node {resume['node_key']!r} ({claimed})"
+    )
+    return (
+        f"a worker was running {what}; the cancelled record leaves it out, as rebuilding it "
+        f"needs the node type(s) {', '.join(missing)}: cancel with --actions MODULE to have "
+        "such an attempt recorded cancelled"
+    )
+
+
+def _records_a_cancelled_attempt(execution: WorkflowExecution) -> bool:
+    """Whether the cancel closed an attempt in flight (``cancelled``) in ``execution``."""
+    return any(
+        attempt.outcome is AttemptOutcome.CANCELLED
+        for runs in execution.node_executions.values()
+        for run in runs
+        for attempt in run.attempts
+    )
