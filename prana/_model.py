@@ -456,7 +456,9 @@ class StoredRow:
     encoding the record anew, so a record kept from one save to the next (the engine keeps
     every run it does not touch) costs nothing to write again. It is not a field: equality,
     ``repr``, pickling, copies and ``attrs.evolve`` never see or carry it, and a record
-    built any other way has no ``_row`` (``getattr(run, "_row", None)`` is ``None``).
+    built any other way has no ``_row``, or ``None`` (``getattr(run, "_row", None)`` is
+    ``None``): the engine's fast constructor sets it to ``None``, so that the read is no
+    AttributeError raised and discarded at every ``dumps`` of a new run.
     """
 
     __slots__ = ("_row",)
@@ -796,6 +798,10 @@ def _fast_constructor(cls: type[Any]) -> Any:
     namespace: dict[str, Any] = {"_cls": cls, "_twin": twin, "_new": object.__new__}
     if twin is not None:
         body = "".join(f"    self.{n} = {n}\n" for n in names)
+        if issubclass(cls, StoredRow):
+            # No row remembered yet, said as None: reading an unset slot with a default
+            # (``dumps`` does, ``StoredRow``) raises and discards an AttributeError.
+            body += "    self._row = None\n"
         source = (
             f"def build({args}):\n    self = _twin()\n{body}"
             "    self.__class__ = _cls\n    return self\n"

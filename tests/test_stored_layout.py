@@ -24,10 +24,15 @@ from prana import (
     SCHEMA_VERSION,
     AttemptRecord,
     Completed,
+    Connection,
+    Node,
     NodeExecution,
     RecordError,
+    Registry,
+    Workflow,
     WorkflowExecution,
     dumps,
+    execute_workflow,
     loads,
 )
 from prana._compact import ATTEMPT_LAYOUT, RUN_LAYOUT, check_layouts, upgrade_runs
@@ -279,3 +284,21 @@ def test_a_run_with_a_time_that_is_not_a_datetime_is_refused_on_write() -> None:
     execution = attrs.evolve(rich_execution(), node_executions={"start": (run,)})
     with pytest.raises(RecordError):
         loads(dumps(execution))
+
+
+def test_a_run_the_engine_builds_has_its_row_slot_set_to_none() -> None:
+    """The engine's runs say "no row yet" with ``None`` in the slot, not an unset slot:
+    ``dumps`` reads the slot of every run it writes, and an unset slot costs an
+    AttributeError raised and discarded on each read (two per new run)."""
+    registry = Registry()
+    registry.register("test.ok", lambda params, ctx: {"ok": True})
+    workflow = Workflow(
+        id="w",
+        nodes=[Node(key="start", type="manual.trigger"), Node(key="a", type="test.ok")],
+        connections=[Connection(from_node="start", to_node="a")],
+    )
+    outcome = execute_workflow(workflow, {"x": 1}, registry=registry)
+    run = outcome.execution.node_executions["a"][0]
+    assert vars(StoredRow)["_row"].__get__(run) is None  # raises AttributeError if unset
+    dumps(outcome.execution)
+    assert run._row == body(dumps(outcome.execution))["node_executions"]["a"][0]
