@@ -24,6 +24,8 @@ from prana import (
     InvalidSettingsError,
     Node,
     Registry,
+    Suspend,
+    TimerData,
     dumps,
     execute_workflow,
 )
@@ -571,3 +573,45 @@ def test_a_light_claim_is_renewed_with_its_claim_time(claiming: Callable[[], Any
         assert store.load(eid)[1] == renewed_version + 1
     finally:
         leases.release(claim)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a light claim stands on replaying the suspended record (claimed_snapshot), which "
+        "assumes a timer's resume is the core's own (LIGHT_KINDS); a user action's timer "
+        "with a resume callback is claimed lightly too, so cancelling (or recovering) the "
+        "claimed row runs that callback again in the canceller's process"
+    ),
+)
+def test_cancelling_a_claimed_user_timer_runs_its_resume_callback_once() -> None:
+    """A user action's own timer with a ``resume`` callback: cancelling the execution
+    while its step runs (claimed) does not call the callback a second time."""
+    calls: list[str] = []
+    registry = Registry()
+
+    def pause(params: Any, ctx: ActionContext) -> Any:
+        return Suspend("timer", TimerData(resume_at=ctx.now + timedelta(seconds=5)))
+
+    def on_resume(params: Any, ctx: ActionContext, data: Any) -> Any:
+        calls.append(ctx.node_key)  # a side effect: a charge, a message
+        return {"charged": True}
+
+    runners: list[Runner[ManualScheduler]] = []
+
+    def cancel_now(params: Any, ctx: ActionContext) -> Any:
+        runners[0].cancel(ctx.execution_id)  # a cancel while this step holds the claim
+        return 1
+
+    registry.register("u.timer", pause, on_resume)
+    registry.register("u.next", cancel_now)
+    wf = workflow(Node(key="a", type="u.timer"), Node(key="b", type="u.next"), wid="user-timer")
+    clock = ManualClock(T0)
+    scheduler = ManualScheduler(clock)
+    runner = Runner(registry, MemoryStore(), scheduler, clock)
+    runners.append(runner)
+    with runner:
+        eid = runner.start(wf)
+        scheduler.advance(10)
+        assert runner.get(eid).status is ExecutionStatus.CANCELLED
+    assert calls == ["a"]
