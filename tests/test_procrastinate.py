@@ -900,66 +900,6 @@ def test_cancel_in_writes_only_when_a_job_is_queued(env: Env) -> None:
     assert [job["status"] for job in env.jobs()] == ["doing"]
 
 
-class Reads:
-    """A connection for ``cancel_in`` that records each statement and finds no job queued."""
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-
-    def execute(self, query: Any, params: Any = None) -> Any:
-        self.sent.append(str(query))
-        return self
-
-    def fetchone(self) -> None:
-        return None
-
-
-def test_a_batchs_first_disarm_of_an_execution_it_fires_reads_nothing(env: Env) -> None:
-    """The speed rule of a batch's first disarm (``cancel_in``): each execution of a batch
-    holds its job ``doing``, so its first disarm in the batch sends no statement; its next
-    one, one after this thread armed it, one of an execution outside the batch, and any
-    after the batch read the queue as before."""
-    scheduler = env.scheduler(concurrency=1, batch=3)
-    scheduler.setup()
-    for index in range(3):
-        scheduler.schedule(f"exec-{index}", now() - timedelta(seconds=1))
-    reads: list[int] = []
-    fired = threading.Event()
-
-    def disarm(execution_id: str) -> None:
-        conn = Reads()
-        scheduler.cancel_in(conn, execution_id)  # type: ignore[arg-type]
-        reads.append(len(conn.sent))
-
-    def fire_many(ids: Sequence[str]) -> None:
-        assert list(ids) == ["exec-0", "exec-1", "exec-2"]
-        disarm("exec-0")  # its first disarm: nothing sent
-        disarm("exec-0")  # the next one reads
-        with psycopg.connect(env.dsn) as conn, conn.transaction(force_rollback=True):
-            scheduler.schedule_in(conn, "exec-1", now() + timedelta(hours=1))
-        disarm("exec-1")  # armed by this thread: reads
-        disarm("not-in-the-batch")
-        disarm("exec-2")
-        fired.set()
-
-    scheduler.start_batched(lambda execution_id: None, fire_many)
-    assert fired.wait(TIMEOUT)
-    assert reads == [0, 1, 1, 1, 0]
-    assert env.wait_until(lambda: env.jobs() == [])
-    disarm("exec-2")  # after the batch: reads
-    assert reads[-1] == 1
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "cancel_in's batch fast path (d1d51eb) skips the queued-job read on an execution's "
-        "first disarm in a batch, assuming no todo job of it can exist while its job is "
-        "doing; another worker's re-arm (schedule_many -> missing_alarms) queues one for a "
-        "due time later than the doing job's (a claimed row's lease end), and it is left "
-        "queued (it fires later into an execution with nothing due, and is dropped)"
-    ),
-)
 def test_a_batchs_disarm_deletes_a_job_another_worker_queued_meanwhile(env: Env) -> None:
     """While a batch fires an execution (its job ``doing``), another worker's re-arm may
     queue a job of it for a later due time (``missing_alarms`` keeps a ``doing`` job for

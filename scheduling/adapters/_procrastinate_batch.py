@@ -142,11 +142,9 @@ def fire_batches(
         prefetch = scheduler.prefetch
         if prefetch is not None:
             _prefetch_logged(prefetch, ids)
-        scheduler._firing.ids = set(ids)  # jobs this worker holds doing (see cancel_in)
         try:
             _fire_many_logged(fire_many, ids)
         finally:
-            scheduler._firing.ids = None
             if prefetch is not None:
                 _prefetch_logged(prefetch, [])
         ids = []

@@ -359,9 +359,6 @@ class ProcrastinateScheduler(ServingMixin):
         self._ready = False
         self._fire: Fire | None = None
         self._fire_many: FireMany | None = None
-        self._firing = threading.local()
-        """Per thread: ``ids``, the executions its batch fires from jobs it holds (see
-        ``cancel_in``), or ``None``."""
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Worker | None = None
@@ -535,7 +532,6 @@ class ProcrastinateScheduler(ServingMixin):
         when it starts and every ``--poll``, costs no commit for alarms already queued).
         """
         require_aware(due_at, f"ProcrastinateScheduler.schedule({execution_id!r})")
-        self._armed_here(execution_id)
 
         def arm(conn: psycopg.Connection[Any]) -> None:
             if conn.execute(_ARMED, {"key": self.lock_key(execution_id), "due": due_at}).fetchone():
@@ -572,7 +568,6 @@ class ProcrastinateScheduler(ServingMixin):
         it starts (and by ``Runner.rearm_due``).
         """
         require_aware(due_at, f"ProcrastinateScheduler.schedule_in({execution_id!r})")
-        self._armed_here(execution_id)
         self._replace(conn, execution_id, due_at, own=False)
 
     def same_database(self, dsn: str) -> bool:
@@ -626,12 +621,6 @@ class ProcrastinateScheduler(ServingMixin):
                 ) from exc
             return
 
-    def _armed_here(self, execution_id: str) -> None:
-        """This thread queues a job of ``execution_id``: its next disarm reads (``cancel_in``)."""
-        firing = getattr(self._firing, "ids", None)
-        if firing is not None:
-            firing.discard(execution_id)
-
     def cancel(self, execution_id: str) -> None:
         """Delete the queued job of ``execution_id``; unknown ids are ignored.
 
@@ -651,22 +640,7 @@ class ProcrastinateScheduler(ServingMixin):
         One read first (it needs no ``search_path``: our table by its full name, and no
         trigger): most executions that end have no job queued (the one firing them is
         ``doing``), and then nothing is written.
-
-        The speed rule of a batch's first disarm: while this thread fires a batch
-        (``fire_batches``), an execution of the batch holds a job ``doing`` under this
-        worker, and no ``todo`` job of it is queued: the take left none (one
-        ``queueing_lock`` per execution, and the job taken is the one that was queued), a
-        re-arm elsewhere finds the ``doing`` job and queues none (``missing_alarms``), and a
-        save by anyone else fails this batch's compare-and-set. So its first arm or disarm
-        in the batch skips the read; once this thread armed it (``schedule_in``,
-        ``schedule``) the next one reads again. Should a job be queued all the same (a
-        ``todo`` job written by hand), it fires later into an execution that is not due,
-        which the runner drops.
         """
-        firing = getattr(self._firing, "ids", None)
-        if firing is not None and execution_id in firing:
-            firing.discard(execution_id)  # a first disarm in the batch: nothing is queued
-            return
         key = self.lock_key(execution_id)
         if conn.execute(self._queued_in, (key,)).fetchone() is None:
             return
