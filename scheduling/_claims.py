@@ -16,7 +16,8 @@ rule:
 
 So ``claimed_snapshot`` rebuilds the snapshot by running the core again on the suspended
 record, with the claim time as its clock, no observers, and a checkpoint that stops it at
-the first action call. A record that fits ``LIGHT_KINDS`` and is resumed by
+the first action call. A record that fits ``LIGHT_KINDS`` (a timer only when its node's
+action has no ``resume`` callback of its own: ``claimable``) and is resumed by
 ``Move.RESUME`` is the only one claimed so; any other step (a delivery's data, a webhook's
 expiry, a redrive, a recovery, a start) saves its snapshot as before, and so does every
 later checkpoint of a light step. Where the snapshot is needed:
@@ -45,6 +46,8 @@ from prana import (
     recover_execution,
     resume_workflow,
 )
+from prana._builtins import _wait_resume
+from prana._graph import compile_workflow
 from prana._model import with_lease
 
 if TYPE_CHECKING:
@@ -63,17 +66,31 @@ __all__ = [
 ]
 
 LIGHT_KINDS = frozenset({"retry", "timer"})
-"""Suspension kinds whose resume is a function of the record alone (resume data ignored)."""
+"""Suspension kinds whose resume is a function of the record alone (resume data ignored),
+given that a timer's node resumes as the core does (``claimable``)."""
+
+_CORE_RESUMES = frozenset({None, _wait_resume})
+"""The ``resume`` callbacks that are the core's own: none, or the built-in ``wait.wait``'s."""
 
 
-def claimable(execution: WorkflowExecution) -> bool:
-    """Whether a step resuming ``execution`` (``Move.RESUME``) may claim it lightly."""
+def claimable(execution: WorkflowExecution, workflow: Workflow, registry: Registry) -> bool:
+    """Whether a step resuming ``execution`` (``Move.RESUME``) may claim it lightly.
+
+    A retry runs its action afresh: nothing runs before the action call's checkpoint. A
+    timer's resume is the core's own only when its node's action has no ``resume`` callback
+    or the built-in wait's: a user's callback runs with no checkpoint before it, so a
+    replay (``claimed_snapshot``, on a cancel or a recovery) would run it a second time.
+    """
     suspension = execution.suspension
-    return (
-        execution.status is ExecutionStatus.SUSPENDED
-        and suspension is not None
-        and suspension.kind in LIGHT_KINDS
-    )
+    if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
+        return False
+    kind = suspension.kind
+    if kind == "retry":
+        return True
+    if kind != "timer":
+        return False
+    node = compile_workflow(workflow, registry).nodes.get(execution.suspended_node or "")
+    return node is not None and node.spec.resume in _CORE_RESUMES
 
 
 def is_claimed(execution: WorkflowExecution) -> bool:

@@ -225,7 +225,10 @@ class Steps:
                 ) or definitions.get(execution.workflow_id, execution.workflow_version)
                 leases = self._leases
                 # A light claim: see scheduling._claims for the rule and the reading back.
-                claim = Claim(version, light=move is _RESUME and claimable(execution))
+                claim = Claim(
+                    version,
+                    light=move is _RESUME and claimable(execution, workflow, self.registry),
+                )
                 try:
                     checkpoint = leases.checkpoint(claim, None if batch is None else batch.commit)
                     tracer = self._tracer

@@ -137,7 +137,7 @@ def test_a_claimed_row_reads_running_with_its_record_kept(claiming: Callable[[],
     clock = ManualClock(T0)
     eid, version = suspended_retry(store, clock)
     before, _ = store.load(eid)
-    assert claimable(before)
+    assert claimable(before, workflow(flaky_node()), Registry())
     assert store.claim(eid, version, at(31), at(1)) == version + 1
     claimed, now = store.load(eid)
     assert now == version + 1
@@ -575,15 +575,6 @@ def test_a_light_claim_is_renewed_with_its_claim_time(claiming: Callable[[], Any
         leases.release(claim)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a light claim stands on replaying the suspended record (claimed_snapshot), which "
-        "assumes a timer's resume is the core's own (LIGHT_KINDS); a user action's timer "
-        "with a resume callback is claimed lightly too, so cancelling (or recovering) the "
-        "claimed row runs that callback again in the canceller's process"
-    ),
-)
 def test_cancelling_a_claimed_user_timer_runs_its_resume_callback_once() -> None:
     """A user action's own timer with a ``resume`` callback: cancelling the execution
     while its step runs (claimed) does not call the callback a second time."""
