@@ -475,8 +475,9 @@ def claimed_resume(execution: WorkflowExecution) -> dict[str, Any] | None:
     }
 
 
-def _running_lines(execution: WorkflowExecution) -> list[str]:
-    """What a ``running`` execution is doing: a light claim's resume in flight, its lease."""
+def _running_lines(execution: WorkflowExecution, now: datetime | None) -> list[str]:
+    """What a ``running`` execution is doing: a light claim's resume in flight, its lease
+    (said ended once ``now`` has passed it: no process renewed it)."""
     lines = []
     resume = claimed_resume(execution)
     if resume is not None:
@@ -486,13 +487,22 @@ def _running_lines(execution: WorkflowExecution) -> list[str]:
             f"claimed {resume['claimed_at'] or '-'}"
         )
         lines.append("            (the node shows it once the attempt ends)")
-    if execution.lease_expires_at is not None:
-        lines.append(f"  lease     until {execution.lease_expires_at.isoformat()}")
+    lease = execution.lease_expires_at
+    if lease is not None and now is not None and lease <= now:
+        lines.append(
+            f"  lease     ended {lease.isoformat()}: no process renewed it (one died or "
+            "stalled); the next worker pass recovers it"
+        )
+    elif lease is not None:
+        lines.append(f"  lease     until {lease.isoformat()}")
     return lines
 
 
-def format_timeline(execution: WorkflowExecution) -> str:
-    """Every node run and attempt of ``execution``: times, errors, delays and lateness."""
+def format_timeline(execution: WorkflowExecution, now: datetime | None = None) -> str:
+    """Every node run and attempt of ``execution``: times, errors, delays and lateness.
+
+    ``now`` (the reader's time) lets a ``running`` execution's lease be said ended.
+    """
     origin = execution.started_at
     lines = [
         f"execution {execution.id}",
@@ -507,7 +517,7 @@ def format_timeline(execution: WorkflowExecution) -> str:
         at = f", due {due.isoformat()}" if due is not None else ""
         lines.append(f"  waiting   {execution.suspension.kind} at {execution.suspended_node}{at}")
     if execution.status is ExecutionStatus.RUNNING:
-        lines.extend(_running_lines(execution))
+        lines.extend(_running_lines(execution, now))
     if execution.error is not None:
         lines.append(f"  error     {format_error(execution.error)}")
     if execution.parent is not None:

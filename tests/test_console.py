@@ -359,6 +359,10 @@ def test_timeline_of_a_claimed_execution_says_what_runs() -> None:
     assert f"  resuming  retry at r (attempt 2), claimed {at(1).isoformat()}\n" in text
     assert "            (the node shows it once the attempt ends)\n" in text
     assert f"  lease     until {at(31).isoformat()}" in text
+    assert f"  lease     until {at(31).isoformat()}" in format_timeline(claimed, at(30))
+    ended = format_timeline(claimed, at(31))
+    assert "until" not in ended
+    assert f"  lease     ended {at(31).isoformat()}: no process renewed it" in ended
 
 
 def _fails_first(params: Any, ctx: ActionContext) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus
@@ -23,7 +24,6 @@ from scheduling.abc import UnreadableRow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from datetime import datetime
 
     from scheduling._cli._common import AddCommand
     from scheduling.abc import ExecutionStore, ExecutionSummary
@@ -298,6 +298,6 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(execution_json(execution, version), indent=2))
         return EXIT_OK
-    print(format_timeline(execution))
+    print(format_timeline(execution, datetime.now(timezone.utc)))
     print(f"  (record version {version})")
     return EXIT_OK
