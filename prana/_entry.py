@@ -325,6 +325,19 @@ def _plain(value: datetime) -> datetime:
     )  # fmt: skip
 
 
+def _checked_run_call(
+    registry: Any, clock: Any, env: Any, observers: Any
+) -> tuple[Registry, Clock, Mapping[str, Any], tuple[Observer, ...]]:
+    """``checked_call`` for ``new_run`` and ``loaded_run``, the usual call answered first.
+
+    Rule: the usual call (a registry, every other default) takes ``checked_call``'s answer
+    without its checks (``tests/test_retry_fast_path.py`` holds both equal).
+    """
+    if type(registry) is Registry and clock is None and env is None and observers is None:
+        return registry, _utcnow, _EMPTY_ENV, _NO_OBSERVERS
+    return checked_call(registry, clock, env, observers)
+
+
 def new_run(
     workflow: Workflow,
     input_data: Any,
@@ -336,20 +349,9 @@ def new_run(
     parent: ParentRef | None,
     trace_context: Mapping[str, str] | None = None,
 ) -> Run:
-    if type(registry) is Registry and clock is None and env is None and observers is None:
-        # Rule: the usual call (a registry, every other default) takes checked_call's answer
-        # without the call, and the default clock is read without read_clock, whose first
-        # branch answers for its readings (tests/test_retry_fast_path.py holds both equal).
-        checked_registry, checked_clock, checked_env, checked_observers = (
-            registry,
-            _utcnow,
-            _EMPTY_ENV,
-            _NO_OBSERVERS,
-        )
-    else:
-        checked_registry, checked_clock, checked_env, checked_observers = checked_call(
-            registry, clock, env, observers
-        )
+    checked_registry, checked_clock, checked_env, checked_observers = _checked_run_call(
+        registry, clock, env, observers
+    )
     checked_trace = None if trace_context is None else check_trace_context(trace_context)
     if execution_id is not None and (not isinstance(execution_id, str) or not execution_id):
         raise InvalidSettingsError(
@@ -372,7 +374,7 @@ def new_run(
             "with Registry(limits=Limits(max_value_size=...))"
         )
         raise InvalidWorkflowError([message])
-    if checked_clock is _utcnow:  # read_clock's answer for the default clock (the rule above)
+    if checked_clock is _utcnow:  # read_clock's first branch answers for its readings (a test)
         now = _utcnow()
     else:
         checked_clock, now = read_clock(checked_clock)
@@ -433,20 +435,11 @@ def loaded_run(
     observers: Sequence[Observer] | None,
 ) -> Run:
     """Check a resume-like call (arguments, execution, data) and load its working copy."""
-    if type(registry) is Registry and clock is None and env is None and observers is None:
-        # the usual call: checked_call's answer without the call (the rule: new_run's)
-        checked_registry, checked_clock, checked_env, checked_observers = (
-            registry,
-            _utcnow,
-            _EMPTY_ENV,
-            _NO_OBSERVERS,
-        )
-    else:
-        checked_registry, checked_clock, checked_env, checked_observers = checked_call(
-            registry, clock, env, observers
-        )
+    checked_registry, checked_clock, checked_env, checked_observers = _checked_run_call(
+        registry, clock, env, observers
+    )
     graph = _prepare_resume(execution, workflow, checked_registry, resume_data)
-    if checked_clock is _utcnow:  # read_clock's answer for the default clock (new_run's rule)
+    if checked_clock is _utcnow:  # read_clock's first branch answers for its readings (a test)
         now = _utcnow()
     else:
         checked_clock, now = read_clock(checked_clock)
