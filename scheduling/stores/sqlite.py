@@ -131,11 +131,7 @@ _UPDATE = (
 # sqlite3 module binds a ``None`` parameter through its adapter lookup (two failed
 # attribute lookups, about 2,300 instructions of a save), a literal ``NULL`` costs nothing;
 # the row written is the same (``tests/test_shell_fast_paths.py``).
-_UPDATE_UNDUE = (
-    "UPDATE prana_executions SET workflow_id = ?, workflow_version = ?, status = ?,"
-    " due_at = NULL, lease_at = NULL, version = version + 1, updated_at = ?, data = ?"
-    " WHERE id = ? AND version = ?"
-)
+_UPDATE_UNDUE = _UPDATE.replace(" due_at = ?,", " due_at = NULL,")
 # A claim (``scheduling.abc.ClaimingStore``) sets the columns only; ``data`` stays the
 # suspended record it claims. The rule of the claimed row (schema version 2):
 #
