@@ -298,6 +298,21 @@ def test_only_retries_and_timers_are_claimed_lightly() -> None:
     assert frozenset({"retry", "timer"}) == LIGHT_KINDS
 
 
+def recording_registry(store: Any, stored: list[Any]) -> Registry:
+    """``test.flaky``: fails node ``r``'s first attempt; each call appends the record stored
+    for its execution at that moment (what the step's checkpoint left) to ``stored``."""
+    registry = Registry()
+
+    def flaky(params: Any, ctx: ActionContext) -> Any:
+        if ctx.attempt == 1 and ctx.node_key == "r":
+            raise ConnectionError("down")
+        stored.append(store.load(ctx.execution_id)[0])
+        return "done"
+
+    registry.register("test.flaky", flaky)
+    return registry
+
+
 @pytest.mark.parametrize(
     ("node", "light"),
     [
@@ -312,15 +327,7 @@ def test_a_step_claims_lightly_only_a_record_that_qualifies(node: Node, light: b
     store = MemoryStore()
     clock = ManualClock(T0)
     seen: list[Any] = []
-    registry = Registry()
-
-    def flaky(params: Any, ctx: ActionContext) -> Any:
-        if ctx.attempt == 1 and ctx.node_key == "r":
-            raise ConnectionError("down")
-        seen.append(store.load(ctx.execution_id)[0])
-        return "done"
-
-    registry.register("test.flaky", flaky)
+    registry = recording_registry(store, seen)
     after = Node(key="after", type="test.flaky")
     with Runner(registry, store, ManualScheduler(clock), lease_seconds=LEASE) as runner:
         eid = runner.start(workflow(node, after))
@@ -353,15 +360,7 @@ def first_checkpoints(node: Node, store: Any) -> tuple[list[Any], list[Any], int
     """
     clock = ManualClock(T0)
     stored: list[Any] = []
-    registry = Registry()
-
-    def flaky(params: Any, ctx: ActionContext) -> Any:
-        if ctx.attempt == 1 and ctx.node_key == "r":
-            raise ConnectionError("down")
-        stored.append(store.load(ctx.execution_id)[0])
-        return "done"
-
-    registry.register("test.flaky", flaky)
+    registry = recording_registry(store, stored)
     wf = workflow(node, Node(key="after", type="test.flaky"))
     built = 0
     with Runner(registry, store, ManualScheduler(clock), lease_seconds=LEASE) as runner:
