@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from prana import WorkflowExecution
+    from scheduling._eventlog import HeldEvents
     from scheduling._steps import Steps
 
 __all__ = ["GROUP_MAX", "Batch", "on_alarms"]
@@ -38,16 +39,17 @@ GROUP_MAX = 256
 class Batch:
     """The steps of one batch whose saves wait for their group's commit, and what follows.
 
-    ``pending``: saved in the open group, to settle once committed; ``ready``: committed,
-    to settle; ``later``: parents whose sub-workflow alarm runs after the group.
+    ``pending``: saved in the open group, to settle once committed (each with its held
+    events, dropped if the commit fails); ``ready``: committed, to settle; ``later``:
+    parents whose sub-workflow alarm runs after the group.
     """
 
     __slots__ = ("later", "pending", "ready", "store")
 
     def __init__(self, store: GroupingStore) -> None:
         self.store = store
-        self.pending: list[tuple[WorkflowExecution, int]] = []
-        self.ready: list[tuple[WorkflowExecution, int]] = []
+        self.pending: list[tuple[WorkflowExecution, int, HeldEvents | None]] = []
+        self.ready: list[tuple[WorkflowExecution, int, HeldEvents | None]] = []
         self.later: list[WorkflowExecution] = []
 
     def commit(self) -> None:
@@ -116,5 +118,5 @@ def on_alarms(steps: Steps, execution_ids: Sequence[str]) -> None:
 def _settle_ready(steps: Steps, batch: Batch) -> None:
     ready = batch.ready
     batch.ready = []
-    for execution, version in ready:
-        steps._settle(execution, version)
+    for execution, version, held in ready:
+        steps._settle(execution, version, held)

@@ -27,12 +27,17 @@ Fields (``LogRecord`` attributes): ``prana_event``, ``execution_id``, ``workflow
 
 from __future__ import annotations
 
+import contextvars
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prana import Event, EventType
+from prana._events import emit
 
-__all__ = ["LOGGER_NAME", "log_event", "wanted"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["LOGGER_NAME", "HeldEvents", "log_event", "wanted"]
 
 LOGGER_NAME = "scheduling.events"
 logger = logging.getLogger(LOGGER_NAME)
@@ -124,3 +129,33 @@ def log_event(event: Event) -> None:
         "error_message": error.message if error is not None else None,
     }
     logger.log(level, "%s", _message(event), extra=extra)
+
+
+class HeldEvents:
+    """A runner step's events, held until the state they lead to is stored.
+
+    The core emits a step's events as it computes them, before the runner saves the step;
+    an observer handed them at once would report what the store may never keep (a step
+    whose save loses its compare-and-set to a cancel, or to another runner). The runner
+    passes this as the step's only observer and calls ``release`` once a save is stored:
+    each checkpoint's (the claim before an action call), then the final one (in a batch,
+    once its group has committed). A step that loses drops what it holds: the observers
+    never hear of it. Each event reaches the observers in the context it was emitted in
+    (an OpenTelemetry tracer reads its span there).
+    """
+
+    __slots__ = ("held", "observers")
+
+    def __init__(self, observers: tuple[Callable[[Event], object], ...]) -> None:
+        self.observers = observers
+        self.held: list[tuple[Event, contextvars.Context]] = []
+
+    def __call__(self, event: Event) -> None:
+        self.held.append((event, contextvars.copy_context()))
+
+    def release(self) -> None:
+        """Hand every held event to the observers, in order (one that raises is logged)."""
+        held, self.held = self.held, []
+        observers = self.observers
+        for event, context in held:
+            context.run(emit, observers, event)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from prana import WorkflowExecution
+    from scheduling._eventlog import HeldEvents
     from scheduling.abc import ExecutionStore
 
 logger = logging.getLogger("scheduling._runner")
@@ -57,14 +58,16 @@ class Claim:
     ``version`` is ``None`` until a start's first save creates the record. ``record`` is
     the snapshot last saved (``None`` before the first checkpoint), ``saved_at`` when.
     ``light``: the first checkpoint claims by the columns alone (``Leases``); once it did,
-    ``claimed`` holds the execution id and the claim time its renewals repeat.
+    ``claimed`` holds the execution id and the claim time its renewals repeat. ``held``:
+    the step's events, released to the observers after each checkpoint is stored.
     """
 
-    __slots__ = ("claimed", "light", "lock", "record", "saved_at", "version")
+    __slots__ = ("claimed", "held", "light", "lock", "record", "saved_at", "version")
 
     def __init__(self, version: int | None, *, light: bool = False) -> None:
         self.version = version
         self.light = light
+        self.held: HeldEvents | None = None
         self.lock = threading.Lock()
         self.record: WorkflowExecution | None = None
         self.saved_at: datetime | None = None
@@ -114,10 +117,14 @@ class StepCheckpoint(CheckpointById):
         self._held()
 
     def _held(self) -> None:
-        """After a save: commit the store's group, and have the keeper renew the claim."""
+        """After a save: commit the store's group, have the keeper renew the claim, and
+        release the step's events (what they report is stored now)."""
         if self.commit is not None:
             self.commit()
-        self.leases.renewing(self.claim)
+        claim = self.claim
+        self.leases.renewing(claim)
+        if claim.held is not None:
+            claim.held.release()
 
 
 class Leases:

@@ -62,7 +62,7 @@ from scheduling._claims import (
 )
 from scheduling._definitions import Definitions
 from scheduling._errors import ExecutionNotFound, StaleVersionError, WorkflowNotFound
-from scheduling._eventlog import log_event, wanted
+from scheduling._eventlog import HeldEvents, log_event, wanted
 from scheduling._leases import Claim, Leases
 from scheduling._records import (
     child_execution_id,
@@ -229,14 +229,20 @@ class Steps:
                     version,
                     light=move is _RESUME and claimable(execution, workflow, self.registry),
                 )
+                observers = self._observers()
+                if observers:  # held until stored (HeldEvents), then the claim releases them
+                    claim.held = held = HeldEvents(observers)
+                    seen: tuple[Callable[[Event], object], ...] = (held,)
+                else:
+                    held, seen = None, observers
                 try:
                     checkpoint = leases.checkpoint(claim, None if batch is None else batch.commit)
                     tracer = self._tracer
                     if tracer is None:
-                        outcome = self._move(move, execution, data, workflow, checkpoint)
+                        outcome = self._move(move, execution, data, workflow, checkpoint, seen)
                     else:  # the step runs inside the execution's stored trace
                         with tracer.resume(execution.trace_context):
-                            outcome = self._move(move, execution, data, workflow, checkpoint)
+                            outcome = self._move(move, execution, data, workflow, checkpoint, seen)
                 except BaseException:
                     leases.release(claim)
                     raise
@@ -258,9 +264,9 @@ class Steps:
         if type(outcome) is Suspend:
             self._note_hook(outcome)
         if batch is not None:
-            batch.pending.append((new, version))  # settled once its group commits
+            batch.pending.append((new, version, held))  # settled once its group commits
         else:
-            self._settle(new, version)
+            self._settle(new, version, held)
         return outcome
 
     def _move(
@@ -270,6 +276,7 @@ class Steps:
         data: Any,
         workflow: Workflow,
         checkpoint: Callable[[WorkflowExecution], None],
+        observers: tuple[Callable[[Event], object], ...],
     ) -> Outcome:
         """Compute the next state of ``execution`` with the core, as ``move`` says."""
         if move is _RESUME:
@@ -280,12 +287,12 @@ class Steps:
                 registry=self.registry,
                 clock=self.clock,
                 env=self.env,
-                observers=self._observers(),
+                observers=observers,
                 checkpoint=checkpoint,
             )
         if move is Move.REDRIVE:
             node, reset = data
-            return self._redrive(execution, workflow, node, reset, checkpoint)
+            return self._redrive(execution, workflow, node, reset, checkpoint, observers)
         if move is Move.RECOVER:
             recover = recover_claimed if is_claimed(execution) else recover_execution
             return recover(
@@ -294,11 +301,11 @@ class Steps:
                 registry=self.registry,
                 clock=self.clock,
                 env=self.env,
-                observers=self._observers(),
+                observers=observers,
                 checkpoint=checkpoint,
                 max_interruptions=self.max_interruptions,
             )
-        return self._expire_webhook(execution, workflow, checkpoint)
+        return self._expire_webhook(execution, workflow, checkpoint, observers)
 
     def _redrive(
         self,
@@ -306,10 +313,10 @@ class Steps:
         workflow: Workflow,
         node: str | None,
         reset: bool,
-        checkpoint: Callable[[WorkflowExecution], None] | None = None,
+        checkpoint: Callable[[WorkflowExecution], None] | None,
+        observers: tuple[Callable[[Event], object], ...],
     ) -> Outcome:
         """Redrive a failed execution with the core, then run it in the caller as a resume."""
-        observers = self._observers()
         redriven = redrive_execution(
             execution,
             workflow=workflow,
@@ -347,7 +354,10 @@ class Steps:
         self._definitions.register(workflow)
         tracer = self._tracer
         leases = self._leases
+        observers = self._observers()
+        held = HeldEvents(observers) if observers else None
         claim = Claim(None)
+        claim.held = held
         save_checkpoint = leases.checkpoint(claim)
         created: list[str] = []
 
@@ -368,12 +378,16 @@ class Steps:
                     registry=self.registry,
                     clock=self.clock,
                     env=self.env,
-                    observers=self._observers(),
+                    observers=() if held is None else (held,),
                     execution_id=execution_id,
                     parent=parent,
                     trace_context=trace_context,
                     checkpoint=checkpoint,
                 )
+                new = execution_of(outcome)
+                version = leases.save(claim, new)
+                if held is not None:
+                    held.release()  # stored: inside the start's trace, as they were emitted
         except StaleVersionError as exc:
             leases.release(claim)
             if created:
@@ -381,13 +395,6 @@ class Steps:
             raise
         except BaseException:
             leases.release(claim)
-            raise
-        new = execution_of(outcome)
-        try:
-            version = leases.save(claim, new)
-        except StaleVersionError as exc:
-            if created:
-                raise LostStartError(created[0]) from exc
             raise
         self._note_hook(outcome)
         self._settle(new, version)
@@ -413,13 +420,17 @@ class Steps:
                     return execution
                 if is_claimed(execution):  # the claim's attempt in flight is cancelled too
                     execution = self._claimed_snapshot(execution)
+                observers = self._observers()
+                held = HeldEvents(observers) if observers else None
                 cancelled = cancel_execution(
-                    execution, reason, clock=self.clock, observers=self._observers()
+                    execution, reason, clock=self.clock, observers=() if held is None else (held,)
                 )
                 try:
                     new_version = self.store.save(cancelled, version)
                 except StaleVersionError:
                     continue  # another process moved it on: cancel the newer record
+                if held is not None:
+                    held.release()  # reported once, and only what is stored
             break
         if not self._arms_on_save:
             self.scheduler.cancel(execution_id)
@@ -455,7 +466,8 @@ class Steps:
         self,
         execution: WorkflowExecution,
         workflow: Workflow,
-        checkpoint: Callable[[WorkflowExecution], None] | None = None,
+        checkpoint: Callable[[WorkflowExecution], None] | None,
+        observers: tuple[Callable[[Event], object], ...],
     ) -> Outcome:
         """Fail the webhook wait with a non-retryable ``WebhookTimeout``; ``on_error`` applies."""
         return expire_webhook(
@@ -464,7 +476,7 @@ class Steps:
             registry=self.registry,
             clock=self.clock,
             env=self.env,
-            observers=self._observers(),
+            observers=observers,
             checkpoint=checkpoint,
         )
 
@@ -609,13 +621,18 @@ class Steps:
 
     # -- follow-ups --------------------------------------------------------------------
 
-    def _settle(self, execution: WorkflowExecution, version: int) -> None:
-        """After a save: wake waiters, then arm the alarm or run what the new state asks for.
+    def _settle(
+        self, execution: WorkflowExecution, version: int, held: HeldEvents | None = None
+    ) -> None:
+        """After a save is stored: release the step's ``held`` events to the observers, wake
+        waiters, then arm the alarm or run what the new state asks for.
 
         The common cases (a retry or timer to arm, an execution that ended with no parent)
         are handled at once; sub-workflow steps go through the per-thread queue.
         """
         del version
+        if held is not None:
+            held.release()
         if self._waiters:
             with self._changed:
                 self._saves += 1
