@@ -7,13 +7,14 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from doubles import flaky_node, workflow
 
-from prana import ExecutionStatus, RecordError
+from prana import ActionContext, ExecutionStatus, RecordError, Registry
 from prana.testing import ManualClock
 from scheduling import Runner, UnreadableRow, UnreadableRowsError
 from scheduling._cli import main
@@ -194,5 +195,41 @@ def test_a_time_column_edited_to_text_reads_as_the_first_datetime(
     store = SQLiteStore(db)
     try:
         assert store.alarms() == [(eid, datetime.min.replace(tzinfo=timezone.utc))]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("text", ["2030-01-01T00:00:05+00:00", "soon"])
+def test_a_due_time_edited_to_text_is_found_due_and_runs(tmp_path: Path, text: str) -> None:
+    """A SQLite ``due_at`` holding text (written by hand or by a tool) reads as the first
+    datetime (``alarms`` says so): ``find_due`` finds it, and ``run_due`` (``prana worker
+    --once``) resumes it once its record is due. It was never found: SQLite orders any text
+    after every number, so ``due_at <= now`` never held and it silently never ran."""
+    db = tmp_path / "prana.db"
+    store = SQLiteStore(db)
+    clock = ManualClock()
+    registry = Registry()
+
+    def fails_once(params: object, ctx: ActionContext) -> object:
+        if ctx.attempt == 1:
+            raise ConnectionError("down")
+        return {"attempt": ctx.attempt}
+
+    registry.register("test.flaky", fails_once)
+    runner = Runner(registry, store, ManualScheduler(clock=clock))
+    try:
+        eid = runner.start(workflow(flaky_node(attempts=2, delay=5)))
+        assert store.find_due(clock() + timedelta(seconds=5)) == [
+            (eid, clock() + timedelta(seconds=5))
+        ]
+        with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+            connection.execute("UPDATE prana_executions SET due_at = ? WHERE id = ?", (text, eid))
+        first = datetime.min.replace(tzinfo=timezone.utc)
+        assert store.alarms() == [(eid, first)]
+        assert store.find_due(clock()) == [(eid, first)]
+        clock.advance(5)  # the record's own due time
+        assert runner.run_due() == [eid]
+        assert runner.get(eid).status is ExecutionStatus.COMPLETED
+        assert store.find_due(clock() + timedelta(days=1)) == []
     finally:
         store.close()
