@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
@@ -50,3 +50,37 @@ def test_the_view_links_and_streams_an_id_with_url_syntax_to_its_own_page(suffix
         assert fragment.group(1) == f"{page_url}?fragment=1"
         part = httpx.get(f"{url}{fragment.group(1)}", headers=auth).text
         assert 'data-status="suspended"' in part
+
+
+@pytest.mark.parametrize("eid", ["a/b", "order/42/events", "/lead", "trail/", "x%2Fy/z"])
+def test_an_id_with_a_slash_has_its_page_json_and_stream(eid: str) -> None:
+    """Was: a ``/`` in an id (quoted ``%2F`` in every link) split the path, so the routes
+    answered 404 (or, for an id ending in ``/events``, the stream of another id)."""
+    from starlette.testclient import TestClient
+
+    clock = ManualClock(T0)
+    runner = Runner(Registry(), MemoryStore(), ManualScheduler(clock=clock), clock)
+    wf = workflow(webhook_node())
+    with runner, TestClient(create_app(runner, token=OPERATOR)) as client:
+        runner.start(wf, execution_id=eid)
+        decoy = eid.rsplit("/", 1)[0] or "decoy"
+        if decoy != eid:
+            runner.start(wf, execution_id=decoy)
+            runner.cancel(decoy)  # shown in eid's place, a page would say cancelled
+        client.headers["authorization"] = f"Bearer {OPERATOR}"
+        listing = client.get("/executions").text
+        hrefs = re.findall(r'class="mono" href="([^"]*)"', listing)
+        page_url = next(h for h in hrefs if unquote(h.removeprefix("/executions/")) == eid)
+        page = client.get(page_url)
+        assert page.status_code == 200, page.text
+        assert 'data-status="suspended"' in client.get(f"{page_url}?fragment=1").text
+        api = client.get(f"/api/executions/{quote(eid, safe='')}")
+        assert api.status_code == 200, api.text
+        assert api.json()["id"] == eid
+        assert api.json()["status"] == "suspended"
+        runner.cancel(eid)  # the stream ends once the execution has
+        with client.stream("GET", f"{page_url}/events") as stream:
+            assert stream.status_code == 200
+            body = "".join(stream.iter_text())
+        assert '"cancelled"' in body
+        assert eid in body

@@ -17,6 +17,10 @@ The operator credential is a bearer token (``Authorization: Bearer ...``, or the
 the login form sets: an expiry and an HMAC of it, keyed by the token). Failed sign-ins are
 limited per client (429 past ``LOGIN_FAILURES``). With no token configured, operator routes
 answer loopback clients only, and the app says so at startup.
+
+An ``{id}`` is any id the store holds, ``/`` included: links write it quoted (``%2F``), and
+the path after ``/executions/`` is read undecoded (``execution_path``), so only a literal
+last segment ``events`` asks for the stream (an id ending in ``/events`` has its page).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import re
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, unquote, urlencode
 
 import orjson
 from starlette.applications import Starlette
@@ -701,18 +705,27 @@ def create_app(
         )
         return response
 
+    guarded_page = guarded(page_one, html=True)
+    guarded_json = guarded(api_one, html=False)
+    guarded_events = guarded(events, html=False)
+
+    async def one_execution(request: Request) -> Response:
+        execution_id, stream = execution_path(request)
+        request.path_params["execution_id"] = execution_id
+        return await (guarded_events if stream else guarded_page)(request)
+
+    async def one_execution_json(request: Request) -> Response:
+        request.path_params["execution_id"] = execution_path(request, "/api/executions/")[0]
+        return await guarded_json(request)
+
     if view:
         routes += [
             Route("/", guarded(home, html=True)),
             Route("/assets/view.js", script),
             Route("/api/executions", guarded(api_list, html=False)),
-            Route("/api/executions/{execution_id}", guarded(api_one, html=False)),
+            Route("/api/executions/{rest:path}", one_execution_json),
             Route("/executions", guarded(page_list, html=True)),
-            Route(
-                "/executions/{execution_id}/events",
-                guarded(events, html=False),
-            ),
-            Route("/executions/{execution_id}", guarded(page_one, html=True)),
+            Route("/executions/{rest:path}", one_execution),
         ]
         if token is not None:
             routes.append(Route("/login", login, methods=["GET", "POST"]))
@@ -754,3 +767,28 @@ def _sse(event: str, data: Any, event_id: str) -> bytes:
         event_id.encode(),
         orjson.dumps(data),
     )
+
+
+def execution_path(request: Request, base: str = "/executions/") -> tuple[str, bool]:
+    """The execution id a ``{base}{rest}`` path names, and whether it asks for the stream
+    (a last segment ``events``, under ``/executions/`` only).
+
+    Read from the undecoded path (ASGI ``raw_path``) when the server gives one: a ``%2F`` is
+    part of the id, a literal ``/`` separates, so an id ending in ``/events`` (quoted
+    ``%2Fevents``) is a page. Without it, the decoded path: a last ``/events`` is the stream.
+    """
+    rest: str = request.path_params["rest"]
+    streams = base == "/executions/"
+    raw = request.scope.get("raw_path")
+    if isinstance(raw, bytes):
+        path = raw.decode("latin-1")
+        root = quote(str(request.scope.get("root_path", "")), safe="/")
+        for prefix in (root + base, base):  # a proxy may have stripped the root
+            if path.startswith(prefix):
+                segments = path[len(prefix) :].split("/")
+                if streams and len(segments) > 1 and segments[-1] == "events":
+                    return unquote("/".join(segments[:-1])), True
+                return unquote("/".join(segments)), False
+    if streams and rest.endswith("/events"):
+        return rest.removesuffix("/events"), True
+    return rest, False
