@@ -23,12 +23,13 @@ from jinja2.utils import consume
 from prana._template_env import ENV, GLOBALS, bounded
 from prana._template_limits import (
     MAX_SIZE,
+    PLAIN,
     PREFIX,
     LimitError,
     NotAValueError,
     checked,
     emit,
-    refuse_inside,
+    refuse_in_value,
     refuse_non_value,
 )
 
@@ -274,8 +275,8 @@ class _Expression:
             result._fail_with_undefined_error()
         refuse_non_value(result)
         emit(checked(result, "the value of the template"))
-        if isinstance(result, list | tuple | dict):
-            refuse_inside(result)
+        if type(result) not in PLAIN:  # plain data leaves a template (a namespace: refused)
+            refuse_in_value(result)
         if isinstance(result, str) and type(result) is not str:
             return str(result)  # Markup from |tojson, |escape...: the record holds plain text
         return result

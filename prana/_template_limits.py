@@ -119,15 +119,16 @@ def refuse_non_value(value: Any) -> None:
     )
 
 
-def refuse_inside(value: Any) -> None:
+def refuse_inside(value: Any, *, leaving: bool = False) -> None:
     """What a list, tuple or dict (or set, dict view, namespace) holds, all the way down, is
     data.
 
     The rule: a list or dict literal (``[$input.main.a]``) or a filter's list
     (``map(attribute='email') | list``) may hold what no template's value may be: an
     ``Undefined`` (a missing key) raises its error, a function, method or iterator, as an
-    item or a dict key, ``NotAValueError``. The caller sized ``value`` first (``checked``):
-    the walk is bounded.
+    item or a dict key, ``NotAValueError``. ``leaving``: ``value`` is a template's value
+    (``refuse_in_value``), so a namespace, dict view or set in it is refused too. The caller
+    sized ``value`` first (``checked``): the walk is bounded.
     """
     tp = type(value)
     if tp is list or tp is tuple:  # the usual flat list: one pass, nothing allocated
@@ -151,6 +152,8 @@ def refuse_inside(value: Any) -> None:
         seen[id(container)] = container
         if type(container) in _NESTED:
             pass
+        elif leaving and isinstance(container, NOT_DATA):
+            raise not_data(container)
         elif isinstance(container, Namespace):
             container = container._Namespace__attrs  # its only storage
         elif isinstance(container, MappingView):
@@ -181,6 +184,35 @@ PLAIN = frozenset({str, int, float, bool, type(None)})
 """The types of plain data: written as text by ``str``, with nothing inside to walk."""
 _NESTED = frozenset({dict, list, tuple})
 _CONTAINERS = (list, tuple, dict, set, frozenset, Namespace, MappingView)
+NOT_DATA = (set, frozenset, Namespace, MappingView)
+"""Containers a template may build or reach that are not data: JSON has no form for them,
+so a template's value holds none (``refuse_in_value``); written as text, they are text."""
+
+
+def not_data(value: Any) -> NotAValueError:
+    """The error for a template's value that is (or holds) one of ``NOT_DATA``."""
+    if isinstance(value, Namespace):
+        return NotAValueError(
+            "the value is a namespace, not data: read its attributes (ns.total), or build a "
+            "dict ({'total': ns.total})"
+        )
+    return NotAValueError(f"the value is a {type(value).__name__}, not data: add | list")
+
+
+def refuse_in_value(value: Any) -> None:
+    """Raise ``NotAValueError`` if a template's value (a param, a condition: what leaves the
+    template) is not plain data: ``refuse_inside`` with ``leaving``, so a namespace, dict
+    view or set is refused as a whole or inside.
+
+    The caller refused a value that is not data at all (``refuse_non_value``) and sized it
+    (``checked``) first; a plain value costs one set lookup.
+    """
+    if type(value) in PLAIN:
+        return
+    if isinstance(value, list | tuple | dict):
+        refuse_inside(value, leaving=True)
+    elif isinstance(value, NOT_DATA):
+        raise not_data(value)
 
 
 def refuse_in_text(value: Any) -> None:

@@ -847,3 +847,33 @@ def test_an_expression_of_escaped_text_is_a_plain_string() -> None:
     rendered = compiled.render({})
     assert rendered == {"p": "[1, 2]", "q": "&lt;a&gt;"}
     assert {type(v) for v in rendered.values()} == {str}
+
+
+@pytest.mark.parametrize(
+    ("text", "advice"),
+    [
+        ("{{ namespace(a=1) }}", "read its attributes"),
+        ("{{ $input.main.user.items() }}", "add | list"),
+        ("{{ $input.main.user.keys() }}", "add | list"),
+        ("{{ $input.main.user.values() }}", "add | list"),
+        ("{{ [namespace(a=1)] }}", "read its attributes"),
+        ("{{ {'pairs': $input.main.user.items()} }}", "add | list"),
+    ],
+)
+def test_a_value_that_is_not_data_is_refused_where_it_leaves_the_template(
+    text: str, advice: str
+) -> None:
+    """Was: a template whose value was (or held) a namespace, a dict view or a set gave the
+    action that Python object as its param; a value leaving a template is plain data."""
+    error = error_of({"p": text})
+    assert "not data: " in error.message
+    assert advice in error.message
+    assert "0x" not in error.message
+
+
+def test_the_data_a_refused_value_holds_still_leaves_as_data() -> None:
+    """What the refusals advise gives plain data: ``| list`` of a view, a namespace's field."""
+    assert render_one("{{ $input.main.user.items() | list }}") == [("id", 7), ("name", "Ada")]
+    assert render_one("{{ $input.main.user.keys() | list }}") == ["id", "name"]
+    assert render_one("{% set ns = namespace(a=1) %}{{ ns.a }}") == "1"
+    assert render_one("{{ namespace(a=1).a }}") == 1
