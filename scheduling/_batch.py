@@ -19,21 +19,30 @@ import collections
 import logging
 from typing import TYPE_CHECKING
 
-from scheduling.abc import GroupingStore
+from prana import ExecutionStatus, PranaError
+from scheduling._claims import LIGHT_KINDS, claimable
+from scheduling._errors import StoreError
+from scheduling._leases import Claim
+from scheduling.abc import BatchClaimingStore, GroupingStore
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from datetime import datetime
 
     from prana import WorkflowExecution
     from scheduling._eventlog import HeldEvents
     from scheduling._steps import Steps
+    from scheduling.abc import ExecutionStore
 
-__all__ = ["GROUP_MAX", "Batch", "on_alarms"]
+__all__ = ["CLAIM_AHEAD", "GROUP_MAX", "Batch", "claim_ahead", "give_back", "on_alarms"]
 
 logger = logging.getLogger("scheduling._runner")  # the Runner's logger
 
 GROUP_MAX = 256
 """Saves a group may hold uncommitted (steps without actions commit nothing on their own)."""
+
+CLAIM_AHEAD = 32
+"""How many alarms of a batch ``claim_ahead`` claims in one call, before their steps run."""
 
 
 class Batch:
@@ -44,13 +53,15 @@ class Batch:
     parents whose sub-workflow alarm runs after the group.
     """
 
-    __slots__ = ("later", "pending", "ready", "store")
+    __slots__ = ("claims", "later", "pending", "ready", "store")
 
     def __init__(self, store: GroupingStore) -> None:
         self.store = store
         self.pending: list[tuple[WorkflowExecution, int, HeldEvents | None]] = []
         self.ready: list[tuple[WorkflowExecution, int, HeldEvents | None]] = []
         self.later: list[WorkflowExecution] = []
+        self.claims: dict[str, tuple[WorkflowExecution, Claim]] = {}
+        """Executions claimed ahead (``claim_ahead``): the suspended record and its claim."""
 
     def commit(self) -> None:
         """Commit the group; its saves become ready to settle (lost, if the commit fails)."""
@@ -89,7 +100,10 @@ def on_alarms(steps: Steps, execution_ids: Sequence[str]) -> None:
         try:
             local.batch = batch
             with store.grouped():
-                for execution_id in execution_ids:
+                ahead = store if isinstance(store, BatchClaimingStore) else None
+                for at, execution_id in enumerate(execution_ids):
+                    if ahead is not None and at % CLAIM_AHEAD == 0:
+                        claim_ahead(steps, ahead, batch, execution_ids[at : at + CLAIM_AHEAD])
                     steps._on_alarm_logged(execution_id)
                     if len(batch.pending) >= GROUP_MAX:
                         batch.commit()
@@ -105,6 +119,8 @@ def on_alarms(steps: Steps, execution_ids: Sequence[str]) -> None:
             )
         finally:
             local.batch = None
+            if batch.claims:
+                _give_back(steps, batch)
         _settle_ready(steps, batch)
         for parent in batch.later:
             steps._sub_workflow_alarm_logged(parent)
@@ -120,3 +136,97 @@ def _settle_ready(steps: Steps, batch: Batch) -> None:
     batch.ready = []
     for execution, version, held in ready:
         steps._settle(execution, version, held)
+
+
+def claim_ahead(
+    steps: Steps, store: BatchClaimingStore, batch: Batch, execution_ids: Sequence[str]
+) -> None:
+    """Claim, in one call and one commit, every execution of the batch its step would
+    claim lightly (due, suspended on a retry or a timer, ``claimable``), before any step.
+
+    The rule. A claim made ahead is the light claim its step would make at its first
+    checkpoint, made earlier: committed before any action of the batch runs, held by the
+    lease keeper from then on (so an execution waiting behind a long action keeps its
+    lease), its claim time the one a recovery or a cancel replays the resume at
+    (``scheduling._claims``). A row that moved on since it was read is not claimed, and its
+    step loads and checks it afresh, as without this. The step of a claimed execution
+    takes its record and claim from ``batch.claims`` instead of loading it. A claim whose
+    step never ran (the batch stopped) is given back (``_give_back``).
+    """
+    leases = steps._leases
+    now = leases.clock()
+    wanted: list[tuple[str, int]] = []
+    loaded: dict[str, WorkflowExecution] = {}
+    for execution_id in execution_ids:
+        if execution_id not in loaded:
+            found = _due_light(steps, execution_id, now)
+            if found is not None:
+                wanted.append((execution_id, found[1]))
+                loaded[execution_id] = found[0]
+    if len(wanted) < 2:
+        return
+    claimed = store.claim_many(wanted, now + leases.lease, now)
+    versions = dict(wanted)
+    claims = batch.claims
+    for execution_id in claimed:
+        claim = Claim(versions[execution_id] + 1, light=True)
+        claim.claimed, claim.saved_at = (execution_id, now), now
+        claims[execution_id] = (loaded[execution_id], claim)
+        steps._ahead[execution_id] = claim
+    try:
+        batch.commit()
+    except BaseException:
+        for execution_id in claims:
+            steps._ahead.pop(execution_id, None)
+        claims.clear()  # rolled back: nothing was claimed
+        raise
+    for _, claim in claims.values():
+        leases.renewing(claim)
+
+
+def _due_light(
+    steps: Steps, execution_id: str, now: datetime
+) -> tuple[WorkflowExecution, int] | None:
+    """The record and version of ``execution_id`` if its alarm's step would claim it lightly."""
+    try:
+        execution, version = steps.store.load(execution_id)
+        suspension = execution.suspension
+        due_at = execution.due_at
+        if (
+            execution.status is not ExecutionStatus.SUSPENDED
+            or suspension is None
+            or suspension.kind not in LIGHT_KINDS
+            or due_at is None
+            or due_at > now
+        ):
+            return None
+        workflow = steps._definitions.get(execution.workflow_id, execution.workflow_version)
+        if not claimable(execution, workflow, steps.registry):
+            return None
+    except (PranaError, LookupError):  # its step loads it again and says what is wrong
+        return None
+    return execution, version
+
+
+def _give_back(steps: Steps, batch: Batch) -> None:
+    """Give back the claims made ahead whose steps never ran (the batch stopped)."""
+    claims, batch.claims = batch.claims, {}
+    for execution_id, (execution, claim) in claims.items():
+        steps._ahead.pop(execution_id, None)
+        steps._leases.release(claim)
+        give_back(steps.store, execution, claim)
+
+
+def give_back(store: ExecutionStore, execution: WorkflowExecution, claim: Claim) -> None:
+    """Store again the suspended record a claim made ahead stands on: nothing ran under it.
+
+    For a step that did not reach its first checkpoint; if the record moved on meanwhile
+    (cancelled) or the store fails, the claim stays, and is recovered when its lease ends.
+    """
+    try:
+        with claim.lock:
+            if claim.version is not None and claim.claimed is not None:
+                claim.version = store.save(execution, claim.version)
+                claim.claimed = None
+    except StoreError:
+        pass

@@ -98,9 +98,10 @@ class StepCheckpoint(CheckpointById):
             if not claim.light or claiming is None or claim.version is None:
                 return False
             claim.light = False  # only the first checkpoint: the record moves on after
-            now = leases.clock()
-            claim.version = claiming.claim(execution_id, claim.version, now + leases.lease, now)
-            claim.claimed, claim.saved_at = (execution_id, now), now
+            if claim.claimed is None:  # else its batch claimed it ahead (scheduling._batch)
+                now = leases.clock()
+                version = claiming.claim(execution_id, claim.version, now + leases.lease, now)
+                claim.version, claim.claimed, claim.saved_at = version, (execution_id, now), now
         self._held()
         return True
 

@@ -52,7 +52,7 @@ from prana import (
     validate,
 )
 from prana._limits import sub_workflow_too_deep, sub_workflow_tree_too_big
-from scheduling._batch import Batch, on_alarms
+from scheduling._batch import Batch, give_back, on_alarms
 from scheduling._claims import (
     claimable,
     claimed_snapshot,
@@ -177,6 +177,8 @@ class Steps:
         """Workflow versions whose alarms this runner could not run (said once each)."""
         self._unresumable: set[str] = set()
         """Executions whose records this runner could not resume (said once each)."""
+        self._ahead: dict[str, Claim] = {}
+        """Claims made ahead by this runner's batches whose steps have not run yet."""
         self._listeners: tuple[Callable[[str], object], ...] = ()
         """Called with the execution id after each save (``Runner.subscribe``); copy on write."""
         self._tracer = first_tracer(observers)
@@ -211,11 +213,17 @@ class Steps:
         elif not lock.acquire(blocking=False):
             batch.commit()  # never wait for a lock while the group holds the store's
             lock.acquire()
+        ahead = None if batch is None or not batch.claims else batch.claims.pop(execution_id, None)
+        if ahead is not None:
+            self._ahead.pop(execution_id, None)
         try:
-            execution, version = self.store.load(execution_id)
-            move = check(execution)
-            if move is None:
-                return None
+            if ahead is None:
+                execution, version = self.store.load(execution_id)
+                move = check(execution)
+                if move is None:
+                    return None
+            else:  # claimed ahead by its batch, as its check would resume it (scheduling._batch)
+                execution, move = ahead[0], _RESUME
             if move is _CHILDREN:
                 new = None  # the sub-workflow alarm takes other locks: it runs after this one
             else:
@@ -225,9 +233,13 @@ class Steps:
                 ) or definitions.get(execution.workflow_id, execution.workflow_version)
                 leases = self._leases
                 # A light claim: see scheduling._claims for the rule and the reading back.
-                claim = Claim(
-                    version,
-                    light=move is _RESUME and claimable(execution, workflow, self.registry),
+                claim = (
+                    Claim(
+                        version,
+                        light=move is _RESUME and claimable(execution, workflow, self.registry),
+                    )
+                    if ahead is None
+                    else ahead[1]
                 )
                 observers = self._observers()
                 if observers:  # held until stored (HeldEvents), then the claim releases them
@@ -245,6 +257,8 @@ class Steps:
                             outcome = self._move(move, execution, data, workflow, checkpoint, seen)
                 except BaseException:
                     leases.release(claim)
+                    if ahead is not None and claim.light:  # no checkpoint: nothing ran
+                        give_back(self.store, execution, claim)
                     raise
                 new = outcome.execution
                 assert new is not None, "the executor returns outcomes with the execution set"
@@ -432,6 +446,10 @@ class Steps:
                 if held is not None:
                     held.release()  # reported once, and only what is stored
             break
+        ahead = self._ahead.get(execution_id)
+        if ahead is not None:  # claimed ahead, its step not run yet: it stops at its claim
+            with ahead.lock:
+                ahead.claimed = None
         if not self._arms_on_save:
             self.scheduler.cancel(execution_id)
         child_id = child_execution_id(execution)

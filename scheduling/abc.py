@@ -338,6 +338,30 @@ class ClaimingStore(Protocol):
 
 
 @runtime_checkable
+class BatchClaimingStore(ClaimingStore, Protocol):
+    """A ``ClaimingStore`` that claims many executions in one call (every built-in store).
+
+    ``claim_many(claims, lease_expires_at, claimed_at)`` is ``claim`` of each
+    ``(execution_id, expected_version)`` of ``claims``, with one lease and one claim time:
+    each row's compare-and-set is its own (a row whose version moved on is left as it is),
+    and it returns the ids it claimed, each now at ``expected_version + 1``. Inside a group
+    (``GroupingStore``) it joins the group's transaction, as a save does. The runner uses it
+    for a batch of alarms (``BatchingScheduler``): it claims every execution of the batch
+    that it would claim lightly, commits, then runs their steps one after another, each
+    step's first checkpoint finding its claim made (``scheduling._batch``). A store without
+    it has each step claim its own execution at its first checkpoint.
+    """
+
+    def claim_many(
+        self,
+        claims: Sequence[tuple[str, int]],
+        lease_expires_at: datetime,
+        claimed_at: datetime,
+    ) -> Sequence[str]:
+        """Claim each ``(execution_id, expected_version)`` as ``claim``; the ids claimed."""
+
+
+@runtime_checkable
 class TreeCountingStore(Protocol):
     """A store that counts the executions of one tree of sub-workflows (every built-in store).
 

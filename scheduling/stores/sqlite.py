@@ -555,6 +555,40 @@ class SQLiteStore(BaseStore):
             lock.release()
         return expected_version + 1
 
+    def claim_many(
+        self,
+        claims: Sequence[tuple[str, int]],
+        lease_expires_at: datetime,
+        claimed_at: datetime,
+    ) -> builtins.list[str]:
+        """``claim`` each ``(execution_id, expected_version)`` under one hold of the lock.
+
+        ``scheduling.abc.BatchClaimingStore``: each row's compare-and-set as ``claim``'s; a
+        row whose version moved on is left as it is, and its id is not returned.
+        """
+        for execution_id, expected_version in claims:
+            check_claim(execution_id, expected_version, lease_expires_at, claimed_at)
+        lease, at = to_micros(lease_expires_at), to_micros(claimed_at)
+        claimed: builtins.list[str] = []
+        with self._mutex:
+            try:
+                if self._group_owner is None and getattr(self._grouping, "depth", 0) > 0:
+                    self._open_group()
+                conn = self._conn
+                for execution_id, expected_version in claims:
+                    changed = conn.execute(
+                        _CLAIM, (lease, at, execution_id, expected_version, lease)
+                    )
+                    if changed.rowcount != 1:
+                        changed = conn.execute(
+                            _CLAIM_MOVING, (lease, lease, at, execution_id, expected_version)
+                        )
+                    if changed.rowcount == 1:
+                        claimed.append(execution_id)
+            except sqlite3.Error as exc:
+                raise self._driver_error(exc) from exc
+        return claimed
+
     def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
         """The execution and its version; ``ExecutionNotFound`` if there is none.
 
