@@ -6,8 +6,8 @@ and a scheduler on one database that arm each alarm inside the save that implies
 (``TransactionalStore``, ``TransactionalScheduler``); a scheduler that hands over every
 alarm due at one instant in one call (``BatchingScheduler``) and a store that commits
 several saves of one thread together (``GroupingStore``); a store that claims an execution
-by its columns alone, leaving its stored record as it was (``ClaimingStore``); a store that
-counts a tree of sub-workflow executions (``TreeCountingStore``); an observer that keeps each
+by its columns alone, leaving its stored record as it was (``ClaimingStore``), and many of
+them in one call (``BatchClaimingStore``); a store that counts a tree of sub-workflow executions (``TreeCountingStore``); an observer that keeps each
 execution in one trace (``TracePropagator``). The ``Runner`` finds every capability through these
 protocols and looks for nothing else.
 
@@ -33,6 +33,9 @@ Invariants every backend keeps (see the docs' Stores and schedulers page):
   time of a row, by compare-and-set like ``save``; its ``load`` then reads the record still
   stored with ``status=running``, ``lease_expires_at`` and ``updated_at`` from the claim,
   and its ``suspension`` kept (a claimed record, see ``ClaimingStore``).
+- A ``BatchClaimingStore``'s ``claim_many`` is ``claim`` of each execution it is given, each
+  row by its own compare-and-set; it returns the ids it claimed and leaves the others as
+  they were.
 - A ``TreeCountingStore``'s ``count_tree(root_id, most)`` counts the stored executions
   whose id is ``root_id`` or starts with ``root_id + ":"`` (matched exactly: no wildcards,
   case-sensitive), stopping at ``most``.

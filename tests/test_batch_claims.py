@@ -13,6 +13,7 @@ runner's over the stores that group saves (SQLite, PostgreSQL): a batch is a gro
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -302,3 +303,47 @@ def test_a_user_timer_with_a_resume_callback_is_not_claimed_ahead(
         runner.scheduler.advance(5)
         assert all(runner.get(f"u{i}").status is ExecutionStatus.COMPLETED for i in range(3))
     assert seen == [True, True]
+
+
+def test_executions_claimed_ahead_with_a_poison_one_are_charged_once_per_crash(
+    batching: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that dies (kill -9: nothing is given back) in the first action of a batch
+    leaves the others claimed ahead: each is recovered with one interrupted attempt (its
+    action never ran) and completes; a recovery is never claimed ahead, so the poison one
+    alone reaches the poison bound."""
+    monkeypatch.setattr("scheduling._batch.give_back", lambda *args: None)  # a dead process
+    store = batching()
+    calls: list[str] = []
+
+    def poison_first(params: Any, ctx: ActionContext) -> Any:
+        calls.append(ctx.execution_id)
+        if ctx.execution_id == "e0":
+            raise Died
+        return "done"
+
+    runner, clock, ids = batch_of_retries(store, poison_first)
+    with runner, pytest.raises(Died):
+        runner.scheduler.advance(1)
+    assert all(is_claimed(store.load(eid)[0]) for eid in ids)
+    for _ in range(3):
+        clock.advance(LEASE)
+        again = Runner(
+            runner.registry, store, ManualScheduler(clock, batches=True), lease_seconds=LEASE
+        )
+        with again, contextlib.suppress(Died):
+            again.scheduler.advance(0)
+    assert calls.count("e0") == 3  # the third recovery fails it without running it
+    assert sorted(eid for eid in calls if eid != "e0") == ids[1:]  # each once, never twice
+    poison = store.load("e0")[0]
+    assert poison.status is ExecutionStatus.FAILED
+    for eid in ids[1:]:
+        record = store.load(eid)[0]
+        assert record.status is ExecutionStatus.COMPLETED
+        node = record.node("r")
+        assert node is not None
+        assert [a.outcome for a in node.attempts] == [
+            AttemptOutcome.FAILED,
+            AttemptOutcome.INTERRUPTED,
+            AttemptOutcome.COMPLETED,
+        ]
