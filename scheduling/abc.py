@@ -7,9 +7,10 @@ and a scheduler on one database that arm each alarm inside the save that implies
 alarm due at one instant in one call (``BatchingScheduler``) and a store that commits
 several saves of one thread together (``GroupingStore``); a store that claims an execution
 by its columns alone, leaving its stored record as it was (``ClaimingStore``), and many of
-them in one call (``BatchClaimingStore``); a store that counts a tree of sub-workflow executions (``TreeCountingStore``); an observer that keeps each
-execution in one trace (``TracePropagator``). The ``Runner`` finds every capability through these
-protocols and looks for nothing else.
+them in one call (``BatchClaimingStore``); a store that counts a tree of sub-workflow
+executions (``TreeCountingStore``); an observer that keeps each execution in one trace
+(``TracePropagator``). The ``Runner`` finds every capability through these protocols and
+looks for nothing else.
 
 Invariants every backend keeps (see the docs' Stores and schedulers page):
 
