@@ -34,7 +34,15 @@ if TYPE_CHECKING:
     from scheduling._steps import Steps
     from scheduling.abc import ExecutionStore
 
-__all__ = ["CLAIM_AHEAD", "GROUP_MAX", "Batch", "claim_ahead", "give_back", "on_alarms"]
+__all__ = [
+    "CLAIM_AHEAD",
+    "GROUP_MAX",
+    "Batch",
+    "claim_ahead",
+    "give_back",
+    "on_alarms",
+    "stop_ahead",
+]
 
 logger = logging.getLogger("scheduling._runner")  # the Runner's logger
 
@@ -62,6 +70,15 @@ class Batch:
         self.later: list[WorkflowExecution] = []
         self.claims: dict[str, tuple[WorkflowExecution, Claim]] = {}
         """Executions claimed ahead (``claim_ahead``): the suspended record and its claim."""
+
+    def take(
+        self, execution_id: str, ahead: dict[str, Claim]
+    ) -> tuple[WorkflowExecution, Claim] | None:
+        """The record and claim of ``execution_id`` if claimed ahead (once), for its step."""
+        taken = self.claims.pop(execution_id, None)
+        if taken is not None:
+            ahead.pop(execution_id, None)
+        return taken
 
     def commit(self) -> None:
         """Commit the group; its saves become ready to settle (lost, if the commit fails)."""
@@ -215,6 +232,15 @@ def _give_back(steps: Steps, batch: Batch) -> None:
         steps._ahead.pop(execution_id, None)
         steps._leases.release(claim)
         give_back(steps.store, execution, claim)
+
+
+def stop_ahead(ahead: dict[str, Claim], execution_id: str) -> None:
+    """After a cancel in this process: the step of ``execution_id``, if it is claimed ahead
+    and not run yet, loses its claim at its first checkpoint, before its action runs."""
+    claim = ahead.get(execution_id)
+    if claim is not None:
+        with claim.lock:
+            claim.claimed = None
 
 
 def give_back(store: ExecutionStore, execution: WorkflowExecution, claim: Claim) -> None:

@@ -52,7 +52,7 @@ from prana import (
     validate,
 )
 from prana._limits import sub_workflow_too_deep, sub_workflow_tree_too_big
-from scheduling._batch import Batch, give_back, on_alarms
+from scheduling._batch import Batch, give_back, on_alarms, stop_ahead
 from scheduling._claims import (
     claimable,
     claimed_snapshot,
@@ -213,9 +213,7 @@ class Steps:
         elif not lock.acquire(blocking=False):
             batch.commit()  # never wait for a lock while the group holds the store's
             lock.acquire()
-        ahead = None if batch is None or not batch.claims else batch.claims.pop(execution_id, None)
-        if ahead is not None:
-            self._ahead.pop(execution_id, None)
+        ahead = None if batch is None or not batch.claims else batch.take(execution_id, self._ahead)
         try:
             if ahead is None:
                 execution, version = self.store.load(execution_id)
@@ -446,10 +444,7 @@ class Steps:
                 if held is not None:
                     held.release()  # reported once, and only what is stored
             break
-        ahead = self._ahead.get(execution_id)
-        if ahead is not None:  # claimed ahead, its step not run yet: it stops at its claim
-            with ahead.lock:
-                ahead.claimed = None
+        stop_ahead(self._ahead, execution_id)  # claimed ahead, not run yet: stops at its claim
         if not self._arms_on_save:
             self.scheduler.cancel(execution_id)
         child_id = child_execution_id(execution)

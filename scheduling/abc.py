@@ -352,8 +352,8 @@ class BatchClaimingStore(ClaimingStore, Protocol):
     (``GroupingStore``) it joins the group's transaction, as a save does. The runner uses it
     for a batch of alarms (``BatchingScheduler``): it claims every execution of the batch
     that it would claim lightly, commits, then runs their steps one after another, each
-    step's first checkpoint finding its claim made (``scheduling._batch``). A store without
-    it has each step claim its own execution at its first checkpoint.
+    step's first checkpoint finding its claim made. A store without it has each step claim
+    its own execution at its first checkpoint.
     """
 
     def claim_many(
