@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from html import unescape
 from urllib.parse import quote, unquote
 
 import httpx
@@ -84,3 +85,38 @@ def test_an_id_with_a_slash_has_its_page_json_and_stream(eid: str) -> None:
             body = "".join(stream.iter_text())
         assert '"cancelled"' in body
         assert eid in body
+
+
+@pytest.mark.parametrize("eid", ["order/42/events", "x%2Fy"])
+def test_signing_in_from_an_id_with_a_slash_returns_to_its_page(eid: str) -> None:
+    """Was: the sign-in redirect kept the decoded path as ``next``, so after signing in the
+    browser went to ``/executions/order/42/events``, the stream of ``order/42``, or to
+    ``/executions/x%2Fy``, the page of ``x/y``: another execution's, not this one's."""
+    from starlette.testclient import TestClient
+
+    clock = ManualClock(T0)
+    runner = Runner(Registry(), MemoryStore(), ManualScheduler(clock=clock), clock)
+    wf = workflow(webhook_node())
+    app = create_app(runner, token=OPERATOR)
+    with runner, TestClient(app, follow_redirects=False) as client:
+        runner.start(wf, execution_id=eid)
+        for other in ("order/42", "x/y", "a"):
+            runner.start(wf, execution_id=other)
+            runner.cancel(other)  # shown in eid's place, a page would say cancelled
+        page_url = f"/executions/{quote(eid, safe='')}"
+        bounced = client.get(page_url)
+        assert bounced.status_code == 303
+        form = client.get(bounced.headers["location"]).text
+        next_path = re.search(r'name="next" value="([^"]*)"', form)
+        assert next_path is not None
+        signed_in = client.post(
+            "/login",
+            content=f"token={OPERATOR}&next={quote(unescape(next_path.group(1)), safe='')}",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
+        assert signed_in.status_code == 303
+        assert signed_in.headers["location"] == page_url
+        page = client.get(signed_in.headers["location"])
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert 'data-status="suspended"' in client.get(f"{page_url}?fragment=1").text

@@ -465,7 +465,7 @@ def create_app(
                     "app as localhost or a loopback address",
                 )
             if html:
-                query = urlencode({"next": request.url.path})
+                query = urlencode({"next": undecoded_path(request)})
                 return RedirectResponse(f"{root(request)}/login?{query}", status_code=303)
             return _error(
                 401,
@@ -767,6 +767,21 @@ def _sse(event: str, data: Any, event_id: str) -> bytes:
         event_id.encode(),
         orjson.dumps(data),
     )
+
+
+def undecoded_path(request: Request) -> str:
+    """The request's path as the client wrote it (``%2F`` kept, so an id holding ``/`` names
+    itself again), the app's root included: where to return after signing in.
+
+    Read from the ASGI ``raw_path`` as ``execution_path`` reads the id; the decoded path
+    when the server gives none (or one that is not ASCII).
+    """
+    raw = request.scope.get("raw_path")
+    if isinstance(raw, bytes) and raw.isascii() and raw.startswith(b"/"):
+        path = raw.decode("ascii")
+        root = quote(str(request.scope.get("root_path", "")), safe="/").rstrip("/")
+        return path if path.startswith(root + "/") else root + path  # a proxy may strip it
+    return request.url.path
 
 
 def execution_path(request: Request, base: str = "/executions/") -> tuple[str, bool]:
