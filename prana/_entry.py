@@ -299,26 +299,52 @@ def check_clock(clock: Clock) -> Clock:
     return read_clock(clock)[0]
 
 
+AWARE_CLOCKS: set[type] = set()
+"""Clock types whose every reading is an aware, plain ``datetime`` by construction
+(``prana.testing.ManualClock`` adds itself): ``read_clock`` reads them unwrapped."""
+
+
 def read_clock(clock: Clock) -> tuple[Clock, datetime]:
-    """``check_clock``, and the reading it checked (a run's first ``now``: one read less)."""
+    """``check_clock``, and the reading it checked (a run's first ``now``: one read less).
+
+    The clock returned checks every later reading as this one (``checking_clock``), but for
+    the clocks whose readings are aware and plain by construction: the default clock and the
+    types in ``AWARE_CLOCKS``, read as they are (the hot path; ``tests/test_bad_input.py``).
+    """
     now = clock()
+    if type(now) is not datetime or now.tzinfo is not timezone.utc:
+        now = _checked_reading(now)
+    if clock is _utcnow or type(clock) in AWARE_CLOCKS:
+        return clock, now
+    return checking_clock(clock), now
+
+
+def checking_clock(clock: Clock) -> Clock:
+    """``clock`` with each reading checked: aware (else ``InvalidSettingsError``), and plain
+    (a ``datetime`` subclass, as pendulum's, read as a plain one: records hold those)."""
+
+    def checked_clock() -> datetime:
+        now = clock()
+        if type(now) is datetime and now.tzinfo is timezone.utc:
+            return now  # the usual reading: aware, plain
+        return _checked_reading(now)
+
+    return checked_clock
+
+
+def _checked_reading(now: Any) -> datetime:
     if type(now) is datetime and now.tzinfo is timezone.utc:
-        return clock, now  # the default clock's kind of reading: aware, plain
+        return now
     if not is_aware(now):
         raise InvalidSettingsError(
             f"clock= returned {now!r}; a clock must return an aware datetime, e.g. "
             "datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
         )
-    if type(now) is datetime:
-        return clock, now
-
-    def plain_clock() -> datetime:
-        return _plain(clock())
-
-    return plain_clock, _plain(now)
+    return now if type(now) is datetime else plain_datetime(now)
 
 
-def _plain(value: datetime) -> datetime:
+def plain_datetime(value: datetime) -> datetime:
+    """``value`` as a plain ``datetime`` (a subclass's reading, as pendulum's)."""
     return datetime(
         value.year, value.month, value.day, value.hour, value.minute, value.second,
         value.microsecond, tzinfo=value.tzinfo, fold=value.fold,

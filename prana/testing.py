@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from prana._config import is_testing, set_testing
 from prana._durations import is_aware
+from prana._entry import AWARE_CLOCKS, plain_datetime
 from prana._errors import InvalidSettingsError
 
 __all__ = ["ManualClock", "is_testing", "set_testing"]
@@ -16,7 +17,9 @@ class ManualClock:
 
     Pass it as ``clock=`` to the executor, the runner and ``ManualScheduler`` so that all
     three share one notion of now and tests never sleep.
-    ``start`` defaults to 2030-01-01 00:00 UTC and must be aware.
+    ``start`` defaults to 2030-01-01 00:00 UTC and must be aware. Every reading is an aware,
+    plain ``datetime`` (a subclass given, as pendulum's, is kept as a plain one), so the core
+    need not check each reading as it does other clocks'.
     """
 
     def __init__(self, start: datetime | None = None) -> None:
@@ -27,7 +30,7 @@ class ManualClock:
                 f"ManualClock(start={start!r}): use an aware datetime, e.g. "
                 "datetime(2030, 1, 1, tzinfo=timezone.utc)"
             )
-        self._now = start
+        self._now = start if type(start) is datetime else plain_datetime(start)
 
     def __call__(self) -> datetime:
         return self._now
@@ -63,4 +66,9 @@ class ManualClock:
             )
         if when < self._now:
             raise InvalidSettingsError(f"ManualClock.set({when!r}): cannot go backwards")
-        self._now = when
+        self._now = when if type(when) is datetime else plain_datetime(when)
+
+
+AWARE_CLOCKS.add(
+    ManualClock
+)  # its readings: aware by its checks, plain as kept, moved by timedelta

@@ -27,7 +27,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
 from prana import (
@@ -43,6 +43,7 @@ from prana import (
     WorkflowExecution,
 )
 from prana._durations import is_aware
+from prana._entry import _utcnow as default_clock  # the core reads it unchecked (fast)
 from prana._hooks import parse_token
 from prana._hooks import verify as verify_token
 from prana._recovery import check_max_interruptions
@@ -91,10 +92,6 @@ __all__ = ["Runner", "child_execution_id", "is_settled"]
 
 _WAIT_RECHECK_SECONDS = 0.25
 """How often ``wait`` re-reads the store for progress made by other processes."""
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def is_settled(execution: WorkflowExecution) -> bool:
@@ -261,7 +258,7 @@ class Runner(Steps, Generic[SchedulerT]):
         check_max_interruptions(max_interruptions, "Runner")
         scheduler_clock = scheduler.clock if isinstance(scheduler, ClockedScheduler) else None
         if clock is None:
-            clock = scheduler_clock if callable(scheduler_clock) else _utcnow
+            clock = scheduler_clock if callable(scheduler_clock) else default_clock
         elif callable(scheduler_clock) and scheduler_clock is not clock:
             raise InvalidSettingsError(
                 f"Runner(clock={clock!r}): the scheduler has its own clock {scheduler_clock!r}; "

@@ -1349,3 +1349,62 @@ def test_cli_unreachable_postgres_is_quick_and_one_line() -> None:
     assert done.returncode == 5  # the store cannot be used
     assert done.stderr.splitlines()[-1].startswith("prana: error: ")
     assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+class _TurningClock:
+    """A clock whose first reading is aware and whose later ones are ``later``."""
+
+    def __init__(self, later: Any) -> None:
+        self.later = later
+        self.readings = 0
+
+    def __call__(self) -> Any:
+        self.readings += 1
+        return T0 if self.readings == 1 else self.later
+
+
+@pytest.mark.parametrize(
+    "later",
+    [datetime(2030, 1, 2), "2030-01-02T00:00:00+00:00"],  # noqa: DTZ001 - the bad reading
+    ids=["naive", "text"],
+)
+def test_a_clock_that_turns_bad_after_its_first_reading_is_refused(later: Any) -> None:
+    """Was: only a clock's first reading was checked; a later naive or non-datetime reading
+    went into the records (or failed deep inside, unnamed). Every reading is checked."""
+    from prana import RetryPolicy, execute_workflow
+
+    def fails(params: Any, ctx: Any) -> Any:
+        raise ConnectionError("down")
+
+    registry = Registry()
+    registry.register("test.fails", fails)
+    policy = RetryPolicy(max_attempts=2, backoff="constant", initial_delay=1)
+    wf = workflow(Node(key="r", type="test.fails", settings=NodeSettings(retry=policy)))
+    with pytest.raises(InvalidSettingsError, match="a clock must return an aware datetime"):
+        execute_workflow(wf, {}, registry=registry, clock=_TurningClock(later))
+
+
+def test_the_clocks_whose_readings_are_aware_by_construction_are_read_unwrapped() -> None:
+    """The fast path of ``read_clock``: the default clock and a ``ManualClock`` (aware, plain
+    readings by construction, pinned here) are read as they are; any other clock is wrapped
+    so that each of its readings is checked, and a subclass reading read as a plain one."""
+    from prana import _entry
+
+    manual = ManualClock(T0)
+    assert _entry.read_clock(manual) == (manual, T0)
+    assert _entry.read_clock(_entry._utcnow)[0] is _entry._utcnow
+    other = _TurningClock(T0)
+    wrapped, reading = _entry.read_clock(other)
+    assert wrapped is not other
+    assert reading == T0
+    assert wrapped() == T0
+
+    class Subclass(datetime):
+        pass
+
+    later = Subclass(2030, 1, 3, tzinfo=T0.tzinfo)
+    for start in (later, T0):
+        clock = ManualClock(start)
+        clock.set(later)
+        assert type(clock()) is datetime  # pinned: a ManualClock's readings are plain
+        assert clock() == later
