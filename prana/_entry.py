@@ -32,6 +32,7 @@ from prana._model import (
 )
 from prana._registry import Registry
 from prana._state import (
+    ATTEMPT_RUNNING,
     EXEC_SUSPENDED,
     NODE_SUSPENDED,
     check_attempt_transition,
@@ -235,7 +236,7 @@ def _prepare_resume(
             "attempt (the record is inconsistent: was it edited by hand?)"
         )
     paused = last.attempts[-1]
-    check_attempt_transition(key, paused.number, paused.outcome, AttemptOutcome.RUNNING)
+    check_attempt_transition(key, paused.number, paused.outcome, ATTEMPT_RUNNING)
     _check_resume_data(execution.suspension, resume_data)
     return graph
 

@@ -31,6 +31,7 @@ from prana._errors import ResumeError
 from prana._graph import CompiledGraph
 from prana._model import NodeStatus, WorkflowExecution
 from prana._noderuns import NOT_DELIVERED, NodeRuns, OpenRuns, RunsByNode
+from prana._state import NODE_COMPLETED
 
 
 class Pending:
@@ -362,7 +363,7 @@ class Frontier:
             return {}
         result: dict[str, Any] = {}
         runs = self.runs
-        completed = NodeStatus.COMPLETED
+        completed = NODE_COMPLETED
         for port, source in pending.sources.items():
             if len(source) == 3:  # the common case first: the source's latest run delivered it
                 src, src_port, index = source

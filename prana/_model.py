@@ -97,6 +97,12 @@ class AttemptOutcome(enum.Enum):
     """The process running it stopped (crash, kill) before it ended; the attempt is re-run."""
 
 
+# ``due_at`` is read several times per step: a member read off its class goes through the
+# enum's slow attribute hook on Python 3.11 (see ``prana._state.EXEC_RUNNING``).
+_SUSPENDED = ExecutionStatus.SUSPENDED
+_RUNNING = ExecutionStatus.RUNNING
+
+
 def _settings_error(field: str, fix: str) -> Any:
     def check(_inst: object, _attr: attrs.Attribute[Any], value: Any) -> None:
         raise InvalidSettingsError(f"NodeSettings.{field}={value!r}: {fix}")
@@ -639,8 +645,8 @@ class WorkflowExecution:
         """When this execution needs an alarm: a retry's or timer's due time, a webhook's
         expiry, or a running execution's lease expiry (when it is taken up if still running).
         """
-        if self.status is not ExecutionStatus.SUSPENDED or self.suspension is None:
-            if self.status is ExecutionStatus.RUNNING:
+        if self.status is not _SUSPENDED or self.suspension is None:
+            if self.status is _RUNNING:
                 return self.lease_expires_at
             return None
         data = self.suspension.data

@@ -25,7 +25,7 @@ from prana._model import (
     new_error_info,
     new_node_execution,
 )
-from prana._state import check_attempt_transition, check_node_transition
+from prana._state import ATTEMPT_RUNNING, check_attempt_transition, check_node_transition
 
 
 class NodeRun:
@@ -123,7 +123,7 @@ class NodeRun:
     def reopen_paused_attempt(self) -> None:
         """A paused attempt continues on resume: it is the same attempt, not a new one."""
         last = self.attempts.pop()
-        check_attempt_transition(self.key, last.number, last.outcome, AttemptOutcome.RUNNING)
+        check_attempt_transition(self.key, last.number, last.outcome, ATTEMPT_RUNNING)
         self.open_attempt(last.number, last.started_at, last.due_at)
         self.attempt_redrive = last.redrive
 

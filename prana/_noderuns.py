@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeAlias
 
 from prana._errors import RecordError
-from prana._model import NodeExecution, NodeStatus
+from prana._model import NodeExecution
+from prana._state import NODE_COMPLETED
 
 Runs = tuple[NodeExecution, ...]
 Build = Callable[[str, list[Any]], Runs]
@@ -101,7 +102,7 @@ class NodeRuns(Mapping[str, Runs]):
         last = value[-1]
         if (
             last.execution_index == index
-            and last.status is NodeStatus.COMPLETED
+            and last.status is NODE_COMPLETED
             and last.output_port == port
         ):
             return last.output

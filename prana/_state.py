@@ -168,12 +168,14 @@ def transition_diagram(table: Mapping[Any, frozenset[Any]] | None = None) -> str
 # The members the engine names on every run, as module constants (the same objects). On
 # Python 3.11 a member read off its class, ``ExecutionStatus.RUNNING``, goes through the
 # slow attribute hook ``EnumType.__getattr__`` gives the class (about 0.1 us, ~20 times per
-# retry cycle: 8% of its instructions); a module global is a cached read.
+# retry cycle: 8% of its instructions); a module global is a cached read. The shell's hot path
+# (``scheduling._steps``, ``scheduling._claims``) reads them too.
 EXEC_PENDING = ExecutionStatus.PENDING
 EXEC_RUNNING = ExecutionStatus.RUNNING
 EXEC_SUSPENDED = ExecutionStatus.SUSPENDED
 EXEC_COMPLETED = ExecutionStatus.COMPLETED
 NODE_COMPLETED = NodeStatus.COMPLETED
 NODE_SUSPENDED = NodeStatus.SUSPENDED
+ATTEMPT_RUNNING = AttemptOutcome.RUNNING
 ATTEMPT_COMPLETED = AttemptOutcome.COMPLETED
 ATTEMPT_FAILED = AttemptOutcome.FAILED

@@ -49,6 +49,10 @@ from prana import (
 from prana._builtins import _wait_resume
 from prana._graph import compile_workflow
 from prana._model import with_lease
+from prana._state import (  # hot path: members as module globals (see prana._state)
+    EXEC_RUNNING,
+    EXEC_SUSPENDED,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -82,7 +86,7 @@ def claimable(execution: WorkflowExecution, workflow: Workflow, registry: Regist
     replay (``claimed_snapshot``, on a cancel or a recovery) would run it a second time.
     """
     suspension = execution.suspension
-    if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
+    if execution.status is not EXEC_SUSPENDED or suspension is None:
         return False
     kind = suspension.kind
     if kind == "retry":
@@ -99,7 +103,7 @@ def is_claimed(execution: WorkflowExecution) -> bool:
     The core's ``running`` snapshots never carry a suspension, so this tells a light claim
     from a checkpoint.
     """
-    return execution.status is ExecutionStatus.RUNNING and execution.suspension is not None
+    return execution.status is EXEC_RUNNING and execution.suspension is not None
 
 
 def unclaimed(execution: WorkflowExecution) -> WorkflowExecution:

@@ -52,6 +52,7 @@ from prana import (
     validate,
 )
 from prana._limits import sub_workflow_too_deep, sub_workflow_tree_too_big
+from prana._state import EXEC_RUNNING, EXEC_SUSPENDED  # hot path: see prana._state
 from scheduling._batch import Batch, give_back, on_alarms, stop_ahead
 from scheduling._claims import (
     claimable,
@@ -611,8 +612,8 @@ class Steps:
         for dead and the execution is recovered; before it, the alarm is armed again.
         """
         suspension = execution.suspension
-        if execution.status is not ExecutionStatus.SUSPENDED or suspension is None:
-            if execution.status is ExecutionStatus.RUNNING:
+        if execution.status is not EXEC_SUSPENDED or suspension is None:
+            if execution.status is EXEC_RUNNING:
                 lease = execution.lease_expires_at
                 if lease is None:
                     return None  # no lease: not a runner's checkpoint; leave it alone
@@ -654,7 +655,7 @@ class Steps:
             self._tell_listeners(execution.id)
         status = execution.status
         suspension = execution.suspension
-        if status is ExecutionStatus.SUSPENDED:
+        if status is EXEC_SUSPENDED:
             if suspension is not None and suspension.kind != "sub_workflow":
                 due_at = execution.due_at
                 if due_at is not None and not self._arms_on_save:

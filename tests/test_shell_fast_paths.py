@@ -9,6 +9,7 @@ claim held while the lease keeper stops is still renewed.
 
 from __future__ import annotations
 
+import sys
 import threading
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -18,9 +19,25 @@ import pytest
 from doubles import T0
 from test_stores import retry
 
-from prana import ExecutionStatus, InvalidSettingsError
-from scheduling import StoreError
+from prana import (
+    ActionContext,
+    AttemptOutcome,
+    Connection,
+    ExecutionStatus,
+    InvalidSettingsError,
+    Node,
+    NodeSettings,
+    NodeStatus,
+    Registry,
+    RetryPolicy,
+    Workflow,
+    _model,
+    _state,
+)
+from prana.testing import ManualClock
+from scheduling import Runner, StoreError
 from scheduling._leases import Claim, Leases
+from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores._sql import to_micros
 from scheduling.stores.sqlite import SQLiteStore
 
@@ -197,3 +214,89 @@ def test_a_claim_held_while_the_keeper_stops_is_still_renewed() -> None:
         leases._keep()
     assert renewed == [claim]
     assert leases._keeper is this_keeper
+
+
+def _fails_first(params: Any, ctx: ActionContext) -> Any:
+    """Fail the first attempt; the retry succeeds."""
+    if ctx.attempt == 1:
+        raise ConnectionError("down")
+    return ctx.attempt
+
+
+STATUS_ENUMS = (ExecutionStatus, NodeStatus, AttemptOutcome)
+
+
+def test_the_status_constants_are_the_members_they_name() -> None:
+    """``prana._state``'s ``EXEC_``/``NODE_``/``ATTEMPT_`` names are the enum members."""
+    prefixes = {"EXEC": ExecutionStatus, "NODE": NodeStatus, "ATTEMPT": AttemptOutcome}
+    names = [
+        name
+        for name in vars(_state)
+        if name.split("_", 1)[0] in prefixes
+        and name.split("_", 1)[1] in prefixes[name.split("_", 1)[0]].__members__
+    ]
+    assert len(names) >= 9
+    for name in names:
+        prefix, member = name.split("_", 1)
+        assert getattr(_state, name) is prefixes[prefix][member], name
+    assert _model._SUSPENDED is ExecutionStatus.SUSPENDED
+    assert _model._RUNNING is ExecutionStatus.RUNNING
+
+
+@pytest.mark.parametrize("kind", ["retry", "timer"])
+def test_a_resume_step_reads_no_status_member_off_its_class(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A Runner step resuming a due retry or timer reads statuses only as module constants.
+
+    On Python 3.11 ``ExecutionStatus.RUNNING`` goes through the enum class's slow attribute
+    hook (~850 instructions a read); the hot path names them through ``prana._state``.
+    """
+    reg = Registry()
+    reg.register("test.fails_first", _fails_first)
+    reg.register("test.noop", lambda params, ctx: None)
+    due = T0 + timedelta(seconds=5)
+    if kind == "retry":
+        policy = RetryPolicy(max_attempts=2, backoff="constant", initial_delay=5)
+        node = Node(key="r", type="test.fails_first", settings=NodeSettings(retry=policy))
+        wf = Workflow(
+            id="wf",
+            nodes=(Node(key="start", type="manual.trigger"), node),
+            connections=(Connection(from_node="start", to_node="r"),),
+        )
+    else:
+        wait = {"mode": "schedule", "schedule_at": "{{ $input.main.at }}"}
+        wf = Workflow(
+            id="wf",
+            nodes=(
+                Node(key="start", type="manual.trigger"),
+                Node(key="wait", type="wait.wait", params=wait),
+                Node(key="after", type="test.noop"),
+            ),
+            connections=(
+                Connection(from_node="start", to_node="wait"),
+                Connection(from_node="wait", to_node="after"),
+            ),
+        )
+    clock = ManualClock(T0)
+    scheduler = ManualScheduler(clock)
+    store = SQLiteStore(tmp_path / "steps.db")
+    reads: list[str] = []
+    read = type.__getattribute__
+
+    def counting(cls: type[Any], name: str) -> Any:
+        if cls in STATUS_ENUMS and not name.startswith("_"):
+            reads.append(f"{cls.__name__}.{name} in {sys._getframe(1).f_code.co_name}")
+        return read(cls, name)
+
+    try:
+        with Runner(reg, store, scheduler, clock=clock) as runner:
+            eid = runner.start(wf, {"at": due.isoformat()})
+            assert runner.get(eid).status is ExecutionStatus.SUSPENDED
+            monkeypatch.setattr(type(ExecutionStatus), "__getattribute__", counting)
+            assert scheduler.advance(5) == [eid]
+            monkeypatch.undo()
+            assert runner.get(eid).status is ExecutionStatus.COMPLETED
+    finally:
+        store.close()
+    assert reads == []
