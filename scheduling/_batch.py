@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus, PranaError
@@ -38,6 +39,7 @@ __all__ = [
     "CLAIM_AHEAD",
     "GROUP_MAX",
     "Batch",
+    "StepLocal",
     "claim_ahead",
     "give_back",
     "on_alarms",
@@ -91,6 +93,18 @@ class Batch:
         if pending:
             self.ready.extend(pending)
             pending.clear()
+
+
+class StepLocal(threading.local):
+    """Per thread: the batch a runner's steps join and its follow-up queue (``Steps._local``).
+
+    Speed rule: the defaults are class attributes, so every step reads them on any thread
+    without raising (``getattr(local, name, None)`` on a thread that never set the name
+    makes and discards an ``AttributeError``, ~2,000 instructions, at every step).
+    """
+
+    batch: Batch | None = None
+    queue: collections.deque[WorkflowExecution] | None = None
 
 
 def on_alarms(steps: Steps, execution_ids: Sequence[str]) -> None:

@@ -53,7 +53,7 @@ from prana import (
 )
 from prana._limits import sub_workflow_too_deep, sub_workflow_tree_too_big
 from prana._state import EXEC_RUNNING, EXEC_SUSPENDED  # hot path: see prana._state
-from scheduling._batch import Batch, give_back, on_alarms, stop_ahead
+from scheduling._batch import StepLocal, give_back, on_alarms, stop_ahead
 from scheduling._claims import (
     claimable,
     claimed_snapshot,
@@ -130,6 +130,7 @@ class Move(enum.Enum):
 
 _RESUME, _EXPIRE, _CHILDREN = Move.RESUME, Move.EXPIRE, Move.CHILDREN  # hot-path aliases
 
+
 Check = Callable[[WorkflowExecution], Move | None]
 """A step's check: runs under the lock; ``None`` means nothing to do; raising refuses."""
 
@@ -170,7 +171,7 @@ class Steps:
         self._changed = threading.Condition()
         self._saves = 0
         self._waiters = 0
-        self._local = threading.local()
+        self._local = StepLocal()
         self._arms_on_save = False
         self._hook_paths: dict[str, str] = {}
         self._hook_lock = threading.Lock()
@@ -207,7 +208,7 @@ class Steps:
         lost) propagate: the caller says whether they are errors or dropped. Returns the
         core's outcome, or ``None`` when no resume ran.
         """
-        batch: Batch | None = getattr(self._local, "batch", None)
+        batch = self._local.batch
         lock = self._stripes[hash(execution_id) % _STRIPES]
         if batch is None:
             lock.acquire()
@@ -663,7 +664,7 @@ class Steps:
                 return
         elif execution.parent is None or status not in FINAL_STATUSES:
             return
-        queue: collections.deque[WorkflowExecution] | None = getattr(self._local, "queue", None)
+        queue = self._local.queue
         if queue is not None:
             queue.append(execution)
             return

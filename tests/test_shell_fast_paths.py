@@ -300,3 +300,24 @@ def test_a_resume_step_reads_no_status_member_off_its_class(
     finally:
         store.close()
     assert reads == []
+
+
+def test_the_per_thread_state_a_step_reads_has_defaults_on_any_thread(tmp_path: Path) -> None:
+    """A thread that never grouped nor batched reads the defaults (class attributes, so the
+    hot path's plain reads never make and discard an ``AttributeError``)."""
+    store = SQLiteStore(tmp_path / "local.db")
+    try:
+        with Runner(Registry(), store, ManualScheduler(ManualClock(T0))) as runner:
+            seen: list[Any] = []
+
+            def read() -> None:
+                local = runner._local
+                seen.extend((local.batch, local.queue, store._grouping.depth))
+                seen.append(sorted(vars(local)) + sorted(vars(store._grouping)))
+
+            thread = threading.Thread(target=read)
+            thread.start()
+            thread.join()
+    finally:
+        store.close()
+    assert seen == [None, None, 0, []]

@@ -194,6 +194,17 @@ _WORKFLOW = "SELECT data FROM prana_workflows WHERE workflow_id = ? AND version 
 _INSERT_WORKFLOW = "INSERT INTO prana_workflows (workflow_id, version, data) VALUES (?, ?, ?)"
 
 
+class _Grouping(threading.local):
+    """Per thread: ``depth``, how many ``grouped()`` blocks the thread is inside.
+
+    Speed rule: the default is a class attribute, so ``claim`` and ``save`` read it on a
+    thread that never grouped without raising: ``getattr(local, "depth", 0)`` there makes
+    and discards an ``AttributeError`` (~2,000 instructions, twice per resume step).
+    """
+
+    depth = 0
+
+
 class _Guard:
     """The store's lock; leaving it turns any ``sqlite3.Error`` raised inside into a ``StoreError``.
 
@@ -299,8 +310,7 @@ class SQLiteStore(BaseStore):
         self._lock = _Guard(self)
         self._mutex = self._lock.lock
         """The lock ``_lock`` guards with (``load``, ``claim`` and ``save`` take it directly)."""
-        self._grouping = threading.local()
-        """``depth``: how many ``grouped()`` blocks this thread is inside."""
+        self._grouping = _Grouping()
         self._group_owner: int | None = None
         """The thread whose group transaction is open (it holds the lock), if any."""
         super().__init__()
@@ -428,7 +438,7 @@ class SQLiteStore(BaseStore):
         lock = self._mutex
         lock.acquire()  # a hot path: ``_Guard``'s rule written out (see ``_Guard``)
         try:
-            if self._group_owner is None and getattr(self._grouping, "depth", 0) > 0:
+            if self._group_owner is None and self._grouping.depth > 0:
                 self._open_group()
             if expected_version is None:
                 try:
@@ -474,7 +484,7 @@ class SQLiteStore(BaseStore):
     def grouped(self) -> Iterator[None]:
         """Group this thread's saves in one transaction until the block ends (``GroupingStore``)."""
         local = self._grouping
-        depth = getattr(local, "depth", 0)
+        depth = local.depth
         local.depth = depth + 1
         try:
             yield
@@ -539,7 +549,7 @@ class SQLiteStore(BaseStore):
         lock = self._mutex
         lock.acquire()  # a hot path: ``_Guard``'s rule written out (see ``_Guard``)
         try:
-            if self._group_owner is None and getattr(self._grouping, "depth", 0) > 0:
+            if self._group_owner is None and self._grouping.depth > 0:
                 self._open_group()
             conn = self._conn
             changed = conn.execute(_CLAIM, (lease, at, execution_id, expected_version, lease))
