@@ -96,25 +96,30 @@ def gen_fast_hooks(
 
     They write the same dicts as cattrs' generic hooks, but read strictly (exact JSON
     types, no extra keys) and build the instance through its slots without calling
-    ``__init__``, which would cost more than everything else here. A field with a default
+    ``__init__``, which would cost more than everything else here: as its plain slotted
+    twin given its real class at the end, when the layouts allow it (a plain slot store
+    per field instead of a call of the frozen slot's descriptor; ``prana._model.slot_twin``),
+    else through the descriptors. A field with a default
     may be missing (a record written before the field existed); any other shape raises,
     and the caller falls back to the detailed converter. ``special`` maps a field name to
     its own ``(write, read)`` functions (schema version 3's node runs).
     """
+    twin = slot_twin(cl)
     names: dict[str, Any] = {
         "_new": object.__new__,
         "_cl": cl,
+        "_twin": twin,
         "_Mismatch": Mismatch,
         "_missing": _MISSING,
     }
     fields = attrs.fields(cl)
     # ``n`` counts the keys read plus the defaulted ones missing: it equals the number of
     # fields exactly when ``d`` has no key that is not a field.
-    load = [f"def structure_{cl.__name__}(d, _):", "  n = len(d)", "  o = _new(_cl)"]
+    made = "  o = _twin()" if twin is not None else "  o = _new(_cl)"
+    load = [f"def structure_{cl.__name__}(d, _):", "  n = len(d)", made]
     dump = [f"def unstructure_{cl.__name__}(o):", "  return {"]
     for a in fields:
         n = a.name
-        names[f"_set_{n}"] = vars(cl)[n].__set__
         if special and n in special:
             names[f"_w_{n}"], names[f"_r_{n}"] = special[n]
             lines, written = [f"v = _r_{n}(v)"], f"_w_{n}(o.{n})"
@@ -136,9 +141,16 @@ def gen_fast_hooks(
                 "    n += 1",
                 *(["  else:", *(f"    {line}" for line in lines)] if lines else []),
             ]
-        load.append(f"  _set_{n}(o, v)")
+        if twin is not None:
+            load.append(f"  o.{n} = v")
+        else:
+            names[f"_set_{n}"] = vars(cl)[n].__set__
+            load.append(f"  _set_{n}(o, v)")
         dump.append(f"    {n!r}: {written},")
-    load += [f"  if n != {len(fields)}: raise _Mismatch", "  return o"]
+    load.append(f"  if n != {len(fields)}: raise _Mismatch")
+    if twin is not None:
+        load.append("  o.__class__ = _cl")
+    load.append("  return o")
     dump.append("  }")
     source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
     generate(source, names, what=f"fast hooks {cl.__name__}")
@@ -203,11 +215,15 @@ def field_code(
     elif inner is None and t == _SOURCES:
         # An activation's sources: each a JSON array read as a tuple of its items, as
         # cattrs' tuple[Any, ...] hook reads it (anything but a dict of lists: cattrs').
+        # One loop, no comprehension (each is a call of its own in 3.11).
         lines = [
             f"if {v}.__class__ is not dict: raise _Mismatch",
-            f"for x in {v}.values():",
-            "  if x.__class__ is not list: raise _Mismatch",
-            f"if {v}: {v} = {{k: tuple(x) for k, x in {v}.items()}}",
+            f"if {v}:",
+            "  w = {}",
+            f"  for k, x in {v}.items():",
+            "    if x.__class__ is not list: raise _Mismatch",
+            "    w[k] = tuple(x)",
+            f"  {v} = w",
         ]
         written = f"x if (x := o.{n}).__class__ is dict else dict(x)"
     elif inner is None and (item := _runs_of(t)) is not None:

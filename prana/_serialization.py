@@ -72,6 +72,7 @@ from prana._model import (
     WebhookData,
     Workflow,
     WorkflowExecution,
+    new_suspend,
 )
 from prana._policy import CONDITION_NAME, RetryPolicy
 from prana._registry import Registry, condition_name
@@ -441,7 +442,9 @@ def _structure_suspend_fast(
     reads without an error list: it structures a built-in kind's data with its class's
     hook (``conv.structure`` dispatches to the same one), anything else as it is. Any
     other shape, and any failure, is ``general``'s (the fast converter's failures send
-    ``loads`` to the detailed converter, which explains them).
+    ``loads`` to the detailed converter, which explains them). The ``Suspend`` is built by
+    its fast constructor: the only check its ``__init__`` makes, a non-empty text kind, is
+    the one just made (``Suspend`` is a hot record: no validators, see ``HOT_RECORDS``).
     """
     hooks: dict[str, Callable[[Any, Any], Any]] = {}
 
@@ -456,7 +459,7 @@ def _structure_suspend_fast(
                     if hook is None:  # looked up at first use: every hook is registered
                         hook = hooks[kind] = conv.get_structure_hook(cls)
                     data = hook(data, cls)
-                return Suspend(kind, data)
+                return new_suspend(kind, data, None)
         return general(obj, t)
 
     return structure

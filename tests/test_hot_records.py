@@ -11,7 +11,7 @@ import pytest
 from doubles import T0
 
 from prana import AttemptOutcome, ErrorInfo, NodeStatus, make_converter
-from prana._fast_hooks import HOT, READ_HOT, ROWS
+from prana._fast_hooks import HOT, READ_HOT, ROWS, gen_fast_hooks
 from prana._model import (
     HOT_RECORDS,
     AttemptRecord,
@@ -85,6 +85,34 @@ def test_read_hot_records_are_read_by_generated_code_and_written_by_cattrs(
     assert conv.get_structure_hook(cls).__code__.co_filename.startswith("<prana generated ")
     writer = conv.get_unstructure_hook(cls)
     assert writer.__code__.co_filename.startswith("<cattrs generated unstructure")
+
+
+@pytest.mark.parametrize("cls", [*HOT, *READ_HOT], ids=lambda c: c.__name__)
+def test_generated_readers_build_through_the_twin(cls: type[Any]) -> None:
+    """Each generated dict reader fills a hot record's slot twin and gives it its class at the
+    end (a plain store per field, not a call of the frozen slot's descriptor)."""
+    structure = gen_fast_hooks(make_converter(), cls)[1]
+    source = inspect.getsource(structure)
+    assert "o = _twin()" in source
+    assert "o.__class__ = _cl" in source
+    assert "_set_" not in source
+
+
+def test_a_generated_reader_without_a_twin_sets_the_slots() -> None:
+    """A record CPython refuses a twin (a weakref slot) is read through its slots' setters,
+    to the record its constructor builds."""
+
+    @attrs.frozen(kw_only=True)
+    class Weak:
+        number: int
+        name: str = "x"
+
+    attrs.resolve_types(Weak)
+    assert hot_record_problems(Weak) != []
+    structure = gen_fast_hooks(make_converter(), Weak)[1]
+    assert "_twin()" not in inspect.getsource(structure)
+    assert structure({"number": 1}, None) == Weak(number=1)
+    assert structure({"number": 2, "name": "y"}, None) == Weak(number=2, name="y")
 
 
 def test_row_layouts_are_the_stored_order() -> None:

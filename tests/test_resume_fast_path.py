@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import pytest
 from doubles import T0
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import prana._jsoncheck
@@ -30,6 +30,7 @@ from prana import (
     Outcome,
     Registry,
     Suspend,
+    TimerData,
     Workflow,
     dumps,
     execute_workflow,
@@ -39,7 +40,7 @@ from prana import (
 )
 from prana._entry import loaded_run
 from prana._jsoncheck import _shared, shared_json
-from prana._model import Activation, RetryData
+from prana._model import Activation, RetryData, new_suspend
 from prana._noderuns import NodeRuns
 from prana._serialization import _fast, _structure_suspend, _structure_suspend_fast
 from prana._templates import TemplateError, compile_params
@@ -415,6 +416,7 @@ suspension_docs: st.SearchStrategy[Any] = st.one_of(
 )
 
 
+@settings(deadline=None)  # two converters built per example: ~0.1 s, past the deadline under load
 @given(suspension_docs)
 def test_the_fast_suspension_reader_reads_as_the_general_one(doc: Any) -> None:
     """For any suspension document, the fast reader gives the general reader's suspension
@@ -433,6 +435,22 @@ def test_the_fast_suspension_reader_reads_as_the_general_one(doc: Any) -> None:
     assert got == want
     usual = type(doc) is dict and set(doc) == {"kind", "data"} and type(doc["kind"]) is str
     assert general.calls == (0 if usual and doc["kind"] else 1)
+
+
+@given(
+    st.one_of(st.text(min_size=1), st.sampled_from(["timer", "retry", "webhook"])),
+    st.one_of(
+        st.none(),
+        st.dictionaries(st.text(), st.integers()),
+        st.just(TimerData(resume_at=T0)),
+    ),
+)
+def test_suspends_init_refuses_nothing_the_fast_reader_builds(kind: str, data: Any) -> None:
+    """The fast suspension reader builds with ``new_suspend`` after checking only that the
+    kind is non-empty text: ``Suspend.__init__`` must take any such kind with any data (a
+    check added there would be skipped by the reader), and build the same record."""
+    built: Any = new_suspend(kind, data, None)
+    assert Suspend(kind, data) == built
 
 
 def test_loads_reads_a_timer_and_a_retry_through_the_fast_readers() -> None:
