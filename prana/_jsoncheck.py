@@ -124,6 +124,18 @@ def json_size(value: Any, depth: int = 0) -> int:
     return -1
 
 
+class ScopeView:
+    """A root of the template scope computed as it is read (``$nodes``, ``$webhooks``): a
+    template reads through it, and its value is never the view itself (refused where a value
+    leaves a template: ``prana._template_limits.refuse_in_value``). Here, not there, so the
+    scope defines its views without importing Jinja."""
+
+    __slots__ = ()
+
+    root = "$?"
+    """How templates name it (``$nodes``)."""
+
+
 _Memo = dict[int, tuple[Any, Any, int, int]]
 """``id(container) -> (container, its rendered form, size, height)``, for one walk."""
 

@@ -20,7 +20,7 @@ from prana._hooks import (
     redact_tokens,
     token_digest,
 )
-from prana._jsoncheck import json_problem, json_size, jsonable, shared_json
+from prana._jsoncheck import ScopeView, json_problem, json_size, jsonable, shared_json
 from prana._model import ErrorCode, ErrorInfo, NodeExecution
 from prana._noderun import NodeRun, prana_error
 from prana._registry import ActionContext
@@ -30,10 +30,11 @@ if TYPE_CHECKING:
     from prana._engine import Run
 
 
-class _NodesView(Mapping[str, Any]):
+class _NodesView(ScopeView, Mapping[str, Any]):
     """``$nodes`` for templates: each node's latest run, computed only when looked at."""
 
     __slots__ = ("_runs",)
+    root = "$nodes"
 
     def __init__(self, runs: Mapping[str, Sequence[NodeExecution]]) -> None:
         self._runs = runs
@@ -57,7 +58,7 @@ class _NodesView(Mapping[str, Any]):
         return sum(1 for v in self._runs.values() if v)
 
 
-class _WebhooksView(Mapping[str, str]):
+class _WebhooksView(ScopeView, Mapping[str, str]):
     """``$webhooks`` for templates: ``$webhooks.<wait node>`` is that wait's resume path.
 
     Looking one up mints the token of the node's next webhook wait: its digest waits in
@@ -66,6 +67,7 @@ class _WebhooksView(Mapping[str, str]):
     """
 
     __slots__ = ("_paths", "_run")
+    root = "$webhooks"
 
     def __init__(self, run: Run) -> None:
         self._run = run

@@ -182,6 +182,8 @@ _PATH = re.compile(
 _STEP = re.compile(
     r"\.\s*([A-Za-z_]\w*)|\[\s*(\d+)\s*\]|\[\s*\"([^\"\\]*)\"\s*\]|\[\s*'([^'\\]*)'\s*\]"
 )
+_VIEW_ROOTS = frozenset({"nodes", "webhooks"})
+"""Roots whose value is a ``ScopeView``: read through, never a template's value."""
 MISS: Any = object()
 """What a plain path's walk gives when it does not find its value: Jinja decides."""
 
@@ -262,6 +264,8 @@ class _Expression:
                 attr, index, dq, sq = step.groups()
                 steps.append(int(index) if index is not None else (attr or dq or sq or ""))
             self._path = tuple(steps)
+            if not steps and self.path_root in _VIEW_ROOTS:
+                self._root = ""  # the view itself is no value: Jinja's result is refused
 
     def __call__(self, context: dict[str, Any]) -> Any:
         if self._root:

@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, MappingView
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta, tzinfo
 from types import ModuleType
 from typing import Any, cast
 
@@ -25,6 +25,8 @@ from jinja2 import Undefined
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedFormatter
 from jinja2.utils import Namespace, generate_lorem_ipsum
+
+from prana._jsoncheck import ScopeView
 
 # --- limits (the docs' Templates page states the same numbers) --------------------------
 
@@ -103,6 +105,8 @@ def refuse_non_value(value: Any) -> None:
     if not callable(value):
         tp = type(value)
         if tp.__repr__ is _OBJECT_REPR and tp.__str__ is _OBJECT_STR:
+            if isinstance(value, ScopeView):
+                raise not_data(value)
             raise NotAValueError(
                 f"the value is a {tp.__name__} object, not data: its text would be a memory address"
             )
@@ -164,18 +168,20 @@ def refuse_inside(value: Any, *, leaving: bool = False) -> None:
             items = container.values()
             for key in container:
                 if type(key) not in PLAIN:
-                    _refuse_item(key, stack)
+                    _refuse_item(key, stack, leaving)
         for item in items:
             if type(item) not in PLAIN:
-                _refuse_item(item, stack)
+                _refuse_item(item, stack, leaving)
 
 
-def _refuse_item(item: Any, stack: list[Any]) -> None:
+def _refuse_item(item: Any, stack: list[Any], leaving: bool) -> None:
     """An item of a container ``refuse_inside`` walks: a container goes on ``stack``."""
     if type(item) in _NESTED or isinstance(item, _CONTAINERS):
         stack.append(item)
     elif isinstance(item, Undefined):
         item._fail_with_undefined_error()
+    elif leaving and is_object(item):
+        raise not_data(item)
     else:
         refuse_non_value(item)
 
@@ -189,20 +195,49 @@ NOT_DATA = (set, frozenset, Namespace, MappingView)
 so a template's value holds none (``refuse_in_value``); written as text, they are text."""
 
 
+_OBJECTS = (ScopeView, range, bytes, bytearray, date, time, timedelta, tzinfo)
+"""What a template may reach or build that is neither data nor a container of data: the
+action would get the Python object, the record its repr. (A ``datetime`` is data: the record
+writes it as ISO 8601 text.)"""
+
+_ADVICE = (
+    (range, "add | list"),
+    (bytes | bytearray, "call .decode()"),
+    (date | time, "call .isoformat()"),
+    (timedelta, "call .total_seconds()"),
+)
+
+
+def is_object(value: Any) -> bool:
+    """Whether ``value`` is one of ``_OBJECTS`` (a template's value holds none)."""
+    return isinstance(value, _OBJECTS) and not isinstance(value, datetime)
+
+
 def not_data(value: Any) -> NotAValueError:
-    """The error for a template's value that is (or holds) one of ``NOT_DATA``."""
+    """The error for a template's value that is (or holds) one of ``NOT_DATA`` or
+    ``_OBJECTS``."""
     if isinstance(value, Namespace):
         return NotAValueError(
             "the value is a namespace, not data: read its attributes (ns.total), or build a "
             "dict ({'total': ns.total})"
         )
-    return NotAValueError(f"the value is a {type(value).__name__}, not data: add | list")
+    if isinstance(value, ScopeView):
+        return NotAValueError(
+            f"the value is the whole of {value.root}, not data: name one of its keys "
+            f"({value.root}.<key>), or add | list for its keys"
+        )
+    name = type(value).__name__
+    advice = next((text for kind, text in _ADVICE if isinstance(value, kind)), None)
+    if advice is None:
+        advice = "add | list" if isinstance(value, NOT_DATA) else "add | string"
+    return NotAValueError(f"the value is a {name}, not data: {advice}")
 
 
 def refuse_in_value(value: Any) -> None:
     """Raise ``NotAValueError`` if a template's value (a param, a condition: what leaves the
     template) is not plain data: ``refuse_inside`` with ``leaving``, so a namespace, dict
-    view or set is refused as a whole or inside.
+    view, set, scope view (``$nodes``), range, bytes, date, time or timedelta is refused as a
+    whole or inside.
 
     The caller refused a value that is not data at all (``refuse_non_value``) and sized it
     (``checked``) first; a plain value costs one set lookup.
@@ -211,7 +246,7 @@ def refuse_in_value(value: Any) -> None:
         return
     if isinstance(value, list | tuple | dict):
         refuse_inside(value, leaving=True)
-    elif isinstance(value, NOT_DATA):
+    elif isinstance(value, NOT_DATA) or is_object(value):
         raise not_data(value)
 
 

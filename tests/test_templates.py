@@ -13,7 +13,7 @@ from doubles import T0, conn, if_node, trigger, value_node, workflow
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prana import Completed, Node, Registry, Workflow, execute_workflow
+from prana import Completed, Failed, Node, Registry, Workflow, execute_workflow
 from prana._template_compile import compile_string
 from prana._templates import (
     CompiledParams,
@@ -877,3 +877,73 @@ def test_the_data_a_refused_value_holds_still_leaves_as_data() -> None:
     assert render_one("{{ $input.main.user.keys() | list }}") == ["id", "name"]
     assert render_one("{% set ns = namespace(a=1) %}{{ ns.a }}") == "1"
     assert render_one("{{ namespace(a=1).a }}") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "advice"),
+    [
+        ("{{ $nodes }}", "name one of its keys ($nodes.<key>)"),
+        ("{{ $webhooks }}", "name one of its keys ($webhooks.<key>)"),
+        ("{{ $nodes if true else none }}", "name one of its keys ($nodes.<key>)"),
+        ("{{ [1, $nodes] }}", "name one of its keys ($nodes.<key>)"),
+        ("{{ range(3) }}", "add | list"),
+        ("{{ {'r': range(3)} }}", "add | list"),
+        ("{{ $now.date() }}", "call .isoformat()"),
+        ("{{ [$now.time()] }}", "call .isoformat()"),
+        ("{{ $now - $now }}", "call .total_seconds()"),
+        ("{{ $now.tzinfo }}", "add | string"),
+        ("{{ 'ab'.encode() }}", "call .decode()"),
+    ],
+)
+def test_a_value_that_is_an_object_the_scope_or_the_sandbox_gives_is_refused(
+    text: str, advice: str
+) -> None:
+    """Was: the action got the Python object (the engine's live ``$nodes`` or ``$webhooks``
+    view, a range, a date, a timedelta, bytes) while the record kept its repr
+    (``'range(0, 3)'``); ``{{ $webhooks }}`` also minted a resume token for every node."""
+    calls: list[Any] = []
+    registry = Registry()
+    registry.register("test.capture", lambda params, ctx: calls.append(params))
+    wf = Workflow(
+        id="wf",
+        nodes=[trigger(), Node(key="a", type="test.capture", params={"p": text})],
+        connections=[conn("start", "a")],
+    )
+    outcome = execute_workflow(wf, {"x": 1}, registry=registry, clock=ManualClock(NOW))
+    assert calls == []
+    assert isinstance(outcome, Failed)
+    assert outcome.error.code == "template_error"
+    assert "not data: " in outcome.error.message
+    assert advice in outcome.error.message
+    assert "0x" not in outcome.error.message
+    assert not any(key.startswith("__webhook__") for key in outcome.execution.state)
+
+
+def test_what_the_refusals_of_scope_objects_advise_leaves_as_data() -> None:
+    """The data the advice gives: a node's record, the keys of ``$nodes``, a date as text."""
+    calls: list[Any] = []
+    registry = Registry()
+    registry.register("test.capture", lambda params, ctx: calls.append(params))
+    params = {
+        "node": "{{ $nodes.start.output }}",
+        "keys": "{{ $nodes | list }}",
+        "day": "{{ $now.date().isoformat() }}",
+        "now": "{{ $now }}",
+        "span": "{{ ($now - $now).total_seconds() }}",
+    }
+    wf = Workflow(
+        id="wf",
+        nodes=[trigger(), Node(key="a", type="test.capture", params=params)],
+        connections=[conn("start", "a")],
+    )
+    outcome = execute_workflow(wf, {"x": 1}, registry=registry, clock=ManualClock(NOW))
+    assert isinstance(outcome, Completed)
+    assert calls == [
+        {
+            "node": {"x": 1},
+            "keys": ["start"],
+            "day": "2030-01-02",
+            "now": NOW.isoformat(),
+            "span": 0.0,
+        }
+    ]
