@@ -19,6 +19,7 @@ from prana.testing import ManualClock
 from scheduling import Runner, UnreadableRow, UnreadableRowsError
 from scheduling._cli import main
 from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores._sql import to_micros
 from scheduling.stores.sqlite import SQLiteStore
 from scheduling.web import create_app
 
@@ -184,7 +185,7 @@ def test_a_time_column_edited_to_text_reads_as_the_first_datetime(
         eid = waiting(runner, approval())[0]
     with contextlib.closing(sqlite3.connect(db)) as connection, connection:
         connection.execute(
-            "UPDATE prana_executions SET due_at = 'soon', updated_at = 1.5 WHERE id = ?", (eid,)
+            "UPDATE prana_executions SET due_at = 'soon', updated_at = x'00' WHERE id = ?", (eid,)
         )
     assert main(["list", "--db", str(db), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["executions"]
@@ -231,5 +232,45 @@ def test_a_due_time_edited_to_text_is_found_due_and_runs(tmp_path: Path, text: s
         assert runner.run_due() == [eid]
         assert runner.get(eid).status is ExecutionStatus.COMPLETED
         assert store.find_due(clock() + timedelta(days=1)) == []
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("written", ["the due time", 1e300, float("inf")])
+def test_a_due_time_written_as_a_float_reads_as_its_number(
+    tmp_path: Path, written: str | float
+) -> None:
+    """A SQLite ``due_at`` holding a float (a ``REAL`` a tool wrote) reads as that many
+    microseconds, rounded up, as SQLite compares it: ``alarms`` and ``find_due`` agree.
+    ``alarms`` (a runner's rebuilt alarms, ``prana list``) read it as the first datetime, due
+    at once, while ``find_due`` (``prana worker --once``) never found one past now."""
+    db = tmp_path / "prana.db"
+    store = SQLiteStore(db)
+    clock = ManualClock()
+    registry = Registry()
+
+    def fails_once(params: object, ctx: ActionContext) -> object:
+        if ctx.attempt == 1:
+            raise ConnectionError("down")
+        return {"attempt": ctx.attempt}
+
+    registry.register("test.flaky", fails_once)
+    runner = Runner(registry, store, ManualScheduler(clock=clock))
+    try:
+        eid = runner.start(workflow(flaky_node(attempts=2, delay=5)))
+        due = clock() + timedelta(seconds=5)
+        value = to_micros(due) - 0.5 if written == "the due time" else written  # stays REAL
+        with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+            connection.execute("UPDATE prana_executions SET due_at = ? WHERE id = ?", (value, eid))
+        if written == "the due time":
+            assert store.alarms() == [(eid, due)]
+            assert store.find_due(clock()) == []
+            clock.advance(5)
+            assert store.find_due(clock()) == [(eid, due)]
+            assert runner.run_due() == [eid]
+            assert runner.get(eid).status is ExecutionStatus.COMPLETED
+        else:  # past every datetime: never due, as a whole number past them reads
+            assert store.alarms() == [(eid, datetime.max.replace(tzinfo=timezone.utc))]
+            assert store.find_due(clock() + timedelta(days=36_500)) == []
     finally:
         store.close()

@@ -6,6 +6,7 @@ bad input with the same message and surface an unreadable record the same way.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -46,11 +47,18 @@ def from_micros(micros: int) -> datetime:
     """The inverse of ``to_micros``, in UTC.
 
     A column no datetime can hold (a row edited by hand) reads as the first or last
-    datetime, and one holding no whole number (text, a float) as the first, so listing,
-    loading or finding due work never fails on it (the next save writes it again).
+    datetime, and one holding no number (text, a blob) as the first, so listing, loading or
+    finding due work never fails on it (the next save writes it again). A float (a ``REAL``
+    written by a tool) reads as its number, rounded up, as SQLite compares it with whole
+    microseconds (``x <= now`` exactly when ``ceil(x) <= now``): ``find_due`` and ``alarms``
+    agree on when it is due.
     """
     if type(micros) is not int:
-        return _FIRST
+        if type(micros) is not float or micros != micros:  # text, a blob (NaN: none)
+            return _FIRST
+        if not _FIRST_MICROS <= micros <= _LAST_MICROS:  # infinities included
+            return _FIRST if micros < _FIRST_MICROS else _LAST
+        micros = math.ceil(micros)
     if _FIRST_MICROS <= micros <= _LAST_MICROS:
         return EPOCH + timedelta(microseconds=micros)
     return _FIRST if micros < _FIRST_MICROS else _LAST
