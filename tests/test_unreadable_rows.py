@@ -274,3 +274,43 @@ def test_a_due_time_written_as_a_float_reads_as_its_number(
             assert store.find_due(clock() + timedelta(days=36_500)) == []
     finally:
         store.close()
+
+
+def test_rows_whose_due_time_is_text_do_not_hold_back_a_row_due_by_its_time(
+    tmp_path: Path,
+) -> None:
+    """Rows whose ``due_at`` holds text read as due at once, but their records decide, and
+    records not due yet are not run. They came first: as many of them as ``limit`` filled
+    every page of ``find_due``, so ``run_due`` (``prana worker --once``) and a worker's
+    re-arming never reached an execution due by its time, and it never ran."""
+    db = tmp_path / "prana.db"
+    store = SQLiteStore(db)
+    clock = ManualClock()
+    registry = Registry()
+
+    def fails_once(params: object, ctx: ActionContext) -> object:
+        if ctx.attempt == 1:
+            raise ConnectionError("down")
+        return {"attempt": ctx.attempt}
+
+    registry.register("test.flaky", fails_once)
+    runner = Runner(registry, store, ManualScheduler(clock=clock))
+    try:
+        due = runner.start(workflow(flaky_node(attempts=2, delay=5)), execution_id="due")
+        clock.advance(10)  # due's retry is due; the next two's will be in 5 s
+        later = [
+            runner.start(workflow(flaky_node(attempts=2, delay=5)), execution_id=f"later{i}")
+            for i in range(2)
+        ]
+        with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+            for eid in later:
+                connection.execute(
+                    "UPDATE prana_executions SET due_at = 'soon' WHERE id = ?", (eid,)
+                )
+        assert [eid for eid, _ in store.find_due(clock(), limit=2)] == [due, *later][:2]
+        assert due in runner.run_due(limit=2)
+        assert runner.get(due).status is ExecutionStatus.COMPLETED
+        for eid in later:  # found, their records not due yet: left as they are
+            assert runner.get(eid).status is ExecutionStatus.SUSPENDED
+    finally:
+        store.close()

@@ -168,9 +168,11 @@ _COUNT_TREE = (
 # (``_ALARM_AT`` is this module's constant text; values go in as parameters.)
 # A time column holding text (a hand or a tool wrote it) reads as the first datetime
 # (``from_micros``), so such a row is due at once; but SQLite orders text after every number,
-# so ``due_at <= ?`` never holds for it: ``_FIND_DUE_TEXT`` takes those rows first, by their
-# own range of the index (``due_at >= ''``: text and blobs, in the usual store none at all),
-# and both read a text alarm time (a lease) as due (``_DUE``).
+# so ``due_at <= ?`` never holds for it: ``_FIND_DUE_TEXT`` takes those rows after the others,
+# by their own range of the index (``due_at >= ''``: text and blobs, in the usual store none
+# at all), and both read a text alarm time (a lease) as due (``_DUE``). After, not first: such
+# a row's record decides when it is due, and rows whose records are not due yet must not fill
+# every page ahead of rows due by their time.
 _DUE = f"({_ALARM_AT} <= ? OR {_ALARM_AT} >= '')"
 _FIND_DUE = (
     f"SELECT id, {_ALARM_AT} FROM prana_executions"  # noqa: S608
@@ -634,17 +636,16 @@ class SQLiteStore(BaseStore):
 
         A claim whose lease ended is among them, in the place of the due time it was claimed
         at (the order of the due-time index, which a claim leaves alone). A row whose time
-        column holds text (edited by hand) reads as due at the first datetime: it comes first.
+        column holds text (edited by hand) reads as due at the first datetime; such rows come
+        after the others (their records decide: they never hold back a row due by its time).
         """
         check_aware(now, "find_due(now)")
         check_limit(limit)
         micros = to_micros(now)
         with self._lock:
-            rows = self._conn.execute(_FIND_DUE_TEXT, (micros, limit)).fetchall()
+            rows = self._conn.execute(_FIND_DUE, (micros, micros, limit)).fetchall()
             if len(rows) < limit:
-                rows += self._conn.execute(
-                    _FIND_DUE, (micros, micros, limit - len(rows))
-                ).fetchall()
+                rows += self._conn.execute(_FIND_DUE_TEXT, (micros, limit - len(rows))).fetchall()
         return [(eid, from_micros(at)) for eid, at in rows]
 
     def alarms(self) -> Sequence[tuple[str, datetime]]:
