@@ -35,7 +35,7 @@ from prana import (
 from prana.testing import ManualClock
 from scheduling import Runner
 from scheduling._claims import is_claimed
-from scheduling._leases import Leases
+from scheduling._leases import AHEAD_FRESH, Leases
 from scheduling.abc import BatchClaimingStore, ClaimingStore, ExecutionStore, GroupingStore
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.memory import MemoryStore
@@ -241,6 +241,43 @@ def test_cancelling_an_execution_claimed_ahead_stops_its_step_at_its_claim(
         AttemptOutcome.CANCELLED,
     ]
     assert all(store.load(eid)[0].status is ExecutionStatus.COMPLETED for eid in ids if eid != "e1")
+
+
+@pytest.mark.parametrize("past", [False, True], ids=["within", "past"])
+def test_a_cancel_from_another_runner_while_claimed_ahead(
+    batching: Callable[[], Any], past: bool
+) -> None:
+    """Another runner (another process, its own store) cancels e1 while it waits in its
+    batch, claimed ahead. If the claim has stood longer than ``AHEAD_FRESH`` when e1's turn
+    comes, its step claims again by compare-and-set, loses, and its action never runs;
+    within the bound the cancel found e1 running, and its action may run, as during an
+    action: its save is lost and the store keeps it cancelled either way."""
+    store = batching()
+    if hasattr(store, "path"):  # another process's connection to the same data
+        elsewhere = type(store)(store.path)
+    else:
+        elsewhere = type(store)(store.dsn, schema=store.schema)
+    calls: list[str] = []
+
+    def cancel_elsewhere(params: Any, ctx: ActionContext) -> Any:
+        calls.append(ctx.execution_id)
+        if len(calls) == 1:
+            clock.advance(AHEAD_FRESH.total_seconds() + 0.001 if past else 0)
+            other = Runner(Registry(), elsewhere, ManualScheduler(clock), lease_seconds=LEASE)
+            in_thread(lambda: other.cancel("e1", "operator"))
+        return "done"
+
+    try:
+        runner, clock, ids = batch_of_retries(store, cancel_elsewhere)
+        with runner:
+            runner.scheduler.advance(1)
+        assert calls == (["e0", "e2", "e3"] if past else ids)
+        assert store.load("e1")[0].status is ExecutionStatus.CANCELLED
+        assert all(
+            store.load(eid)[0].status is ExecutionStatus.COMPLETED for eid in ids if eid != "e1"
+        )
+    finally:
+        elsewhere.close()
 
 
 def test_a_batch_that_stops_gives_back_the_claims_of_the_steps_it_did_not_run(
