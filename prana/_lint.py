@@ -4,7 +4,9 @@ Construction already refuses what is wrong (``InvalidSettingsError``); lint repo
 is legal yet suspicious, before anything runs: jitter clipped by the cap, hints allowed
 past the cap, delays that cannot fit the budget, retrying programming errors, retrying a
 side-effecting action that does not use its idempotency key, and several policies whose
-meaning under prana's first-match rule differs from Waymark's maximum.
+meaning under prana's first-match rule differs from Waymark's maximum. Past retries, one
+error-handling setting: ``on_error: continue_error_output`` with no edge leaving the node's
+``error`` port, which turns the node's failure into the execution's completed output.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class LintWarning:
     Codes: ``jitter_clipped``, ``hint_uncapped``, ``delays_exceed_budget``,
     ``timeout_exceeds_budget``, ``unbounded_retries``, ``retries_programming_errors``,
     ``side_effects_without_idempotency``, ``first_match_differs_from_max``,
-    ``invalid_condition`` (also a validation error), ``unknown_exception``.
+    ``invalid_condition`` (also a validation error), ``unknown_exception``,
+    ``error_output_unconnected``.
     """
 
     node_key: str
@@ -64,6 +67,7 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
     """
     warnings: list[LintWarning] = []
     known = _known_exception_names(registry)
+    error_sources = {c.from_node for c in workflow.connections if c.from_port == "error"}
     for node in workflow.nodes:
         spec = registry.get(node.type) if registry is not None else None
         level, policies = resolve_level(node, workflow, spec.retry if spec else None)
@@ -104,6 +108,19 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
                         "does not declare uses_idempotency_key=True: a retry may repeat the "
                         "effect; send ctx.idempotency_key to the remote side and register "
                         "with uses_idempotency_key=True, or switch retry off for this node"
+                    ),
+                )
+            )
+        if node.settings.on_error == "continue_error_output" and node.key not in error_sources:
+            warnings.append(
+                LintWarning(
+                    node_key=node.key,
+                    code="error_output_unconnected",
+                    message=(
+                        "on_error is continue_error_output but no connection leaves this "
+                        "node's error port: a failure here goes nowhere and the execution "
+                        "completes with the error as its output; connect a node with "
+                        "from_port: error, or use stop_workflow to fail the execution"
                     ),
                 )
             )

@@ -71,3 +71,26 @@ def test_doctest_sessions_print_what_the_page_shows(page: Path) -> None:
         runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
         runner.run(test, out=lambda _text: None)
         assert runner.failures == 0, session
+
+
+def test_the_workflow_format_example_loads_lints_clean_and_routes_a_failure() -> None:
+    """The sample file on the Workflow file format page is a valid workflow that ``prana lint``
+    passes, and a charge that fails for good reaches the node on its ``error`` port (the
+    sample had ``continue_error_output`` with nothing there: the failure completed the run)."""
+    yaml = pytest.importorskip("yaml")
+    from prana import ActionContext, Completed, Registry, execute_workflow, lint, loads_workflow
+
+    text = (DOCS / "reference/workflow-format.md").read_text()
+    (sample,) = re.findall(r"^```yaml\n(.*?)^```", text, re.S | re.M)
+    workflow = loads_workflow(yaml.safe_load(sample))
+    registry = Registry()
+
+    @registry.action("shop.charge")
+    def charge(params: dict[str, object], ctx: ActionContext) -> object:
+        raise ValueError("card declined")  # a programming error: not retried
+
+    assert lint(workflow, registry) == []
+    outcome = execute_workflow(workflow, {"amount": 42}, registry=registry)
+    assert isinstance(outcome, Completed)
+    assert outcome.output == "declined: card declined"
+    assert "approve" not in outcome.execution.node_executions

@@ -375,3 +375,39 @@ def test_prana_lint_json_and_mistakes(tmp_path: Path, capsys: pytest.CaptureFixt
     broken.write_text(LINTED.replace("retry: 3}", "retry: {backof: linear}}"))
     assert main(["lint", str(broken)]) == 2
     assert "backof" in capsys.readouterr().err
+
+
+# --- on_error: continue_error_output with nothing on the error port -----------------------
+
+
+def test_an_error_output_with_no_edge_is_reported() -> None:
+    """``continue_error_output`` sends a failure to the node's ``error`` port; with no edge
+    leaving that port the failure goes nowhere and the execution completes (exit 0) with the
+    error as its output, a failure passed off as a success. An edge from ``error`` clears it;
+    ``continue`` (main port) and the default are not reported."""
+    from prana import Connection
+
+    def wf(*connections: Connection) -> Workflow:
+        return Workflow(
+            id="w",
+            nodes=[
+                Node(key="t", type="manual.trigger"),
+                node(key="charge", on_error="continue_error_output"),
+                node(key="next", type_="data.set_data"),
+            ],
+            connections=[Connection(from_node="t", to_node="charge"), *connections],
+        )
+
+    main_only = wf(Connection(from_node="charge", to_node="next"))
+    (warning,) = lint(main_only)
+    assert (warning.node_key, warning.code) == ("charge", "error_output_unconnected")
+    assert "from_port: error" in warning.message
+    assert "completes" in warning.message
+    handled = Connection(from_node="charge", to_node="next", from_port="error")
+    assert lint(wf(handled)) == []
+    plain = Workflow(
+        id="w",
+        nodes=[Node(key="t", type="manual.trigger"), node(key="charge", on_error="continue")],
+        connections=[Connection(from_node="t", to_node="charge")],
+    )
+    assert lint(plain) == []
