@@ -266,6 +266,11 @@ def cancel_execution(
     _, checked_clock, _, checked_observers = checked_call(None, clock, None, observers)
     if execution.status is ExecutionStatus.CANCELLED:
         return execution
+    if execution.status in (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED):
+        raise ResumeError(
+            f"execution {execution.id!r} is {execution.status.value}: it has ended, there "
+            "is nothing to cancel"
+        )
     check_transition(execution.status, ExecutionStatus.CANCELLED)
     now = check_clock(checked_clock)()
     runs = dict(execution.node_executions)

@@ -470,6 +470,29 @@ def test_cli_mistakes_on_ids_limits_and_databases(
         assert_one_line_error(code, err, message, expected)
 
 
+def test_cancel_of_an_ended_execution_says_it_ended(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana cancel`` of a failed or completed execution says the execution has ended and
+    there is nothing to cancel (exit 3); it printed the state table's internals, "from
+    failed it may become: suspended", as if a cancel could make it suspended."""
+    db = str(tmp_path / "ended.db")
+    h = Harness(SQLiteStore(db))
+    failed = h.runner.start(
+        workflow(Node(key="d", type="data.set_data", params={"value": "{{ $input.main.x }}"}))
+    )
+    done = h.runner.start(
+        workflow(Node(key="d", type="data.set_data", params={"value": 1}), version=2)
+    )
+    h.store.close()
+    for eid, status in [(failed, "failed"), (done, "completed")]:
+        code, _, err = run(["cancel", eid, "--db", db], capsys)
+        assert_one_line_error(
+            code, err, f"execution {eid!r} is {status}: it has ended, there is nothing to cancel", 3
+        )
+        assert "may become" not in err
+
+
 def test_cli_list_shows_a_corrupt_status_row_as_unreadable_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
