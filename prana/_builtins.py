@@ -175,9 +175,9 @@ def _if_condition(params: Any, ctx: ActionContext) -> Output:
 def _switch(params: Any, ctx: ActionContext) -> Output:
     """Pass the input through on the port of the first matching case, else ``default_port``.
 
-    A case is ``{"condition": ..., "port": ...}`` (matches when truthy, read as in
-    ``logic.if_condition``) or ``{"value": v, "port": ...}`` (matches when the ``value``
-    param equals ``v``; booleans only match booleans).
+    ``cases`` is a list of cases, tried in order; a case is ``{"condition": ..., "port": ...}``
+    (matches when truthy, read as in ``logic.if_condition``) or ``{"value": v, "port": ...}``
+    (matches when the ``value`` param equals ``v``; booleans only match booleans).
     """
     p = _params(params, "logic.switch")
     cases = p.get("cases", [])
@@ -460,9 +460,15 @@ def quick_wait_value(params: dict[str, Any], ctx: ActionContext, resume_data: An
 def _execute_workflow(params: Any, ctx: ActionContext) -> Suspend:
     """Ask the shell to run a sub-workflow: ``Suspend("sub_workflow", SubWorkflowData(...))``.
 
-    ``input`` defaults to this node's input ``main``. The suspension is the same for
-    every ``mode``; the shell decides how long the parent waits (``sync``/``async``:
-    until the child ends; ``fire_and_forget``: not at all).
+    Params: ``workflow_id`` (required: the child's id, its definition registered first),
+    ``version`` (default: the latest registered), ``input`` (default: this node's input
+    ``main``), ``mode`` (``sync``, the default: the child runs in the same step as the
+    parent; ``async``: it starts from an alarm; ``fire_and_forget``: the parent goes on at
+    once, its output ``{"execution_id": <the child's id>}``) and ``timeout_ms`` (when the
+    parent stops waiting: the node fails, ``sub_workflow_failed``, and the child is
+    cancelled). A failed child fails the node the same way.
+    The suspension is the same for every ``mode``; the shell decides how long the parent
+    waits (``sync``/``async``: until the child ends; ``fire_and_forget``: not at all).
     """
     node_type = "workflow.execute_workflow"
     p = _params(params, node_type)

@@ -601,3 +601,29 @@ def test_execute_workflow_resume_refuses_unknown_shapes() -> None:
     """Resume data of an unknown shape fails non-retryably (the executor validates it first)."""
     with pytest.raises(NonRetryable, match="is not"):
         resume("workflow.execute_workflow", {"workflow_id": "c"}, make_ctx(), {"status": "odd"})
+
+
+def test_the_actions_reference_names_every_param_a_builtin_reads() -> None:
+    """The Built-in actions page is each action's docstring, so every param a built-in reads
+    (``p.get("x")``, ``p["x"]``, ``"x" in p``, ``_helper(p, "x")``) is named there: the page
+    said nothing of ``workflow.execute_workflow``'s ``workflow_id``, ``version``, ``mode``
+    and ``timeout_ms``, nor of ``logic.switch``'s ``cases``, so no one could write the node."""
+    import inspect
+    import re
+
+    reads = re.compile(r'\bp(?:\.get\(|\[)"(\w+)"|\(p, "(\w+)"|"(\w+)" in p\b')
+    missing: dict[str, list[str]] = {}
+    for type_name in REGISTRY.types():
+        spec = REGISTRY.get(type_name)
+        assert spec is not None
+        if getattr(spec.fn, "__module__", None) != "prana._builtins":
+            continue  # http.request documents its params in its own module
+        doc = (spec.fn.__doc__ or "") + (getattr(spec.resume, "__doc__", None) or "")
+        for fn in (spec.fn, spec.resume):
+            if fn is None:
+                continue
+            names = {"".join(groups) for groups in reads.findall(inspect.getsource(fn))}
+            absent = sorted(n for n in names if n not in doc)
+            if absent:
+                missing[type_name] = absent
+    assert missing == {}
