@@ -140,6 +140,30 @@ def test_list_filters_by_workflow_and_pages_after_an_id(
     assert "no execution 'zz'" in err
 
 
+def test_a_full_page_says_where_the_next_one_starts(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``list --limit N`` with more than N executions says so: the table ends with the
+    ``--after`` that gives the next page, ``--json`` has ``next_after`` (``null`` on the last
+    page), so an operator reading 50 dead letters knows there are more (it was silent)."""
+    for _ in range(3):
+        cli(site, capsys, "run", f"{site['dir']}/flaky.json", *actions(site), "--input", "{}")
+    _, out, _ = cli(site, capsys, "list", "--json", "--limit", "2")
+    page = json.loads(out)
+    ids = [row["id"] for row in page["executions"]]
+    assert len(ids) == 2
+    assert page["next_after"] == ids[-1]
+    _, table, _ = cli(site, capsys, "list", "--limit", "2")
+    assert table.splitlines()[-1] == f"more: the next page is --after {ids[-1]}"
+    _, out, _ = cli(site, capsys, "list", "--json", "--limit", "2", "--after", ids[-1])
+    last = json.loads(out)
+    assert len(last["executions"]) == 1
+    assert last["next_after"] is None
+    _, table, _ = cli(site, capsys, "list", "--limit", "3")
+    assert "more:" not in table
+    assert len(table.splitlines()) == 4
+
+
 def test_ids_are_accepted_by_the_prefix_the_console_prints(
     site: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ from scheduling._cli._json import (
 from scheduling._console import printable
 from scheduling._errors import UnreadableRowsError
 from scheduling.abc import UnreadableRow
+from scheduling.stores._sql import MAX_LIMIT
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -69,15 +71,21 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 choices = ", ".join(s.value for s in ExecutionStatus)
                 raise CLIError(f"--status {args.status}: use one of {choices}") from None
         after = resolve_id(store, args.after) if args.after is not None else None
+        # One row past the page says whether another page follows (a limit out of range
+        # is asked for as given, so the store refuses it with its own message).
+        limit: int = args.limit
+        probe = limit + 1 if 1 <= limit < MAX_LIMIT else limit
         try:
             rows: Sequence[ExecutionSummary | UnreadableRow] = store.list(
-                status, limit=args.limit, workflow_id=args.workflow, after=after
+                status, limit=probe, workflow_id=args.workflow, after=after
             )
         except UnreadableRowsError as exc:
             rows = exc.rows
             for problem in exc.problems:
                 warning = f"prana: warning: {printable(problem)}; listed as unreadable"
                 print(warning, file=sys.stderr)
+        next_after = rows[limit - 1].id if len(rows) > limit else None
+        rows = rows[:limit]
         failures = _failures(store, rows)
     finally:
         store.close()
@@ -88,7 +96,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
             else summary_json(row, failures.get(row.id))
             for row in rows
         ]
-        print(json.dumps({"format": LIST_FORMAT, "executions": executions}, indent=2))
+        listed = {"format": LIST_FORMAT, "executions": executions, "next_after": next_after}
+        print(json.dumps(listed, indent=2))
         return EXIT_OK
     if not rows:
         print("no executions")
@@ -97,6 +106,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         _print_dead_letters(rows, failures)
     else:
         _print_table(rows)
+    if next_after is not None:
+        print(f"more: the next page is --after {printable(shlex.quote(next_after))}")
     return EXIT_OK
 
 
