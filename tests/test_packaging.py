@@ -145,3 +145,19 @@ def test_docstrings_cite_only_shipped_documents() -> None:
                 if unshipped.search(line) and "piercefreeman/" not in line:
                     found.append(f"{path.name}:{number}: {line.strip()}")
     assert found == []
+
+
+def test_every_pip_install_in_the_docs_names_our_distribution_and_real_extras() -> None:
+    """Each ``pip install`` the README, docs and examples show installs ``prana-workflows``
+    (or an editable clone) with extras it defines: ``pip install 'prana[otel]'`` (the docs'
+    "Logs and traces" page) fetches the unrelated PyPI project the README warns about."""
+    extras = set(importlib.metadata.metadata("prana-workflows").get_all("Provides-Extra") or [])
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "examples").glob("*.py")]
+    wrong: list[str] = []
+    for page in pages:
+        for line in page.read_text().splitlines():
+            for target in re.findall(r"pip install (?:-[-\w]+ )*'?([\w.-]+)\[([\w,]+)\]", line):
+                name, wanted = target
+                if name not in ("prana-workflows", ".") or not set(wanted.split(",")) <= extras:
+                    wrong.append(f"{page.relative_to(ROOT)}: {line.strip()}")
+    assert wrong == []
