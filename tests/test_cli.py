@@ -493,6 +493,38 @@ def test_cancel_of_an_ended_execution_says_it_ended(
         assert "may become" not in err
 
 
+def test_an_edited_workflow_file_is_refused_naming_the_file_and_the_version_to_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run a file, edit it, run it again: the stored definition never changes, so the run is
+    refused (exit 3, nothing run) with the file and the line to change (``version: 2``),
+    not the Python attribute ``Workflow.version``; so is ``workflows add`` and a child
+    file given with ``--workflow``. With the version bumped it runs."""
+    db = str(tmp_path / "edit.db")
+    doc: dict[str, Any] = {
+        "id": "edited",
+        "nodes": [
+            {"key": "start", "type": "manual.trigger"},
+            {"key": "v", "type": "data.set_data", "params": {"value": 1}},
+        ],
+        "connections": [{"from_node": "start", "to_node": "v"}],
+    }
+    path = write_workflow(tmp_path, doc, "edited.json")
+    assert run(["run", path, "--db", db], capsys)[0] == 0
+    doc["nodes"][1]["params"] = {"value": 2}
+    write_workflow(tmp_path, doc, "edited.json")
+    for argv in (["run", path], ["workflows", "add", path], ["run", path, "--workflow", path]):
+        code, _, err = run([*argv, "--db", db], capsys)
+        assert_one_line_error(code, err, f"{path}: workflow 'edited' version 1 is already", 3)
+        assert "set `version: 2` in" in err
+        assert "Workflow.version" not in err
+    doc["version"] = 2
+    write_workflow(tmp_path, doc, "edited.json")
+    code, out, _ = run(["run", path, "--db", db], capsys)
+    assert code == 0
+    assert out.rstrip().endswith("2")
+
+
 def test_cli_list_shows_a_corrupt_status_row_as_unreadable_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -67,6 +67,13 @@ class StoreUnavailableError(CLIError):
     exit_code = EXIT_UNAVAILABLE
 
 
+class RefusedError(CLIError):
+    """Refused by what the store holds (a different definition under an id and version);
+    exit code 3."""
+
+    exit_code = EXIT_REFUSED
+
+
 class NoSuchExecutionError(CLIError, LookupError):
     """No stored execution answers to the id (or id prefix) given; exit code 4."""
 
@@ -287,6 +294,27 @@ def no_database(where: str) -> StoreUnavailableError:
         f"no database at {where}: no prana tables there (nothing was created); run a "
         "workflow or `prana db upgrade` to create them, or pass --db PATH / --postgres DSN"
     )
+
+
+def register_file(runner: Runner, workflow: Workflow, path: str) -> None:
+    """Store ``workflow``, read from ``path``, as a definition.
+
+    A different definition stored under its id and version is refused naming the file and
+    the line to change: editing a workflow file and running it again is the usual way here,
+    and the store's own message names the Python attribute (``Workflow.version``).
+    """
+    from scheduling._errors import WorkflowConflictError
+
+    try:
+        runner.register_workflow(workflow)
+    except WorkflowConflictError:
+        latest = runner.store.latest_workflow_version(workflow.id) or workflow.version
+        raise RefusedError(
+            f"{path}: workflow {workflow.id!r} version {workflow.version} is already stored "
+            "with a different definition, and a stored definition never changes (executions "
+            f"refer to it by id and version): set `version: {latest + 1}` in {path}, or "
+            "give the workflow a new id"
+        ) from None
 
 
 def make_runner(

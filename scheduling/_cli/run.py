@@ -16,6 +16,7 @@ from scheduling._cli._common import (
     make_runner,
     open_store,
     parse_json,
+    register_file,
 )
 
 if TYPE_CHECKING:
@@ -56,8 +57,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         check_children([workflow, *children], store)
         runner = make_runner(registry, store, view, lease_seconds=args.lease)
-        for child in children:
-            runner.register_workflow(child)
+        for child, path in zip(children, args.workflow, strict=True):
+            register_file(runner, child, path)
+        register_file(runner, workflow, args.file)
         with runner, view.live():
             execution_id = runner.start(workflow, data)
             return finish(runner, execution_id, view)

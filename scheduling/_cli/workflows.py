@@ -15,6 +15,7 @@ from scheduling._cli._common import (
     load_workflow_file,
     make_runner,
     open_store,
+    register_file,
 )
 
 if TYPE_CHECKING:
@@ -64,8 +65,8 @@ def _add(args: argparse.Namespace) -> int:
     try:
         check_children(definitions, store)
         runner = make_runner(registry, store, None)
-        for workflow in definitions:
-            runner.register_workflow(workflow)
+        for workflow, path in zip(definitions, args.files, strict=True):
+            register_file(runner, workflow, path)
             print(f"registered {workflow.id} v{workflow.version}")
     finally:
         store.close()
