@@ -308,13 +308,19 @@ def register_file(runner: Runner, workflow: Workflow, path: str) -> None:
     try:
         runner.register_workflow(workflow)
     except WorkflowConflictError:
-        latest = runner.store.latest_workflow_version(workflow.id) or workflow.version
-        raise RefusedError(
-            f"{path}: workflow {workflow.id!r} version {workflow.version} is already stored "
-            "with a different definition, and a stored definition never changes (executions "
-            f"refer to it by id and version): set `version: {latest + 1}` in {path}, or "
-            "give the workflow a new id"
-        ) from None
+        raise file_conflict(runner, workflow, path) from None
+
+
+def file_conflict(runner: Runner, workflow: Workflow, path: str) -> RefusedError:
+    """The refusal of ``workflow`` from ``path``: the store holds another definition under
+    its id and version; it names the file and the version to write instead."""
+    latest = runner.store.latest_workflow_version(workflow.id) or workflow.version
+    return RefusedError(
+        f"{path}: workflow {workflow.id!r} version {workflow.version} is already stored "
+        "with a different definition, and a stored definition never changes (executions "
+        f"refer to it by id and version): set `version: {latest + 1}` in {path}, or "
+        "give the workflow a new id"
+    )
 
 
 def make_runner(

@@ -10,6 +10,7 @@ from scheduling._cli._common import (
     check_actions,
     check_children,
     check_seconds,
+    file_conflict,
     finish,
     load_actions,
     load_workflow_file,
@@ -18,6 +19,7 @@ from scheduling._cli._common import (
     parse_json,
     register_file,
 )
+from scheduling._errors import WorkflowConflictError
 
 if TYPE_CHECKING:
     import argparse
@@ -59,9 +61,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         runner = make_runner(registry, store, view, lease_seconds=args.lease)
         for child, path in zip(children, args.workflow, strict=True):
             register_file(runner, child, path)
-        register_file(runner, workflow, args.file)
         with runner, view.live():
-            execution_id = runner.start(workflow, data)
+            try:  # start validates the definition, then stores it
+                execution_id = runner.start(workflow, data)
+            except WorkflowConflictError:
+                raise file_conflict(runner, workflow, args.file) from None
             return finish(runner, execution_id, view)
     finally:
         store.close()
