@@ -242,10 +242,13 @@ def _gen_row(
                     f" else tuple([read_attempt(x, a, au) for x in {v}])"
                 ),
             ]
-            dump.append(
-                f"  w{i} = [write_attempt(x[0], a, au)] if len(x := o.attempts) == 1"
-                " else [write_attempt(y, a, au) for y in x]"
-            )
+            # One or two attempts (a retried run) without a comprehension (a call in 3.11).
+            dump += [
+                "  x = o.attempts; xn = len(x)",
+                f"  if xn == 1: w{i} = [write_attempt(x[0], a, au)]",
+                f"  elif xn == 2: w{i} = [write_attempt(x[0], a, au), write_attempt(x[1], a, au)]",
+                f"  else: w{i} = [write_attempt(y, a, au) for y in x]",
+            ]
             continue
         if name in ("status", "outcome"):
             fl.append(f"  {v} = _enum_{cl.__name__}[{v}]")
@@ -443,18 +446,26 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
             "def write_runs(m):",
             # Raw rows not read since loads are written back. A dict (the engine's) skips the
             # isinstance: NodeRuns is a Mapping, whose check runs ABCMeta's in Python.
+            # Loops, not comprehensions: each comprehension is a call of its own in 3.11.
+            "  out = {}",
             "  if m.__class__ is not dict and isinstance(m, _NodeRuns):",
-            (
-                "    return {k: r if r.__class__ is list else [write_run(k, r[0])] if len(r) == 1"
-                " else [write_run(k, x) for x in r] for k, r in m.raw_items().items()}"
-            ),
+            "    for k, r in m.raw_items().items():",
+            "      if r.__class__ is list: out[k] = r",
+            "      elif len(r) == 1: out[k] = [write_run(k, r[0])]",
+            "      else: out[k] = [write_run(k, x) for x in r]",
+            "    return out",
             # The usual run first, inline: one run under its own key (the same string
             # object: the engine and the reader file a run under its node_key), remembered.
-            (
-                "  return {k: [w] if len(r) == 1 and (o := r[0]).node_key is k"
-                " and (w := _getattr(o, '_row', None)) is not None"
-                " else [write_run(k, x) for x in r] for k, r in m.items()}"
-            ),
+            "  for k, r in m.items():",
+            "    if len(r) == 1:",
+            "      o = r[0]",
+            "      if o.node_key is k and (w := _getattr(o, '_row', None)) is not None:",
+            "        out[k] = [w]",
+            "      else:",
+            "        out[k] = [write_run(k, o)]",
+            "    else:",
+            "      out[k] = [write_run(k, x) for x in r]",
+            "  return out",
             "",
             "def build_runs(k, r):",
             "  return (read_run(k, r[0]),) if len(r) == 1 else tuple([read_run(k, x) for x in r])",
