@@ -16,9 +16,13 @@ Rows and their methods (every ratio is between figures measured in this run):
   whose action fails once, with a frozen clock, so all N retries fall due at one instant
   after both workers are up; end to end is N / (last completion - due instant).
   Lost = executions not completed within the timeout; double transitions = records
-  whose version exceeds the in-process run's (the same transitions, counted by the
-  store's compare-and-set version); duplicated side effects (a second call of one
-  attempt, at-least-once) are counted from the actions' own log. Lateness at light
+  whose ledger differs from the in-process run's (node ``r``: one failed attempt, then
+  one completed; a transition made twice adds or interrupts an attempt); extra writes =
+  records whose version exceeds the in-process run's (compare-and-set writes that are
+  not transitions: a claim made ahead claimed again past ``AHEAD_FRESH``, a lease
+  renewal; the in-process run's clock never moves, so it makes none); duplicated side
+  effects (a second call of one attempt, at-least-once) are counted from the actions'
+  own log. Lateness at light
   load: M more executions due 50 ms apart, lateness = the retry attempt's start - its
   due time. Beside it: one in-process Runner (PostgresStore + ManualScheduler, one
   ``advance`` fires all N) on the same server. Its note adds the CPU per execution of the
@@ -87,6 +91,7 @@ import orjson
 
 from prana import (
     ActionContext,
+    AttemptOutcome,
     Completed,
     Connection,
     ExecutionStatus,
@@ -871,6 +876,15 @@ def postgres_dsn() -> str | None:
     return dsn
 
 
+def ledger_as_expected(execution: WorkflowExecution) -> bool:
+    """Node ``r`` ran as the in-process run's: one failed attempt, then one completed."""
+    run = execution.node("r")
+    return run is not None and [a.outcome for a in run.attempts] == [
+        AttemptOutcome.FAILED,
+        AttemptOutcome.COMPLETED,
+    ]
+
+
 def in_process_postgres(dsn: str, n: int) -> tuple[float, int]:
     """Resumes per second of one in-process Runner on PostgreSQL; the final record version."""
     from scheduling.stores.postgres import PostgresStore
@@ -1068,7 +1082,8 @@ def row_workers(args: argparse.Namespace) -> list[Row]:
         drain_seconds = max(f for f in finish if f is not None) - due
         rate = completed / drain_seconds.total_seconds()
         burst_late = [lateness_ms(r[0], d) for r, d in zip(records.values(), dues, strict=True)]
-        doubles = sum(1 for r in records.values() if r[1] > expected_version)
+        doubles = sum(1 for r in records.values() if not ledger_as_expected(r[0]))
+        extra_writes = sum(1 for r in records.values() if r[1] > expected_version)
         lost = n - completed
 
         # Light load: due 50 ms apart.
@@ -1080,7 +1095,8 @@ def row_workers(args: argparse.Namespace) -> list[Row]:
         for execution_id, when in zip(light_ids, light_dues, strict=True):
             execution, version = store.load(execution_id)
             light_late.append(lateness_ms(execution, when))
-            doubles += version > expected_version
+            doubles += not ledger_as_expected(execution)
+            extra_writes += version > expected_version
         lost += light - light_done
     finally:
         workers.stop()
@@ -1106,7 +1122,8 @@ def row_workers(args: argparse.Namespace) -> list[Row]:
             ">= 2,000/s",
             rate >= 2000 and lost == 0 and doubles == 0,
             f"lost {lost}, double transitions {doubles}, duplicated side effects "
-            f"{duplicated}; burst lateness p50 {pct(burst_late, 50):,.0f} / p99 "
+            f"{duplicated}, extra writes (claimed again, renewed) {extra_writes}; "
+            f"burst lateness p50 {pct(burst_late, 50):,.0f} / p99 "
             f"{pct(burst_late, 99):,.0f} ms (first {min(burst_late):,.0f} ms); {n} starts took "
             f"{started_in:.1f} s; {cpu}",
         ),
