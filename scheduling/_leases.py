@@ -106,11 +106,11 @@ class StepCheckpoint(CheckpointById):
                 return False
             claim.light = False  # only the first checkpoint: the record moves on after
             ahead = claim.claimed  # claimed ahead by its batch (scheduling._batch), if set
-            if ahead is None or leases.clock() - ahead[1] > AHEAD_FRESH:
+            now = leases.clock()
+            if ahead is None or now - ahead[1] > AHEAD_FRESH:
                 # A claim made ahead that has waited longer than AHEAD_FRESH is claimed
                 # again by compare-and-set on its version: a cancel stored meanwhile by
                 # another process makes it fail, and the action does not run.
-                now = leases.clock()
                 version = claiming.claim(execution_id, claim.version, now + leases.lease, now)
                 claim.version, claim.claimed, claim.saved_at = version, (execution_id, now), now
         self._held()
