@@ -20,8 +20,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from prana import ExecutionStatus, PranaError
-from scheduling._claims import LIGHT_KINDS, claimable
+from prana import PranaError
+from scheduling._claims import claimable
 from scheduling._errors import StoreError
 from scheduling._leases import Claim
 from scheduling.abc import BatchClaimingStore, GroupingStore
@@ -225,18 +225,11 @@ def _due_light(
     """The record and version of ``execution_id`` if its alarm's step would claim it lightly."""
     try:
         execution, version = steps.store.load(execution_id)
-        suspension = execution.suspension
         due_at = execution.due_at
-        if (
-            execution.status is not ExecutionStatus.SUSPENDED
-            or suspension is None
-            or suspension.kind not in LIGHT_KINDS
-            or due_at is None
-            or due_at > now
-        ):
+        if due_at is None or due_at > now:
             return None
         workflow = steps._definitions.get(execution.workflow_id, execution.workflow_version)
-        if not claimable(execution, workflow, steps.registry):
+        if not claimable(execution, workflow, steps.registry):  # suspended: a retry or timer
             return None
     except (PranaError, LookupError):  # its step loads it again and says what is wrong
         return None
