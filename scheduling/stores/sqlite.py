@@ -196,6 +196,20 @@ _WORKFLOW = "SELECT data FROM prana_workflows WHERE workflow_id = ? AND version 
 _INSERT_WORKFLOW = "INSERT INTO prana_workflows (workflow_id, version, data) VALUES (?, ?, ?)"
 
 
+def _claim_row(
+    conn: sqlite3.Connection, execution_id: str, expected_version: int, lease: int, at: int
+) -> bool:
+    """A light claim of one row by compare-and-set (``claim``, ``claim_many``); whether it held.
+
+    ``_CLAIM`` leaves the due time alone; a row with no due time at or before the lease
+    (or a stale one) gets ``_CLAIM_MOVING``, which moves it to the lease.
+    """
+    changed = conn.execute(_CLAIM, (lease, at, execution_id, expected_version, lease))
+    if changed.rowcount != 1:  # stale, or no due time at or before the lease
+        changed = conn.execute(_CLAIM_MOVING, (lease, lease, at, execution_id, expected_version))
+    return changed.rowcount == 1
+
+
 class _Grouping(threading.local):
     """Per thread: ``depth``, how many ``grouped()`` blocks the thread is inside.
 
@@ -553,13 +567,7 @@ class SQLiteStore(BaseStore):
         try:
             if self._group_owner is None and self._grouping.depth > 0:
                 self._open_group()
-            conn = self._conn
-            changed = conn.execute(_CLAIM, (lease, at, execution_id, expected_version, lease))
-            if changed.rowcount != 1:  # stale, or no due time at or before the lease
-                changed = conn.execute(
-                    _CLAIM_MOVING, (lease, lease, at, execution_id, expected_version)
-                )
-            if changed.rowcount != 1:
+            if not _claim_row(self._conn, execution_id, expected_version, lease, at):
                 raise stale(execution_id, expected_version, self._stored_version(execution_id))
         except sqlite3.Error as exc:
             raise self._driver_error(exc) from exc
@@ -584,18 +592,11 @@ class SQLiteStore(BaseStore):
         claimed: builtins.list[str] = []
         with self._mutex:
             try:
-                if self._group_owner is None and getattr(self._grouping, "depth", 0) > 0:
+                if self._group_owner is None and self._grouping.depth > 0:
                     self._open_group()
                 conn = self._conn
                 for execution_id, expected_version in claims:
-                    changed = conn.execute(
-                        _CLAIM, (lease, at, execution_id, expected_version, lease)
-                    )
-                    if changed.rowcount != 1:
-                        changed = conn.execute(
-                            _CLAIM_MOVING, (lease, lease, at, execution_id, expected_version)
-                        )
-                    if changed.rowcount == 1:
+                    if _claim_row(conn, execution_id, expected_version, lease, at):
                         claimed.append(execution_id)
             except sqlite3.Error as exc:
                 raise self._driver_error(exc) from exc
