@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 import uuid
@@ -566,6 +567,120 @@ def test_a_live_workers_job_is_left_alone(env: Env) -> None:
     dead = insert_doing_job(env, "exec-2", heartbeat_age_seconds=61)
     assert scheduler.recover_stalled() == 1
     assert [(row["id"], row["status"]) for row in env.jobs()] == [(job, "doing"), (dead, "todo")]
+
+
+def test_recovery_goes_on_after_an_unexpected_error(
+    env: Env, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recovery round that raises something other than ``StoreError`` is logged, not fatal.
+
+    Recovery runs beside the worker as long as it lives: were one unexpected error to end
+    it, a live worker would never again take up a dead worker's jobs, and their executions
+    would stay running (seen once in the fault test, under load).
+    """
+    caplog.set_level(logging.INFO, logger="scheduling.adapters.procrastinate")
+    scheduler = env.scheduler(stalled_after_seconds=0.3)
+    scheduler.setup()
+    rounds: list[int] = []
+    recover = scheduler.recover_stalled
+
+    def failing_once() -> int:
+        rounds.append(1)
+        if len(rounds) == 1:
+            raise RuntimeError("an unexpected failure")
+        return recover()
+
+    monkeypatch.setattr(scheduler, "recover_stalled", failing_once)
+    insert_doing_job(env, "exec-1", heartbeat_age_seconds=3600)
+    fired = Fired()
+    scheduler.start(fired)
+    assert fired.wait_for_ids({"exec-1"})
+    assert len(rounds) >= 2
+    assert "recovering stalled jobs failed" in caplog.text
+    assert "an unexpected failure" in caplog.text
+
+
+def test_recovery_runs_while_every_job_thread_is_busy(env: Env) -> None:
+    """Recovery has a thread of its own: alarms that hold every job thread never delay it.
+
+    procrastinate runs a sync task in the event loop's default executor (a few threads);
+    were recovery queued there too, long alarms would hold a dead worker's jobs, and so
+    their executions, until one of them ended.
+    """
+    threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor
+    busy = threads + 1
+    scheduler = env.scheduler(stalled_after_seconds=0.3, concurrency=busy)
+    scheduler.setup()
+    for index in range(busy):
+        scheduler.schedule(f"busy-{index}", now())
+    gate = threading.Event()
+    started = Fired()
+
+    def fire(execution_id: str) -> None:
+        started(execution_id)
+        gate.wait(3 * TIMEOUT)  # past every wait of the test: only the test ends it
+
+    scheduler.start(fire)
+    try:
+        assert started.wait_for(threads)  # every thread of the default executor is held
+        dead = insert_doing_job(env, "exec-dead", heartbeat_age_seconds=3600)
+        assert env.wait_until(
+            lambda: any(row["id"] == dead and row["status"] != "doing" for row in env.jobs())
+        )
+    finally:
+        gate.set()
+
+
+def test_concurrency_is_how_many_alarms_run_at_once_beyond_the_default_threads(
+    env: Env,
+) -> None:
+    """``concurrency`` above asyncio's default executor size still runs that many at once.
+
+    procrastinate runs a sync job in the loop's default executor, of min(32, cores + 4)
+    threads: the worker sizes it, or a larger ``concurrency`` would silently be that.
+    """
+    wanted = min(32, (os.cpu_count() or 1) + 4) + 3
+    scheduler = env.scheduler(concurrency=wanted)
+    scheduler.setup()
+    for index in range(wanted):
+        scheduler.schedule(f"slow-{index}", now())
+    gate = threading.Event()
+    started = Fired()
+
+    def fire(execution_id: str) -> None:
+        started(execution_id)
+        gate.wait(3 * TIMEOUT)  # past every wait of the test: only the test ends it
+
+    scheduler.start(fire)
+    try:
+        assert started.wait_for(wanted)
+        assert not gate.is_set()  # every one of them began before any ended
+    finally:
+        gate.set()
+
+
+def test_recovery_never_waits_long_on_an_execution_locked_elsewhere(env: Env) -> None:
+    """A stalled job whose execution another transaction holds is left for the next round.
+
+    Waiting on that lock for good would hold every other stalled job (and the pruning)
+    behind a transaction recovery knows nothing of; it waits a moment (locks held that
+    long are usual), then the next round, a beat later, takes it up.
+    """
+    # A wait would fail the round after 5 s (LockNotAvailable) instead of hanging the test.
+    scheduler = env.scheduler(
+        stalled_after_seconds=60, dsn=make_conninfo(env.dsn, options="-c lock_timeout=5000")
+    )
+    scheduler.setup()
+    held = insert_doing_job(env, "exec-held", heartbeat_age_seconds=3600)
+    free = insert_doing_job(env, "exec-free", heartbeat_age_seconds=3600)
+    key = next(row["lock"] for row in env.jobs() if row["id"] == held)
+    with psycopg.connect(env.dsn) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+        assert scheduler.recover_stalled() == 1
+        assert {row["id"]: row["status"] for row in env.jobs()} == {held: "doing", free: "todo"}
+        holder.rollback()
+    assert scheduler.recover_stalled() == 1
+    assert {row["id"]: row["status"] for row in env.jobs()} == {held: "todo", free: "todo"}
 
 
 def test_the_worker_carries_on_after_its_connections_are_cut(env: Env) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
@@ -224,6 +226,14 @@ class ServingMixin:
         (``taken_over``) says so and starts over at once.
         """
         loop = asyncio.get_running_loop()
+        # procrastinate runs each sync job in the loop's default executor, whose size
+        # (min(32, cores + 4)) would otherwise cap ``concurrency`` without a word.
+        loop.set_default_executor(
+            ThreadPoolExecutor(
+                max(self.concurrency + 2, min(32, (os.cpu_count() or 1) + 4)),
+                thread_name_prefix=f"prana-jobs-{self.name}",
+            )
+        )
         self._wake = asyncio.Event()
         with self._lock:
             self._loop = loop
@@ -324,13 +334,30 @@ class ServingMixin:
                     await recovering
 
     async def _recover_while(self, run: asyncio.Task[Any], state: _ServeState) -> None:
-        """Take up stalled jobs as often as the worker beats, until ``run`` ends."""
+        """Take up stalled jobs as often as the worker beats, until ``run`` ends.
+
+        A failed round is logged and the next beat tries again: nothing but the worker's
+        end stops this loop, or a live worker would never again take up a dead one's jobs.
+        Rounds run in a thread of their own: procrastinate runs sync jobs in the loop's
+        default executor, and long alarms there must not hold up taking a dead worker's.
+        """
         every = self.stalled_after_seconds / 3
-        while not run.done():
-            try:
-                await asyncio.to_thread(self.recover_stalled)
-            except StoreError as error:
-                logger.warning("the procrastinate worker %s: %s", self.name, error)
-            else:
-                state.reached_database = True
-            await asyncio.wait({run}, timeout=every)
+        loop = asyncio.get_running_loop()
+        thread = ThreadPoolExecutor(1, thread_name_prefix=f"prana-recovery-{self.name}")
+        try:
+            while not run.done():
+                try:
+                    await loop.run_in_executor(thread, self.recover_stalled)
+                except StoreError as error:
+                    logger.warning("the procrastinate worker %s: %s", self.name, error)
+                except Exception:
+                    logger.exception(
+                        "the procrastinate worker %s: recovering stalled jobs failed; it "
+                        "tries again at its next beat",
+                        self.name,
+                    )
+                else:
+                    state.reached_database = True
+                await asyncio.wait({run}, timeout=every)
+        finally:
+            thread.shutdown(wait=False)  # a round under way ends on its own

@@ -121,6 +121,13 @@ _STALLED = (
 )
 """Jobs ``doing`` whose worker is gone or silent (procrastinate's own stalled-job rule)."""
 
+_RECOVERY_LOCK_WAIT = "1s"
+_LOCK_KEY_BRIEFLY = (
+    "SELECT set_config('lock_timeout', %s, true), pg_advisory_xact_lock(hashtextextended(%s, 0))"
+)
+"""Recovery's form of ``_LOCK_KEY``: it and the job's row lock wait ``_RECOVERY_LOCK_WAIT``
+at most (locks held a moment, by a re-arm or procrastinate's own bookkeeping, are usual);
+a job held longer is left for the next round rather than holding up every other one."""
 _STILL_DOING = "SELECT 1 FROM procrastinate_jobs WHERE id = %s AND status = 'doing' FOR UPDATE"
 _QUEUED = "SELECT 1 FROM {jobs} WHERE queueing_lock = %s AND status = 'todo'"
 _RETRY_STALLED = (
@@ -653,9 +660,10 @@ class ProcrastinateScheduler(ServingMixin):
         A job whose worker has not beaten for ``stalled_after_seconds`` (or is gone from
         procrastinate's table) goes back to ``todo`` to fire again at once, or is dropped
         when a newer alarm of its execution is queued already. Each job is settled in its
-        own transaction under its execution's advisory lock, so it never races a re-arm.
-        Workers that stopped beating are then pruned, as a starting procrastinate worker
-        does. Every running worker calls this as often as it beats.
+        own transaction under its execution's advisory lock, so it never races a re-arm;
+        a job whose locks another transaction holds longer than a moment is left for the
+        next round. Workers that stopped beating are then pruned, as a starting
+        procrastinate worker does. Every running worker calls this as often as it beats.
         """
 
         def recover(conn: psycopg.Connection[Any]) -> int:
@@ -665,13 +673,16 @@ class ProcrastinateScheduler(ServingMixin):
                 ).fetchall()
             taken = 0
             for job_id, key in stalled:
-                with self._on(conn, own=True):
-                    conn.execute(_LOCK_KEY, (key,))
-                    if conn.execute(_STILL_DOING, (job_id,)).fetchone() is None:
-                        continue  # its worker finished it after all
-                    queued = conn.execute(self._queued_own, (key,)).fetchone() is not None
-                    conn.execute(_DROP_STALLED if queued else _RETRY_STALLED, (job_id,))
-                    taken += 1
+                try:
+                    with self._on(conn, own=True):
+                        conn.execute(_LOCK_KEY_BRIEFLY, (_RECOVERY_LOCK_WAIT, key))
+                        if conn.execute(_STILL_DOING, (job_id,)).fetchone() is None:
+                            continue  # its worker finished it after all
+                        queued = conn.execute(self._queued_own, (key,)).fetchone() is not None
+                        conn.execute(_DROP_STALLED if queued else _RETRY_STALLED, (job_id,))
+                        taken += 1
+                except psycopg.errors.LockNotAvailable:
+                    continue  # held elsewhere: the next round takes it up
             with self._on(conn, own=True):
                 conn.execute(_PRUNE_WORKERS, (self.stalled_after_seconds,))
             return taken
