@@ -205,7 +205,8 @@ def test_worker_once_counts_records_it_could_not_resume_apart(
     env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--once`` reports an unresumable due record (edited by hand) apart from the ones it
-    resumed (was: "resumed 2 due execution(s)" for one resumed and one left as stored)."""
+    resumed (was: "resumed 2 due execution(s)" for one resumed and one left as stored), and
+    exits 1 so that a cron job notices (it exited 0)."""
     clock = ManualClock(datetime.now(timezone.utc) - timedelta(hours=1))
     store = SQLiteStore(env["db"])
     wf = Workflow(
@@ -223,7 +224,7 @@ def test_worker_once_counts_records_it_could_not_resume_apart(
         conn.execute("UPDATE prana_executions SET data = '{' WHERE id = ?", (bad,))
     conn.close()
     code, out, err = run(["worker", "--once", "--db", env["db"]], capsys)
-    assert code == 0
+    assert code == 1
     assert out.splitlines()[-1] == (
         "resumed 1 due execution(s); 1 could not be resumed, left as stored (said above; "
         "prana show ID, prana cancel ID)"
@@ -288,7 +289,7 @@ def test_worker_without_actions_says_to_pass_them_and_leaves_the_work(
     store.close()
     code, _, err = run(["worker", "--once", "--db", env["db"]], capsys)
     said = [line for line in err.splitlines() if "pass --actions" in line]
-    assert code == 0
+    assert code == 1  # left as stored: a cron job notices
     assert len(said) == 1, err
     assert "'needs-actions' v1" in said[0]
     assert "'cli.flaky'" in said[0]

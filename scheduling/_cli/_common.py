@@ -32,7 +32,7 @@ EXIT_OK = 0
 """The command did what it was asked (a run that waits on a webhook included)."""
 EXIT_FAILED = 1
 """The execution the command ran (``run``, ``deliver``, ``redrive``) ended failed or cancelled;
-``lint`` found warnings."""
+``lint`` found warnings; ``worker --once`` left due executions it could not resume."""
 EXIT_USAGE = 2
 """A mistake in the command: options, files, JSON, ``--actions``, an invalid workflow."""
 EXIT_REFUSED = 3

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus
 from scheduling._cli._common import (
+    EXIT_FAILED,
     EXIT_OK,
     PROCRASTINATE_NEEDS_POSTGRES,
     WORKER_POLL_SECONDS,
@@ -175,7 +176,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                 + (f"; {left} {_LEFT_AS_STORED}" if left else "")
                 + _leased_note(store, runner)
             )
-            return EXIT_OK
+            return EXIT_FAILED if left else EXIT_OK
         if args.scheduler == "procrastinate":
             return _procrastinate_worker(args, registry, store, view)
         stop = threading.Event()
