@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sqlite3
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
@@ -76,9 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+    def add(name: str, help_text: str, *, db_help: str | None = None) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("--db", help=f"SQLite database (default ./{DEFAULT_DB} or $PRANA_DB)")
+        sub.add_argument(
+            "--db", help=db_help or f"SQLite database (default ./{DEFAULT_DB} or $PRANA_DB)"
+        )
         sub.add_argument(
             "--postgres",
             metavar="DSN",
@@ -171,16 +174,42 @@ def _main(argv: Sequence[str] | None) -> int:
         print("interrupted; suspended executions stay in the store for the next worker")
         return EXIT_INTERRUPTED
     except ImportError as exc:
-        print(
-            f"prana: error: {one_line(exc)}; install the extra it needs, e.g. "
-            "pip install 'prana-workflows[postgres]'",
-            file=sys.stderr,
-        )
+        print(f"prana: error: {one_line(exc)}{_extra_advice(exc)}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except (PranaError, sqlite3.Error) as exc:
         print(f"prana: error: {printable(one_line(exc))}", file=sys.stderr)
         return exit_code_for(exc)
     return code
+
+
+_EXTRAS = {
+    "procrastinate": "procrastinate",
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "yaml": "yaml",
+    "rich": "console",
+    "starlette": "web",
+    "uvicorn": "web",
+    "httpx": "http",
+    "opentelemetry": "otel",
+}
+"""The extra of ``pyproject.toml`` that installs each optional top-level module."""
+
+
+def _extra_advice(exc: ImportError) -> str:
+    """'; install the extra it needs: pip install ...' naming the extra of the missing module.
+
+    An import error whose module no extra provides gets no advice: naming an unrelated
+    extra (the postgres one, said for a missing procrastinate) sends the user the wrong way.
+    """
+    name = exc.name
+    if name is None:  # raised by hand, the module only in the message
+        found = re.search(r"No module named '([\w.]+)'", str(exc))
+        name = found.group(1) if found else ""
+    extra = _EXTRAS.get(name.partition(".")[0])
+    if extra is None:
+        return ""
+    return f"; install the extra it needs: pip install 'prana-workflows[{extra}]'"
 
 
 def exit_code_for(exc: BaseException) -> int:

@@ -83,7 +83,9 @@ class NoSuchExecutionError(CLIError, LookupError):
 class AddCommand(Protocol):
     """Adds a subcommand with the store options every command takes; returns its parser."""
 
-    def __call__(self, name: str, help_text: str) -> argparse.ArgumentParser: ...
+    def __call__(
+        self, name: str, help_text: str, *, db_help: str | None = None
+    ) -> argparse.ArgumentParser: ...
 
 
 def one_line(exc: BaseException) -> str:
@@ -362,6 +364,24 @@ LEASE_HELP = (
 def add_lease(parser: argparse.ArgumentParser, help_text: str = LEASE_HELP) -> None:
     """Add ``--lease SECONDS`` to ``parser`` (checked by ``check_seconds``)."""
     parser.add_argument("--lease", type=float, default=LEASE_SECONDS, help=help_text)
+
+
+def add_max_interruptions(parser: argparse.ArgumentParser) -> None:
+    """Add ``--max-interruptions N`` (checked by ``check_max_interruptions``)."""
+    parser.add_argument(
+        "--max-interruptions",
+        type=int,
+        default=3,
+        metavar="N",
+        help="an attempt whose worker died inside it N times in a row fails instead of "
+        "running again (default 3)",
+    )
+
+
+def check_max_interruptions(value: int) -> None:
+    """Refuse a ``--max-interruptions`` outside 1..1,000,000, in one line."""
+    if not 1 <= value <= 1_000_000:
+        raise CLIError(f"--max-interruptions {value}: use a whole number from 1 to 1000000")
 
 
 def check_seconds(option: str, value: float) -> None:

@@ -16,7 +16,13 @@ if TYPE_CHECKING:
 
 def register(add: AddCommand) -> None:
     """Add ``demo`` to the parser."""
-    demo = add("demo", "run the bundled demo: a flaky API retried with backoff")
+    demo = add(
+        "demo",
+        "run the bundled demo: a flaky API retried with backoff",
+        # Unlike the other commands, the demo writes nowhere unless told to.
+        db_help="SQLite database to keep the executions in (default: $PRANA_DB, else in "
+        "memory only, nothing written)",
+    )
     demo.set_defaults(handler=_cmd_demo)
 
 

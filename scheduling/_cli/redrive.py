@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus
 from scheduling._cli._common import (
+    add_lease,
     add_logging,
+    check_seconds,
     check_stored_actions,
     finish,
     load_actions,
@@ -33,7 +35,7 @@ def register(add: AddCommand) -> None:
         "redrive",
         "run a failed execution again from its failed node (list them: list --status failed)",
     )
-    redrive.add_argument("id", help="the execution id")
+    redrive.add_argument("id", help="the execution id, or a unique prefix of it")
     redrive.add_argument(
         "--node", metavar="KEY", help="start from this node (one that leads to the failed node)"
     )
@@ -43,6 +45,7 @@ def register(add: AddCommand) -> None:
         help="restart the node's attempt count and retry budget (default: they carry on)",
     )
     redrive.add_argument("--actions", help="module (or .py file) registering your actions")
+    add_lease(redrive)
     add_logging(redrive, console=True)
     redrive.set_defaults(handler=_cmd_redrive)
 
@@ -50,6 +53,7 @@ def register(add: AddCommand) -> None:
 def _cmd_redrive(args: argparse.Namespace) -> int:
     from scheduling._console import ConsoleView
 
+    check_seconds("--lease", args.lease)
     registry = load_actions(args.actions)
     store = open_store(args, must_exist=True)
     view = ConsoleView()
@@ -58,7 +62,7 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
         check_stored_actions(
             store, execution_id, registry, args.actions, when=ExecutionStatus.FAILED
         )
-        with make_runner(registry, store, view) as runner, view.live():
+        with make_runner(registry, store, view, lease_seconds=args.lease) as runner, view.live():
             runner.redrive(execution_id, args.node, reset_attempts=args.reset_attempts)
             return finish(runner, execution_id, view)
     finally:

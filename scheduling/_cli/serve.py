@@ -11,7 +11,11 @@ from scheduling._cli._common import (
     EXIT_OK,
     WORKER_POLL_SECONDS,
     CLIError,
+    add_lease,
     add_logging,
+    add_max_interruptions,
+    check_max_interruptions,
+    check_seconds,
     load_actions,
     make_runner,
     open_store,
@@ -43,6 +47,12 @@ def register(add: AddCommand) -> None:
         metavar="BYTES",
         help="largest webhook body accepted (default 1 MiB)",
     )
+    add_lease(
+        serve,
+        "seconds an execution this process runs stays its own if the process dies (killed, "
+        "cut off): then a worker takes it up (default 30; give it the workers' --lease)",
+    )
+    add_max_interruptions(serve)
     add_logging(serve, console=False)
     serve.set_defaults(handler=_cmd_serve)
 
@@ -75,10 +85,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         )
     if not 0 <= args.port <= 65535:
         raise CLIError(f"--port {args.port}: use a port from 0 to 65535")
+    check_seconds("--lease", args.lease)
+    check_max_interruptions(args.max_interruptions)
     registry = load_actions(args.actions)
     store = open_store(args, must_exist=False)
     try:
-        runner = make_runner(registry, store, None, recover=True)
+        runner = make_runner(
+            registry,
+            store,
+            None,
+            recover=True,
+            lease_seconds=args.lease,
+            max_interruptions=args.max_interruptions,
+        )
         app = create_app(runner, token=token, max_body_bytes=args.max_body)
         access = "operator token required" if token else "no operator token: loopback only"
         print(f"prana serve on http://{args.host}:{args.port} over {where(args)} ({access})")

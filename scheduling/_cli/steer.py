@@ -38,7 +38,7 @@ def register(add: AddCommand) -> None:
     add_lease(deliver)
     deliver.set_defaults(handler=_cmd_deliver)
 
-    cancel = add("cancel", "cancel a suspended execution")
+    cancel = add("cancel", "cancel an execution that has not ended (pending, running or suspended)")
     cancel.add_argument("id", help="the execution id, or a unique prefix of it")
     cancel.add_argument("--reason", help="why (kept in the record)")
     cancel.add_argument(

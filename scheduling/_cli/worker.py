@@ -31,6 +31,8 @@ from scheduling._cli._common import (
     CLIError,
     add_lease,
     add_logging,
+    add_max_interruptions,
+    check_max_interruptions,
     check_seconds,
     load_actions,
     make_runner,
@@ -71,14 +73,7 @@ def register(add: AddCommand) -> None:
         "seconds a worker may stay silent (killed, cut off) before the others take up the "
         "executions and (procrastinate) the alarms it was running (default 30)",
     )
-    worker.add_argument(
-        "--max-interruptions",
-        type=int,
-        default=3,
-        metavar="N",
-        help="an attempt whose worker died inside it N times in a row fails instead of "
-        "running again (default 3)",
-    )
+    add_max_interruptions(worker)
     worker.add_argument(
         "--concurrency",
         type=int,
@@ -140,10 +135,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     check_seconds("--poll", args.poll)
     check_seconds("--lease", args.lease)
     check_seconds("--fetch-poll", args.fetch_poll)
-    if not 1 <= args.max_interruptions <= 1_000_000:
-        raise CLIError(
-            f"--max-interruptions {args.max_interruptions}: use a whole number from 1 to 1000000"
-        )
+    check_max_interruptions(args.max_interruptions)
     if not 1 <= args.concurrency <= 1000:
         raise CLIError(f"--concurrency {args.concurrency}: use a whole number from 1 to 1000")
     if not 1 <= args.batch <= 10_000:
