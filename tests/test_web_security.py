@@ -329,3 +329,47 @@ def test_the_api_names_the_record_version_as_the_cli_does(runner: Runner) -> Non
     assert "version" not in view
     row = runner.store.list(None, limit=1)[0]
     assert "record_version" in summary_json(row)
+
+
+# --- numbers in headers: read only when short ------------------------------------------------
+
+
+@pytest.mark.parametrize("expires", ["1" * 5000, "9" * 20])
+def test_a_cookie_expiry_of_many_digits_is_refused_not_a_crash(
+    runner: Runner, expires: str
+) -> None:
+    """A login cookie's expiry past Python's 4,300-digit ``int()`` limit raised ValueError
+    in the credential check: 500 and a traceback in the log for any client, signed in or
+    not. Such a cookie was never issued: it is refused (401), as any forged one."""
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> list[int]:
+        async with _asgi(app) as client:
+            headers = {"cookie": f"prana_operator={expires}.{'0' * 64}"}
+            return [
+                (await client.get("/api/executions", headers=headers)).status_code,
+                (await client.get("/executions", headers=headers)).status_code,
+            ]
+
+    assert asyncio.run(main()) == [401, 303]
+
+
+@pytest.mark.parametrize("declared", ["9" * 5000, "\u00b2"])
+def test_a_content_length_no_whole_number_reads_is_answered_not_a_crash(
+    runner: Runner, declared: str
+) -> None:
+    """A webhook's Content-Length of thousands of digits (Python's ``int()`` refuses past
+    4,300) or a digit ``int()`` cannot read (``²``: ``str.isdigit`` holds) raised in the
+    route, a 500, when a server passes the header on (uvicorn's h11 refuses both itself):
+    many digits are over any body limit, 413; the other is no length, and the body is read
+    as it comes."""
+    _, path = waiting(runner)
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> int:
+        async with _asgi(app) as client:
+            headers = {b"content-length": declared.encode("latin-1")}
+            return (await client.post(path, headers=headers)).status_code
+
+    status = asyncio.run(main())
+    assert status == (413 if len(declared) > 1 else 200)

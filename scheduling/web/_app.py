@@ -180,7 +180,7 @@ class _Operator:
         if cookie is None or self.token is None:
             return False
         expires, _, mac = cookie.partition(".")
-        if not expires.isascii() or not expires.isdigit() or int(expires) <= self.now():
+        if not _short_whole(expires) or int(expires) <= self.now():
             return False
         return hmac.compare_digest(mac.encode(), self._mac(expires).encode())
 
@@ -407,7 +407,12 @@ def create_app(
     async def hook(request: Request) -> Response:
         resume_token = request.path_params["token"]
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+        if (
+            declared is not None
+            and declared.isascii()
+            and declared.isdigit()
+            and (not _short_whole(declared) or int(declared) > max_body_bytes)
+        ):
             return _error(413, f"the body is over the limit of {max_body_bytes} bytes")
         body = bytearray()
         async for chunk in request.stream():
@@ -750,6 +755,18 @@ def create_app(
     app.state.sign_in_limiter = limiter
     app.state.event_streams = streams
     return app
+
+
+MAX_DIGITS = 18
+"""The most digits a number read from a header (a cookie's expiry, a Content-Length) may
+have: ``int()`` refuses text past 4,300 digits with a ``ValueError`` (a 500), and no expiry
+this app signs or body it accepts needs more than 18."""
+
+
+def _short_whole(text: str) -> bool:
+    """Whether ``text`` is a whole number of ASCII digits, at most ``MAX_DIGITS`` of them
+    (``str.isdigit`` alone also holds for ``²``, which ``int()`` cannot read)."""
+    return 0 < len(text) <= MAX_DIGITS and text.isascii() and text.isdigit()
 
 
 def _first_line(exc: BaseException) -> str:
