@@ -552,6 +552,44 @@ def test_cli_list_shows_a_corrupt_status_row_as_unreadable_in_one_line(
         store.close()
 
 
+@pytest.mark.parametrize("argv", [[], ["--status", "failed"], ["--json"]])
+def test_cli_list_shows_a_failed_row_whose_record_is_unreadable_and_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A failed row is loaded for its failure (node, error, attempts); one whose record
+    cannot be read (edited by hand) stopped the whole listing, exit 5 and no row listed,
+    so one bad row hid every other execution from ``prana list``. It is listed as
+    unreadable by its id, with one stderr line, beside the rest (exit 0)."""
+    db = tmp_path / "corrupt.db"
+    h = Harness(SQLiteStore(db))
+    bad = h.runner.start(workflow(webhook_node()))
+    good = h.runner.start(workflow(webhook_node()))
+    h.store.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE prana_executions SET status = 'failed', data = '{garbage' WHERE id = ?",
+            (bad,),
+        )
+    conn.close()
+    code, out, err = run(["list", "--db", str(db), *argv], capsys)
+    assert code == 0, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert repr(bad) in err
+    assert "not valid JSON" in err
+    if "--json" in argv:
+        listed = {row["id"]: row for row in json.loads(out)["executions"]}
+        assert listed[bad]["status"] == "unreadable"
+        assert "not valid JSON" in listed[bad]["problem"]
+        assert listed[good]["status"] == "suspended"
+    elif argv:
+        (line,) = [line for line in out.splitlines() if bad[:12] in line]
+        assert "unreadable" in line
+    else:
+        lines = out.splitlines()
+        assert any(good[:12] in line and "suspended" in line for line in lines)
+        assert any(bad[:12] in line and "unreadable" in line for line in lines)
+
+
 def test_cli_a_binary_workflow_file_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

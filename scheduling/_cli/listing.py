@@ -9,7 +9,7 @@ import sys
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from prana import ExecutionStatus
+from prana import ExecutionStatus, RecordError
 from scheduling._cli._common import EXIT_OK, CLIError, open_store, resolve_id
 from scheduling._cli._json import (
     LIST_FORMAT,
@@ -86,7 +86,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 print(warning, file=sys.stderr)
         next_after = rows[limit - 1].id if len(rows) > limit else None
         rows = rows[:limit]
-        failures = _failures(store, rows)
+        failures, rows = _failures(store, rows)
     finally:
         store.close()
     if args.json:
@@ -113,19 +113,31 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _failures(
     store: ExecutionStore, rows: Sequence[ExecutionSummary | UnreadableRow]
-) -> dict[str, Failure]:
-    """Each failed row's failure, read from its record (only failed rows are loaded)."""
+) -> tuple[dict[str, Failure], list[ExecutionSummary | UnreadableRow]]:
+    """Each failed row's failure, read from its record (only failed rows are loaded), and
+    the rows again, a failed one whose record cannot be read as an ``UnreadableRow`` (said
+    on stderr): one bad record must not hide the rest of the page."""
     from scheduling._errors import ExecutionNotFound
 
     found: dict[str, Failure] = {}
+    listed: list[ExecutionSummary | UnreadableRow] = []
     for row in rows:
         if not isinstance(row, UnreadableRow) and row.status is ExecutionStatus.FAILED:
             try:
                 execution, _ = store.load(row.id)
             except ExecutionNotFound:  # deleted between the listing and the load
+                listed.append(row)
+                continue
+            except RecordError as exc:
+                where = f"stored execution {row.id!r} cannot be read: "
+                problem = "; ".join(exc.problems) or str(exc).splitlines()[0].removeprefix(where)
+                warning = f"prana: warning: stored execution {row.id!r}: {problem}"
+                print(f"{printable(warning)}; listed as unreadable", file=sys.stderr)
+                listed.append(UnreadableRow(id=row.id, problem=problem))
                 continue
             found[row.id] = failure_of(execution)
-    return found
+        listed.append(row)
+    return found, listed
 
 
 def _print_dead_letters(
