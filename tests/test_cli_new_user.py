@@ -9,16 +9,19 @@ import builtins
 import json
 import textwrap
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from prana import ExecutionStatus
+from prana import ExecutionStatus, Registry, loads_workflow
+from prana.testing import ManualClock
+from scheduling import Runner
 from scheduling._cli import _parser, main
+from scheduling.adapters.manual import ManualScheduler
+from scheduling.stores.memory import MemoryStore
 from scheduling.stores.sqlite import SQLiteStore
-
-if TYPE_CHECKING:
-    from pathlib import Path
+from scheduling.web import create_app
 
 
 def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -233,3 +236,68 @@ def test_serve_refuses_bad_recovery_settings_in_one_line(
     assert code == 2
     assert option in err
     assert err.count("\n") == 1
+
+
+# -- which commands need --actions ---------------------------------------------------------------
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def test_the_readme_names_every_command_that_refuses_a_file_without_its_actions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README said "Commands that run actions (run, worker, deliver, redrive) need it";
+    the README's own `prana workflows add child.yaml` (and `prana lint`) of a file using
+    the user's actions is refused too, asking for --actions, and serve runs actions."""
+    doc = {
+        "id": "own",
+        "nodes": [
+            {"key": "start", "type": "manual.trigger"},
+            {"key": "charge", "type": "shop.charge"},
+        ],
+        "connections": [{"from_node": "start", "to_node": "charge"}],
+    }
+    path = tmp_path / "own.json"
+    path.write_text(json.dumps(doc))
+    db = str(tmp_path / "prana.db")
+    refusing = []
+    for argv in (["run", str(path)], ["lint", str(path)], ["workflows", "add", str(path)]):
+        code = main([*argv, "--db", db])
+        err = capsys.readouterr().err
+        if code == 2 and "pass --actions" in err:
+            refusing.append(" ".join(argv[:-1]))
+    assert refusing == ["run", "lint", "workflows add"]
+    text = " ".join(README.read_text().split())
+    sentence = text[text.index("Commands that run actions") :].split(". ")[0]
+    for command in [*refusing, "worker", "serve", "deliver", "redrive"]:
+        assert f"`{command}`" in sentence, command
+
+
+# -- the web view and the short ids the CLI prints -----------------------------------------------
+
+
+def test_the_view_says_a_short_id_must_be_given_whole() -> None:
+    """`prana list` prints 12 characters and the CLI takes them; pasted into
+    /executions/<id> (or the API) they answered 404 "no execution '53bf4e648cfc'", nothing
+    saying the view wants the whole id. The whole id still answers 200."""
+    from starlette.testclient import TestClient
+
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=timezone.utc))
+    runner = Runner(Registry(), MemoryStore(), ManualScheduler(clock=clock), clock)
+    doc = {
+        "id": "wait",
+        "nodes": [
+            {"key": "start", "type": "manual.trigger"},
+            {"key": "approve", "type": "wait.wait", "params": {"mode": "webhook"}},
+        ],
+        "connections": [{"from_node": "start", "to_node": "approve"}],
+    }
+    token = "an-operator-token-long-enough"
+    with runner, TestClient(create_app(runner, token=token)) as client:
+        eid = runner.start(loads_workflow(doc))
+        client.headers["authorization"] = f"Bearer {token}"
+        for path in ("/executions/{}", "/api/executions/{}", "/executions/{}/events"):
+            short = client.get(path.format(eid[:12]))
+            assert short.status_code == 404
+            assert "whole execution id" in short.json()["error"]
+        assert client.get(f"/api/executions/{eid}").status_code == 200

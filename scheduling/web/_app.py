@@ -122,6 +122,20 @@ def _error(status: int, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
+def _no_execution(execution_id: str) -> JSONResponse:
+    """404 for an id no execution has: the routes take a whole id, never a prefix.
+
+    The CLI takes the 12 characters `prana list` prints; pasted here they named nothing
+    and the answer did not say why. The view does not look prefixes up (a scan of the
+    store per request).
+    """
+    return _error(
+        404,
+        f"no execution {execution_id!r}: give the whole execution id, not a prefix "
+        "(the list at /executions links to each; prana list --json prints them)",
+    )
+
+
 def _is_loopback(host: str | None) -> bool:
     if host is None:
         return False
@@ -538,11 +552,11 @@ def create_app(
     async def view_or_404(request: Request) -> dict[str, Any] | Response:
         execution_id = request.path_params["execution_id"]
         if not execution_id.isprintable():  # PostgreSQL refuses a NUL: it names nothing
-            return _error(404, f"no execution {execution_id!r}")
+            return _no_execution(execution_id)
         try:
             return await asyncio.to_thread(load_view, execution_id)
         except ExecutionNotFound:
-            return _error(404, f"no execution {execution_id!r}")
+            return _no_execution(execution_id)
         except (RecordError, StoreError) as exc:
             return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
 
@@ -595,11 +609,11 @@ def create_app(
     async def events(request: Request) -> Response:
         execution_id = request.path_params["execution_id"]
         if not execution_id.isprintable():
-            return _error(404, f"no execution {execution_id!r}")
+            return _no_execution(execution_id)
         try:
             first = await asyncio.to_thread(load_view, execution_id)
         except ExecutionNotFound:
-            return _error(404, f"no execution {execution_id!r}")
+            return _no_execution(execution_id)
         except (RecordError, StoreError) as exc:
             return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
         last_seen = request.headers.get("last-event-id")
