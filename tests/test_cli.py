@@ -590,6 +590,32 @@ def test_cli_list_shows_a_failed_row_whose_record_is_unreadable_and_the_rest(
         assert any(bad[:12] in line and "unreadable" in line for line in lines)
 
 
+def test_cli_list_pages_past_an_unreadable_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The last row of a page may be one whose record cannot be read: ``prana list`` names it
+    as the next page's cursor (``--after ID``), and that command loaded the record to check
+    the id, failing with exit 5: the pages after it could not be reached. The id is stored,
+    which is all a cursor needs."""
+    db = tmp_path / "corrupt.db"
+    h = Harness(SQLiteStore(db))
+    oldest, bad, newest = (h.runner.start(workflow(webhook_node())) for _ in range(3))
+    h.store.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE prana_executions SET data = '{garbage' WHERE id = ?", (bad,))
+    conn.close()
+    code, out, err = run(["list", "--db", str(db), "--limit", "2", "--json"], capsys)
+    assert code == 0, err
+    page = json.loads(out)
+    assert [row["id"] for row in page["executions"]] == [newest, bad]
+    assert page["next_after"] == bad
+    code, out, err = run(["list", "--db", str(db), "--after", bad, "--json"], capsys)
+    assert code == 0, err
+    assert [row["id"] for row in json.loads(out)["executions"]] == [oldest]
+    code, _, err = run(["list", "--db", str(db), "--after", bad[:12]], capsys)
+    assert code == 0, err
+
+
 def test_cli_a_binary_workflow_file_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prana import ExecutionStatus, PranaError, Registry, Workflow
+from prana import ExecutionStatus, PranaError, RecordError, Registry, Workflow
 from scheduling._cli._bounded import json_nesting_exceeds, load_yaml, nesting_error, read_bounded
 from scheduling._console import printable
 
@@ -571,6 +571,8 @@ def resolve_id(store: ExecutionStore, given: str) -> str:
         store.load(given)
     except ExecutionNotFound:
         pass
+    except RecordError:  # stored, but unreadable: the id is all this needs (a --after cursor)
+        return given
     else:
         return given
     try:
