@@ -107,3 +107,69 @@ def test_the_api_and_the_page_show_a_redrive_and_an_interrupted_attempt() -> Non
     assert ".s-interrupted{" in page
     assert "<dt>redriven</dt>" in page
     assert "<dt>interrupted</dt>" in page
+
+
+def test_a_long_policy_on_a_looping_node_previews_its_shown_rows_once_per_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The view's schedule preview computed every retry of a node's policy (up to 1,000) for
+    each of the node's runs, to show ten: a definition (untrusted data) looping 8,000 node
+    runs under ``retry_defaults: {"*": {max_attempts: 1001}}`` made one page or API view
+    (and each poll of its event stream) ~27 s of CPU. It is computed for the ten retries
+    shown, once per node; the rows are those of ``schedule()``."""
+    from prana import loads_workflow
+    from scheduling.web._views import SCHEDULE_PREVIEW_ROWS, execution_view
+
+    loops = 50
+    wf = loads_workflow(
+        {
+            "id": "loop",
+            "retry_defaults": {"*": {"max_attempts": 1001, "backoff": "fibonacci"}},
+            "nodes": [
+                {"key": "start", "type": "manual.trigger"},
+                {
+                    "key": "inc",
+                    "type": "workflow.set_state",
+                    "params": {"state": {"n": "{{ ($execution.state.n | default(0)) + 1 }}"}},
+                },
+                {
+                    "key": "check",
+                    "type": "logic.if_condition",
+                    "params": {"condition": f"{{{{ $execution.state.n < {loops} }}}}"},
+                },
+            ],
+            "connections": [
+                {"from_node": "start", "to_node": "inc"},
+                {"from_node": "inc", "to_node": "check"},
+                {"from_node": "check", "to_node": "inc", "from_port": "true"},
+            ],
+        }
+    )
+    registry = Registry()
+    done = execute_workflow(wf, None, registry=registry, clock=ManualClock(T0))
+    assert isinstance(done, Completed)
+    execution = done.execution
+    assert len(execution.ordered_node_executions()) == 2 * loops + 1
+
+    computed: list[int] = []
+    bounds = RetryPolicy._bounds
+
+    def counted(policy: RetryPolicy, retry: int) -> tuple[float, float, float]:
+        computed.append(retry)
+        return bounds(policy, retry)
+
+    monkeypatch.setattr(RetryPolicy, "_bounds", counted)
+    view = execution_view(execution, 1, wf, registry)
+    assert len(computed) <= 3 * SCHEDULE_PREVIEW_ROWS  # three nodes, ten rows each
+    monkeypatch.undo()
+    expected = RetryPolicy(max_attempts=1001, backoff="fibonacci").schedule()[
+        :SCHEDULE_PREVIEW_ROWS
+    ]
+    for node in view["nodes"]:
+        (preview,) = node["retry_policies"]
+        assert [row["typical_delay_s"] for row in preview["rows"]] == [
+            row.typical_delay for row in expected
+        ]
+        assert [row["cumulative_typical_s"] for row in preview["rows"]] == [
+            row.cumulative_typical for row in expected
+        ]

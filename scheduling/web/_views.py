@@ -75,7 +75,12 @@ def _schedule(run: NodeExecution, workflow: Workflow | None, registry: Registry)
         if not policy.enabled:
             out.append({"policy": "retry disabled", "rows": []})
             continue
-        rows = policy.schedule()[:SCHEDULE_PREVIEW_ROWS]
+        # The rows shown alone: ``schedule()`` computes every retry (up to 1,000), and a
+        # schedule's first rows do not depend on how many follow.
+        shown = SCHEDULE_PREVIEW_ROWS + 1  # attempts: the first try, then the retries shown
+        if policy.max_attempts is not None:
+            shown = min(shown, policy.max_attempts)
+        rows = policy.schedule(shown)[:SCHEDULE_PREVIEW_ROWS]
         out.append(
             {
                 "policy": policy.describe(),
@@ -160,6 +165,14 @@ def execution_view(
             "node_key": execution.suspended_node,
             "due_at": _iso(execution.due_at),
         }
+    previews: dict[str, Any] = {}  # per node key: a node's runs share its policies
+
+    def preview(run: NodeExecution) -> Any:
+        found = previews.get(run.node_key)
+        if found is None:
+            found = previews[run.node_key] = _schedule(run, workflow, registry)
+        return found
+
     nodes = [
         {
             "node_key": run.node_key,
@@ -173,7 +186,7 @@ def execution_view(
             "params": run.params,
             "output": run.output,
             "attempts": _attempts(run),
-            "retry_policies": _schedule(run, workflow, registry),
+            "retry_policies": preview(run),
         }
         for run in execution.ordered_node_executions()
     ]
