@@ -286,9 +286,10 @@ def _procrastinate_worker(
             target=rearm_until, args=(runner, stop, args.poll), name="prana-rearm", daemon=True
         )
         rearm.start()
-        print("worker on PostgreSQL (procrastinate): resuming due executions (Ctrl-C to stop)")
         try:
-            stopped_by = scheduler.run_worker()
+            # The line is said once SIGTERM stops the worker gracefully: a supervisor may
+            # stop it the moment it reads it.
+            stopped_by = scheduler.run_worker(on_ready=_say_running)
         finally:
             stop.set()
             rearm.join(timeout=5)
@@ -296,6 +297,13 @@ def _procrastinate_worker(
         raise KeyboardInterrupt  # main() prints its one line and exits with 130
     print(_STOPPED.format(stopped_by.name if stopped_by is not None else "shut down"))
     return EXIT_OK
+
+
+def _say_running() -> None:
+    print(
+        "worker on PostgreSQL (procrastinate): resuming due executions (Ctrl-C to stop)",
+        flush=True,
+    )
 
 
 def rearm_until(runner: Runner, stop: threading.Event, every: float) -> None:

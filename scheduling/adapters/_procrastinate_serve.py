@@ -26,6 +26,8 @@ from scheduling._errors import StoreError
 from scheduling.adapters._common import SchedulerStateError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from procrastinate import App
     from procrastinate.app import WorkerOptions
 
@@ -160,15 +162,17 @@ class ServingMixin:
         """Take up the jobs that silent workers left ``doing`` (the scheduler defines it)."""
         raise NotImplementedError
 
-    def run_worker(self) -> signal.Signals | None:
+    def run_worker(self, on_ready: Callable[[], None] | None = None) -> signal.Signals | None:
         """Run the worker in the calling thread until SIGINT, SIGTERM or ``shutdown()``.
 
         Needs ``run_in_thread=False`` and ``start(fire)`` first (``with runner:`` does it).
         Signal handlers are installed only in the main thread; ``shutdown()`` from another
-        thread also stops it. Alarms running when it stops finish first (up to
-        ``shutdown_timeout``). Returns the signal that stopped it (also ``stopped_by``), or
-        ``None`` after ``shutdown()``. Losing the database does not end it: it logs one
-        line and starts over with backoff.
+        thread also stops it. ``on_ready`` is called in this thread once they are: say
+        "running" there, not before the call, or a SIGTERM sent on that word may find
+        Python's default handler and end the process without a graceful stop. Alarms
+        running when it stops finish first (up to ``shutdown_timeout``). Returns the
+        signal that stopped it (also ``stopped_by``), or ``None`` after ``shutdown()``.
+        Losing the database does not end it: it logs one line and starts over with backoff.
         """
         fire = self._fire
         if fire is None:
@@ -183,7 +187,7 @@ class ServingMixin:
             )
         self.stopped_by = None
         main = threading.current_thread() is threading.main_thread()
-        asyncio.run(self._serve(fire, None, install_signal_handlers=main))
+        asyncio.run(self._serve(fire, None, install_signal_handlers=main, on_ready=on_ready))
         return self.stopped_by
 
     def _serve_in_thread(
@@ -215,7 +219,12 @@ class ServingMixin:
         self._stop_in_loop()
 
     async def _serve(
-        self, fire: Fire, ready: threading.Event | None, *, install_signal_handlers: bool
+        self,
+        fire: Fire,
+        ready: threading.Event | None,
+        *,
+        install_signal_handlers: bool,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         """Run procrastinate workers one after another until stopped.
 
@@ -240,6 +249,8 @@ class ServingMixin:
         signals = (signal.SIGINT, signal.SIGTERM) if install_signal_handlers else ()
         for signum in signals:
             loop.add_signal_handler(signum, self._on_signal, signum)
+        if on_ready is not None:
+            on_ready()
         state = _ServeState(up=ready is None)
         pause = _RECONNECT_FIRST_PAUSE_SECONDS
         try:
