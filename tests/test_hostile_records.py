@@ -356,6 +356,51 @@ def test_a_postgres_version_column_edited_by_hand_is_unreadable(
         postgres_store.load(eid)
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("due_at", "-infinity"),
+        ("due_at", "infinity"),
+        ("updated_at", "infinity"),
+        ("due_at", "4000-01-01 00:00:00+00 BC"),
+        ("updated_at", "20000-01-01 00:00:00+00"),
+    ],
+)
+def test_a_postgres_time_column_no_datetime_holds_never_stops_the_others(
+    postgres_store: Any, column: str, value: str
+) -> None:
+    """A timestamptz PostgreSQL holds but Python's datetime cannot (``infinity``, a year
+    past 9999 or before 1) edited into one row: psycopg refused to read it ("timestamp too
+    large (after year 10K)"), so ``list``, ``find_due`` and ``alarms`` raised for the whole
+    store: ``prana list`` listed nothing, ``prana worker --once`` resumed nothing, and
+    ``prana worker`` would not start. It reads as the first or last datetime, as SQLite's
+    time columns do (``from_micros``), and the others run."""
+    import psycopg
+
+    clock = ManualClock(T0)
+    wf = workflow(wait_node(mode="interval", duration=1))
+    with Runner(Registry(), postgres_store, ManualScheduler(clock), clock) as r:
+        edited, good = r.start(wf), r.start(wf)
+    with psycopg.connect(postgres_store.dsn, autocommit=True) as connection:
+        connection.execute(
+            f'UPDATE "{postgres_store.schema}".prana_executions'
+            f" SET {column} = %s::timestamptz WHERE id = %s",
+            (value, edited),
+        )
+    rows = {row.id: row for row in postgres_store.list()}
+    assert set(rows) == {edited, good}
+    read = getattr(rows[edited], column)
+    assert read is not None
+    assert read.year in (1, 9999)
+    assert edited in {eid for eid, _ in postgres_store.alarms()} or column != "due_at"
+    assert postgres_store.load(edited)[0].id == edited
+    clock.advance(2)
+    with Runner(Registry(), postgres_store, ManualScheduler(clock), clock) as r:  # arms alarms
+        assert good in r.run_due()
+        assert r.get(good).status is ExecutionStatus.COMPLETED
+
+
 # -- sub-workflows ------------------------------------------------------------------------
 
 

@@ -158,6 +158,30 @@ def _connect_timeout(seconds: Any, from_dsn: str | int | None) -> float:
     return float(seconds)
 
 
+_FIRST_READ = "'0001-01-02 00:00:00+00'::timestamptz"
+_LAST_READ = "'9999-12-30 00:00:00+00'::timestamptz"
+
+
+def _readable(column: str) -> sql.Composable:
+    """SQL reading the time ``column`` as a Python datetime can hold it.
+
+    PostgreSQL holds times no datetime can (``infinity``, ``-infinity``, years before 1 or
+    after 9999: a row edited by hand), and psycopg refuses to read one, which failed the
+    whole ``list``, ``find_due`` or ``alarms`` (no worker could start). Such a time reads
+    as the first or last day a datetime holds (a day inside, whatever the session's time
+    zone), as SQLite's columns do (``from_micros``); a ``NULL`` stays ``NULL``. The
+    filters and the order still read the column itself.
+    """
+    return sql.SQL(
+        "CASE WHEN {column} < {first} THEN {first} WHEN {column} > {last} THEN {last}"
+        " ELSE {column} END"
+    ).format(
+        column=sql.Identifier(*column.split(".")),
+        first=sql.SQL(_FIRST_READ),
+        last=sql.SQL(_LAST_READ),
+    )
+
+
 def _utc(when: datetime | None) -> datetime | None:
     return None if when is None else when.astimezone(timezone.utc)
 
@@ -777,9 +801,13 @@ def _queries(schema: str | None) -> dict[str, str]:
         "seq_index": sql.Identifier("prana_executions_seq"),
         "due_index": sql.Identifier("prana_executions_due"),
         "status_index": sql.Identifier("prana_executions_status"),
+        # The time columns as selected: see _readable.
+        "due_at": _readable("due_at"),
+        "updated_at": _readable("updated_at"),
+        "e_due_at": _readable("e.due_at"),
     }
     summary = (
-        "SELECT id, workflow_id, workflow_version, status, version, due_at, updated_at"
+        "SELECT id, workflow_id, workflow_version, status, version, {due_at}, {updated_at}"
         " FROM {executions}"
     )
     text = {
@@ -799,11 +827,12 @@ def _queries(schema: str | None) -> dict[str, str]:
         " claimed_by = NULL, claimed_until = NULL"
         " WHERE id = %s AND version = %s",
         "version": "SELECT version FROM {executions} WHERE id = %s",
-        "load": "SELECT data, version, status, due_at, updated_at FROM {executions} WHERE id = %s",
+        "load": "SELECT data, version, status, {due_at}, {updated_at} FROM {executions}"
+        " WHERE id = %s",
         # A light claim (``ClaimingStore``) sets the columns only; ``data`` stays the
         # suspended record it claims.
-        "load_many": "SELECT id, data, version, status, due_at, updated_at FROM {executions}"
-        " WHERE id = ANY(%s)",
+        "load_many": "SELECT id, data, version, status, {due_at}, {updated_at}"
+        " FROM {executions} WHERE id = ANY(%s)",
         "claim_columns": "UPDATE {executions} SET status = 'running', due_at = %s,"
         " version = version + 1, updated_at = %s, claimed_by = NULL, claimed_until = NULL"
         " WHERE id = %s AND version = %s",
@@ -813,9 +842,9 @@ def _queries(schema: str | None) -> dict[str, str]:
         " WHERE e.id = c.id AND e.version = c.version RETURNING e.id",
         "count_tree": "SELECT COUNT(*) FROM (SELECT 1 FROM {executions}"
         " WHERE id = %s OR id LIKE %s ESCAPE '\\' LIMIT %s) AS tree",
-        "find_due": "SELECT id, due_at FROM {executions}"
+        "find_due": "SELECT id, {due_at} FROM {executions}"
         " WHERE due_at IS NOT NULL AND due_at <= %s ORDER BY due_at, seq LIMIT %s",
-        "alarms": "SELECT id, due_at FROM {executions}"
+        "alarms": "SELECT id, {due_at} FROM {executions}"
         " WHERE due_at IS NOT NULL ORDER BY due_at, seq",
         "claim": "UPDATE {executions} AS e"
         " SET claimed_by = %(worker)s, claimed_until = %(until)s"
@@ -823,7 +852,7 @@ def _queries(schema: str | None) -> dict[str, str]:
         "  WHERE due_at IS NOT NULL AND due_at <= %(now)s"
         "  AND (claimed_until IS NULL OR claimed_until <= %(now)s)"
         "  ORDER BY due_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS due"
-        " WHERE e.id = due.id RETURNING e.id, e.due_at, e.seq",
+        " WHERE e.id = due.id RETURNING e.id, {e_due_at}, e.seq",
         "release": "UPDATE {executions} SET claimed_by = NULL, claimed_until = NULL"
         " WHERE id = %s AND claimed_by = %s",
         "summary": summary,
