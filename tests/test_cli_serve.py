@@ -219,3 +219,36 @@ def test_serve_resumes_work_another_process_left_due(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "prana serve never resumed the due retry"
         shown = httpx.get(f"{base}/api/executions/{eid}").json()
         assert shown["status"] == "completed"
+
+
+@pytest.mark.parametrize("when", ["serving", "starting"])
+def test_sigterm_stops_serve_gracefully(tmp_path: Path, when: str) -> None:
+    """Was: uvicorn stopped on SIGTERM, then raised it again into Python's default handler,
+    so ``prana serve`` ended by the signal (exit -15) before its runner closed, cutting off
+    any alarm it was firing, where a worker finishes and saves them (exit 0). Now it closes
+    the runner, says so in one line and exits 0, also for a SIGTERM sent on its first line."""
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("PRANA_WEB_TOKEN", None)
+    db = str(tmp_path / "p.db")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "scheduling._cli", "serve", "--db", db, "--port",
+         str(_free_port())],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert serve.stdout is not None
+    try:
+        for line in serve.stdout:
+            if (when == "starting" and line.startswith("prana serve on ")) or (
+                "Application startup complete" in line
+            ):
+                break
+        serve.send_signal(signal.SIGTERM)
+        rest, _ = serve.communicate(timeout=READY_TIMEOUT_SECONDS)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.communicate()
+    assert serve.returncode == 0, rest
+    assert rest.splitlines()[-1] == (
+        "serve stopped (SIGTERM): suspended executions stay in the store for the next worker"
+    )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import signal
 import threading
 from typing import TYPE_CHECKING
 
@@ -25,6 +27,9 @@ from scheduling._cli.worker import rearm_until
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Iterator
+
+    import uvicorn
 
     from scheduling._cli._common import AddCommand
 
@@ -100,25 +105,56 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         )
         app = create_app(runner, token=token, max_body_bytes=args.max_body)
         access = "operator token required" if token else "no operator token: loopback only"
-        print(f"prana serve on http://{args.host}:{args.port} over {where(args)} ({access})")
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
-        redact_access_log()  # again after uvicorn's logging config, whatever it did
+        server = uvicorn.Server(config)
         # Like `prana worker`: work other processes left due without an alarm (a `prana run`
         # stopped in backoff, a dead process's lease) is re-armed every second.
         stop = threading.Event()
-        with runner:
-            rearm = threading.Thread(
-                target=rearm_until,
-                args=(runner, stop, WORKER_POLL_SECONDS),
-                name="prana-rearm",
-                daemon=True,
-            )
-            rearm.start()
-            try:
-                uvicorn.Server(config).run()
-            finally:
-                stop.set()
-                rearm.join(timeout=5)
+        with _sigterm_stops(server) as signalled:
+            print(f"prana serve on http://{args.host}:{args.port} over {where(args)} ({access})")
+            redact_access_log()  # again after uvicorn's logging config, whatever it did
+            with runner:
+                rearm = threading.Thread(
+                    target=rearm_until,
+                    args=(runner, stop, WORKER_POLL_SECONDS),
+                    name="prana-rearm",
+                    daemon=True,
+                )
+                rearm.start()
+                try:
+                    server.run()
+                finally:
+                    stop.set()
+                    rearm.join(timeout=5)
     finally:
         store.close()
+    if signalled:
+        print(_STOPPED)
     return EXIT_OK
+
+
+_STOPPED = "serve stopped (SIGTERM): suspended executions stay in the store for the next worker"
+
+
+@contextlib.contextmanager
+def _sigterm_stops(server: uvicorn.Server) -> Iterator[list[signal.Signals]]:
+    """While inside, SIGTERM stops ``server`` gracefully and is recorded, never fatal.
+
+    uvicorn stops on SIGTERM, then raises it again once it has put back the handler it
+    found: Python's default one ended the process (exit -15) before the runner closed, so
+    an alarm the runner was firing was cut off mid-action, where a worker finishes and
+    saves it. The handler here is the one uvicorn finds and raises into; a SIGTERM before
+    uvicorn installs its own (on the start-up line) stops the server as it starts.
+    """
+    signalled: list[signal.Signals] = []
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        del frame
+        signalled.append(signal.Signals(signum))
+        server.should_exit = True
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield signalled
+    finally:
+        signal.signal(signal.SIGTERM, previous)
