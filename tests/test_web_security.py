@@ -212,6 +212,40 @@ def test_pages_carry_security_headers_and_no_inline_script(runner: Runner) -> No
     asyncio.run(main())
 
 
+def test_operator_answers_are_not_kept_by_caches(runner: Runner) -> None:
+    """What the view and the API answer an operator (executions' params, outputs and errors)
+    carried no ``Cache-Control``: a browser kept the pages (shown again from its history
+    after the session ended, on a shared machine), and a shared cache could keep those a
+    cookie signed in. Every answer of an operator route says ``no-store``, the refusals
+    too; the script keeps its public caching, and the event stream its own ``no-cache``."""
+    execution_id, _ = waiting(runner)
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> None:
+        async with _asgi(app) as client:
+            login = await client.post("/login", data={"token": OPERATOR})
+            cookie = {"cookie": f"prana_operator={login.cookies['prana_operator']}"}
+            client.cookies.clear()
+            for path in (
+                "/",
+                "/executions",
+                f"/executions/{execution_id}",
+                f"/executions/{execution_id}?fragment=1",
+                "/api/executions",
+                f"/api/executions/{execution_id}",
+                "/api/executions/no-such-execution",
+            ):
+                for headers in (_bearer(OPERATOR), cookie, {}):
+                    answer = await client.get(path, headers=headers)
+                    assert answer.headers.get("cache-control") == "no-store", (path, headers)
+            for path in ("/login", "/login?next=/executions"):
+                assert (await client.get(path)).headers.get("cache-control") == "no-store"
+            script = await client.get("/assets/view.js")
+            assert script.headers["cache-control"].startswith("public")
+
+    asyncio.run(main())
+
+
 def _bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 

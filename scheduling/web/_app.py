@@ -110,6 +110,10 @@ SECURITY_HEADERS = (
 )
 """Sent with every response: no inline or foreign script, no framing, no sniffing, and no
 ``Referer``, so a page's URL (an execution id, a ``next`` path) never leaves in one."""
+NO_STORE = "no-store"
+"""The ``Cache-Control`` of every answer of an operator route and of ``/login`` (but the
+event stream's own ``no-cache``): what they show (executions' params, outputs, errors) is
+for the operator's eyes, not a browser's history or a shared cache."""
 TOKEN_ENV = "PRANA_WEB_TOKEN"  # noqa: S105 - the name of the variable, not a secret
 MIN_TOKEN_CHARS = 16
 TOKEN_ADVICE = (
@@ -467,6 +471,11 @@ def create_app(
         handler: Callable[[Request], Awaitable[Response]], *, html: bool
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
+            response = await checked(request)
+            response.headers.setdefault("cache-control", NO_STORE)
+            return response
+
+        async def checked(request: Request) -> Response:
             presented = operator.bearer(request) if operator.token is not None else None
             client = _client(request) or "-"
             if presented is not None:
@@ -688,6 +697,11 @@ def create_app(
         return RedirectResponse(f"{root(request)}/executions", status_code=303)
 
     async def login(request: Request) -> Response:
+        response = await signing_in(request)
+        response.headers.setdefault("cache-control", NO_STORE)
+        return response
+
+    async def signing_in(request: Request) -> Response:
         next_path = request.query_params.get("next", "")
         if request.method == "GET":
             return HTMLResponse(
