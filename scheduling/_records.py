@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from scheduling.abc import TracePropagator
+from prana import ExecutionStatus
+from scheduling._errors import UnreadableRowsError
+from scheduling.abc import TracePropagator, UnreadableRow
 
 if TYPE_CHECKING:
     from prana import Outcome, WorkflowExecution
-    from scheduling.abc import UnreadableRow
+    from scheduling.abc import ExecutionStore, ExecutionSummary
 
 __all__ = [
     "UNREADABLE",
@@ -22,6 +24,7 @@ __all__ = [
     "exception_dict",
     "execution_of",
     "first_tracer",
+    "suspended_without_due_time",
     "unreadable_row",
 ]
 
@@ -105,3 +108,16 @@ def first_tracer(observers: Sequence[object]) -> TracePropagator | None:
         if isinstance(observer, TracePropagator):
             return observer
     return None
+
+
+def suspended_without_due_time(store: ExecutionStore) -> list[str]:
+    """The ids of the suspended rows without a due time (sub-workflow parents among them), and
+    of the rows ``list`` could not read: their records may still be, and loading one that
+    is not says what is wrong (a row edited by hand must not stop a runner opening)."""
+    try:
+        rows: Sequence[ExecutionSummary | UnreadableRow] = store.list(
+            ExecutionStatus.SUSPENDED, limit=1_000_000
+        )
+    except UnreadableRowsError as exc:
+        rows = exc.rows
+    return [row.id for row in rows if isinstance(row, UnreadableRow) or row.due_at is None]

@@ -54,7 +54,7 @@ from scheduling._errors import (
     HookNotFound,
     StaleVersionError,
 )
-from scheduling._records import child_execution_id
+from scheduling._records import child_execution_id, suspended_without_due_time
 from scheduling._steps import (
     FINAL_STATUSES,
     SELF_RESUMING_KINDS,
@@ -660,7 +660,7 @@ class Runner(Steps, Generic[SchedulerT]):
         # A sub-workflow deadline is not a stored due time (the runner arms it with the child),
         # so parents past theirs are found among the suspended executions without one.
         now = self.clock()
-        for execution_id in self._suspended_without_alarm():
+        for execution_id in suspended_without_due_time(self.store):
             if len(handled) >= limit:
                 break
             try:

@@ -315,6 +315,33 @@ def test_an_unreadable_row_without_a_due_time_never_stops_the_others(
     assert "cannot be read" in _said_once(caplog, edited)
 
 
+@pytest.mark.parametrize("edit", ["data = '{'", "version = 'x'"], ids=["data", "version"])
+def test_a_runner_opens_beside_an_unreadable_row_without_a_due_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, edit: str
+) -> None:
+    """Was: a runner opening (``prana worker``, ``prana serve``) looks through the suspended
+    rows without a due time for sub-workflow parents to reconcile, and raised the
+    ``RecordError`` of the first it could not read: no worker could start while one such
+    row was stored. Now it says so once and opens, and the others run."""
+    path = tmp_path / "prana.sqlite3"
+    clock = ManualClock(T0)
+    store = SQLiteStore(path, cache_size=0)
+    with Runner(Registry(), store, ManualScheduler(clock), clock) as r:
+        edited = r.start(workflow(wait_node(mode="webhook"), wid="hook"))
+        good = r.start(workflow(wait_node(mode="interval", duration=1)))
+    with sqlite3.connect(path) as connection:
+        connection.execute(
+            f"UPDATE prana_executions SET {edit}, due_at = NULL WHERE id = ?", (edited,)
+        )
+    connection.close()
+    with caplog.at_level("ERROR", logger="scheduling"):
+        r = Runner(Registry(), store, ManualScheduler(clock), clock)
+        with r:
+            _goes_on_past(r, clock, caplog, good)
+    store.close()
+    assert edited in _said_once(caplog, edited)
+
+
 def _goes_on_past(
     r: Runner[Any], clock: ManualClock, caplog: pytest.LogCaptureFixture, good: str
 ) -> None:

@@ -174,6 +174,47 @@ def test_the_web_html_list_marks_the_bad_row_and_lists_the_rest(tmp_path: Path) 
     assert "bogus" in row
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "problem"),
+    [
+        ("workflow_id", b"\x00\xff", "workflow_id: the row's workflow id is b'\\x00\\xff'"),
+        ("workflow_version", "x", "workflow_version: the row's workflow version is 'x'"),
+        ("workflow_version", 1.5, "workflow_version: the row's workflow version is 1.5"),
+        ("workflow_version", 0, "workflow_version: the row's workflow version is 0"),
+        ("version", "zz", "version: the row's version is 'zz'"),
+        ("version", 0, "version: the row's version is 0"),
+    ],
+)
+def test_a_listed_column_of_another_type_is_unreadable_not_listed_as_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, value: object, problem: str
+) -> None:
+    """SQLite keeps any value in any column: a row whose workflow id was edited to a blob
+    crashed ``prana list --json`` (``TypeError: Object of type bytes is not JSON
+    serializable``, a traceback) and the web JSON list (500); text in the workflow version
+    or the version was listed as it stood (``"record_version": "zz"``, where the format
+    promises a whole number), though ``load`` refuses such a version. The row is listed as
+    unreadable, naming the column, beside the others."""
+    db = tmp_path / "prana.db"
+    with make_runner(SQLiteStore(db)) as runner:
+        ids = [waiting(runner, approval())[0] for _ in range(3)]
+    bad = ids[1]
+    with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+        connection.execute(f"UPDATE prana_executions SET {column} = ? WHERE id = ?", (value, bad))
+    code = main(["list", "--db", str(db), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = {row["id"]: row for row in json.loads(out)["executions"]}
+    assert set(rows) == set(ids)
+    assert rows[bad]["status"] == "unreadable"
+    assert problem in rows[bad]["problem"]
+    assert all(rows[eid]["status"] == "suspended" for eid in ids if eid != bad)
+    with _reopened(db) as reopened:
+        (response,) = _get(reopened, "/api/executions")
+    assert response.status_code == 200
+    items = {item["id"]: item for item in response.json()["items"]}
+    assert items[bad]["status"] == "unreadable"
+
+
 def test_a_time_column_edited_to_text_reads_as_the_first_datetime(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,6 +22,7 @@ from prana import (
     loads,
 )
 from prana._durations import is_aware
+from prana._model import MAX_WORKFLOW_VERSION
 from scheduling._claims import LIGHT_KINDS
 from scheduling._errors import ExecutionNotFound, StaleVersionError, UnreadableRowsError
 from scheduling.abc import ExecutionSummary, UnreadableRow
@@ -334,14 +335,34 @@ def summaries_from_rows(
 
 
 def summary_from_row(row: Any, read_time: Callable[[Any], datetime | None]) -> ExecutionSummary:
-    """An ``ExecutionSummary`` from a ``list`` row; ``read_time`` turns a stored time into one."""
+    """An ``ExecutionSummary`` from a ``list`` row; ``read_time`` turns a stored time into one.
+
+    A column holding what no save writes (SQLite keeps any value in any column: a blob as
+    the workflow id, text as a version) raises ``RecordError`` naming it, so the row is
+    listed as unreadable rather than as read (a blob broke ``prana list --json``).
+    """
     eid, workflow_id, workflow_version, status, version, due_at, updated_at = row
+    if type(workflow_id) is not str:
+        raise RecordError(
+            f"stored execution {eid!r} cannot be read",
+            [f"workflow_id: the row's workflow id is {workflow_id!r}, not text"],
+        )
+    if type(workflow_version) is not int or not 1 <= workflow_version <= MAX_WORKFLOW_VERSION:
+        raise RecordError(
+            f"stored execution {eid!r} cannot be read",
+            [
+                (
+                    f"workflow_version: the row's workflow version is {workflow_version!r}, "
+                    f"not a whole number from 1 to {MAX_WORKFLOW_VERSION}"
+                )
+            ],
+        )
     return ExecutionSummary(
         id=eid,
         workflow_id=workflow_id,
         workflow_version=workflow_version,
         status=read_status(eid, status),
-        version=version,
+        version=read_version(eid, version),
         due_at=read_time(due_at),
         updated_at=read_time(updated_at),
     )
