@@ -411,3 +411,48 @@ def test_an_error_output_with_no_edge_is_reported() -> None:
         connections=[Connection(from_node="t", to_node="charge")],
     )
     assert lint(plain) == []
+
+
+def test_prana_lint_previews_only_the_rows_it_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``prana lint --json`` (and ``--schedule``) previewed each node's policy by computing
+    every retry (up to 1,000) to show five: a file (untrusted, as a linter's input is) of
+    2,000 nodes under ``retry_defaults: {"*": {max_attempts: 1001}}`` took ~6 s more for
+    the preview alone. It asks for the rows it shows; they are ``schedule()``'s first."""
+    from prana import RetryPolicy
+    from scheduling._cli import main
+    from scheduling._cli.lint import SCHEDULE_ROWS
+
+    doc = {
+        "id": "many",
+        "retry_defaults": {"*": {"max_attempts": 1001, "backoff": "fibonacci"}},
+        "nodes": [{"key": "t", "type": "manual.trigger"}]
+        + [{"key": f"n{i}", "type": "data.set_data", "params": {"value": i}} for i in range(3)],
+        "connections": [{"from_node": "t", "to_node": "n0"}]
+        + [{"from_node": f"n{i}", "to_node": f"n{i + 1}"} for i in range(2)],
+    }
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(doc))
+    asked: list[int | None] = []
+    schedule = RetryPolicy.schedule
+
+    def recorded(policy: RetryPolicy, attempts: int | None = None) -> Any:
+        asked.append(attempts)
+        return schedule(policy, attempts)
+
+    monkeypatch.setattr(RetryPolicy, "schedule", recorded)
+    assert main(["lint", str(path), "--json"]) == 0
+    monkeypatch.undo()
+    assert asked
+    assert all(attempts is not None and attempts <= SCHEDULE_ROWS + 1 for attempts in asked)
+    (entry,) = json.loads(capsys.readouterr().out)["files"]
+    expected = RetryPolicy(max_attempts=1001, backoff="fibonacci").schedule()[:SCHEDULE_ROWS]
+    for node in entry["policies"]:
+        (policy,) = node["policies"]
+        assert [r["typical_delay_s"] for r in policy["schedule"]] == [
+            r.typical_delay for r in expected
+        ]
+        assert [r["cumulative_typical_s"] for r in policy["schedule"]] == [
+            r.cumulative_typical for r in expected
+        ]
