@@ -600,6 +600,16 @@ def test_recovery_goes_on_after_an_unexpected_error(
     assert "an unexpected failure" in caplog.text
 
 
+def held_until(gate: threading.Event, started: Fired) -> Callable[[str], None]:
+    """A fire callback that records each alarm, then holds its job thread until ``gate``."""
+
+    def fire(execution_id: str) -> None:
+        started(execution_id)
+        gate.wait(3 * TIMEOUT)  # past every wait of the test: only the test ends it
+
+    return fire
+
+
 def test_recovery_runs_while_every_job_thread_is_busy(env: Env) -> None:
     """Recovery has a thread of its own: alarms that hold every job thread never delay it.
 
@@ -613,13 +623,8 @@ def test_recovery_runs_while_every_job_thread_is_busy(env: Env) -> None:
     scheduler.setup()
     for index in range(busy):
         scheduler.schedule(f"busy-{index}", now())
-    gate = threading.Event()
-    started = Fired()
-
-    def fire(execution_id: str) -> None:
-        started(execution_id)
-        gate.wait(3 * TIMEOUT)  # past every wait of the test: only the test ends it
-
+    started, gate = Fired(), threading.Event()
+    fire = held_until(gate, started)
     scheduler.start(fire)
     try:
         assert started.wait_for(threads)  # every thread of the default executor is held
@@ -644,13 +649,8 @@ def test_concurrency_is_how_many_alarms_run_at_once_beyond_the_default_threads(
     scheduler.setup()
     for index in range(wanted):
         scheduler.schedule(f"slow-{index}", now())
-    gate = threading.Event()
-    started = Fired()
-
-    def fire(execution_id: str) -> None:
-        started(execution_id)
-        gate.wait(3 * TIMEOUT)  # past every wait of the test: only the test ends it
-
+    started, gate = Fired(), threading.Event()
+    fire = held_until(gate, started)
     scheduler.start(fire)
     try:
         assert started.wait_for(wanted)
