@@ -6,7 +6,8 @@ past the cap, delays that cannot fit the budget, retrying programming errors, re
 side-effecting action that does not use its idempotency key, and several policies whose
 meaning under prana's first-match rule differs from Waymark's maximum. Past retries, one
 error-handling setting: ``on_error: continue_error_output`` with no edge leaving the node's
-``error`` port, which turns the node's failure into the execution's completed output.
+``error`` port, which turns the node's failure into the execution's completed output; and
+a built-in's choice param (``wait.wait``'s ``mode``) written as a value its action refuses.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from prana import _errors
+from prana._builtins import SUB_WORKFLOW_MODES, WAIT_MODES, WAIT_UNITS
 from prana._decision import check_conditions
 from prana._durations import format_duration as _fmt
 from prana._model import ErrorInfo
@@ -47,7 +49,7 @@ class LintWarning:
     ``timeout_exceeds_budget``, ``unbounded_retries``, ``retries_programming_errors``,
     ``side_effects_without_idempotency``, ``first_match_differs_from_max``,
     ``invalid_condition`` (also a validation error), ``unknown_exception``,
-    ``error_output_unconnected``.
+    ``error_output_unconnected``, ``invalid_param``.
     """
 
     node_key: str
@@ -111,6 +113,10 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
                     ),
                 )
             )
+        warnings.extend(
+            LintWarning(node_key=node.key, code="invalid_param", message=message)
+            for message in _builtin_params(node)
+        )
         if node.settings.on_error == "continue_error_output" and node.key not in error_sources:
             warnings.append(
                 LintWarning(
@@ -125,6 +131,39 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
                 )
             )
     return warnings
+
+
+def _builtin_params(node: Node) -> list[str]:
+    """A built-in's choice params whose literal value is none of its choices.
+
+    Only what the action itself would refuse when the node runs (``wait.wait``'s ``mode``
+    and, for an interval, ``unit``; a sub-workflow's ``mode``); a template is known only
+    then, so it is not checked.
+    """
+    params = node.params
+    if not isinstance(params, dict):
+        return []
+    checks: list[tuple[str, tuple[str, ...], str | None]]
+    if node.type == "wait.wait":
+        checks = [("mode", WAIT_MODES, None)]
+        if params.get("mode") == "interval":
+            checks.append(("unit", tuple(WAIT_UNITS), "seconds"))
+    elif node.type == "workflow.execute_workflow":
+        checks = [("mode", SUB_WORKFLOW_MODES, "sync")]
+    else:
+        return []
+    found: list[str] = []
+    for field, choices, default in checks:
+        value = params.get(field, default)
+        if value in choices or (isinstance(value, str) and ("{{" in value or "{%" in value)):
+            continue
+        close = difflib.get_close_matches(value, choices, n=1) if isinstance(value, str) else []
+        hint = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(choices)}"
+        found.append(
+            f"{node.type}: {field}={value!r} is not one of its choices; {hint} "
+            "(as written the node fails when it runs)"
+        )
+    return found
 
 
 def _class_names(classes: Iterable[type[BaseException]]) -> set[str]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from prana import (
+    Connection,
     InvalidSettingsError,
     LintWarning,
     Node,
@@ -456,3 +457,51 @@ def test_prana_lint_previews_only_the_rows_it_shows(
         assert [r["cumulative_typical_s"] for r in policy["schedule"]] == [
             r.cumulative_typical for r in expected
         ]
+
+
+@pytest.mark.parametrize(
+    ("node_type", "params", "field", "fix"),
+    [
+        ("wait.wait", {"mode": "intervall", "duration": 1}, "mode", "'interval'"),
+        ("wait.wait", {"mode": "interval", "duration": 1, "unit": "second"}, "unit", "'seconds'"),
+        ("wait.wait", {"duration": 1}, "mode", "webhook, interval, schedule"),
+        ("workflow.execute_workflow", {"workflow_id": "c", "mode": "asnyc"}, "mode", "'async'"),
+    ],
+    ids=["mode", "unit", "no-mode", "sub-workflow-mode"],
+)
+def test_a_built_in_param_outside_its_choices_is_reported_before_it_runs(
+    node_type: str, params: dict[str, Any], field: str, fix: str
+) -> None:
+    """A typo in a built-in's choice param was found only when the node ran (it failed)."""
+    flow = Workflow(
+        id="w",
+        nodes=[Node(key="t", type="manual.trigger"), Node(key="n", type=node_type, params=params)],
+        connections=[Connection(from_node="t", to_node="n")],
+    )
+    (warning,) = lint(flow)
+    assert (warning.node_key, warning.code) == ("n", "invalid_param")
+    assert f"{node_type}: {field}=" in warning.message
+    assert fix in warning.message
+    assert "fails when it runs" in warning.message
+
+
+def test_built_in_params_that_are_templates_or_right_are_not_reported() -> None:
+    """Only literal values are checked: a template is known only when the node runs."""
+    nodes = [
+        Node(key="a", type="wait.wait", params={"mode": "interval", "duration": 1}),
+        Node(key="b", type="wait.wait", params={"mode": "interval", "duration": 1, "unit": "ms"}),
+        Node(key="c", type="wait.wait", params={"mode": "{{ $input.main.mode }}"}),
+        Node(
+            key="d",
+            type="wait.wait",
+            params={"mode": "interval", "duration": 1, "unit": "{{ $input.main.unit }}"},
+        ),
+        Node(key="e", type="wait.wait", params={"mode": "webhook", "unit": "nonsense"}),
+        Node(key="f", type="workflow.execute_workflow", params={"workflow_id": "c"}),
+    ]
+    flow = Workflow(
+        id="w",
+        nodes=[Node(key="t", type="manual.trigger"), *nodes],
+        connections=[Connection(from_node="t", to_node=n.key) for n in nodes],
+    )
+    assert lint(flow) == []
