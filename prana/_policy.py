@@ -803,6 +803,20 @@ class ScheduleRow:
     cumulative_max: float
 
 
+def schedule_head(policy: RetryPolicy, rows: int) -> Schedule:
+    """The first ``rows`` rows of ``policy.schedule()``, computing no more.
+
+    A schedule's first rows do not depend on how many follow, and ``schedule()`` computes
+    every retry (up to 1,000): a preview (lint, the web view) of a policy from an untrusted
+    file asks for the rows it shows alone. ``schedule(attempts)`` overrides
+    ``max_attempts``, so the policy's own bound still caps the attempts asked for.
+    """
+    attempts = rows + 1  # the first try, then the retries shown
+    if policy.max_attempts is not None:
+        attempts = min(attempts, policy.max_attempts)
+    return policy.schedule(attempts)
+
+
 class Schedule(list[ScheduleRow]):
     """A policy's schedule: a list of ``ScheduleRow`` whose ``str()`` is a text table."""
 

@@ -79,12 +79,9 @@ def _policies(workflow: Workflow, registry: Registry) -> list[dict[str, Any]]:
 
 
 def _policy(policy: RetryPolicy) -> dict[str, Any]:
-    # The rows shown alone: ``schedule()`` computes every retry (up to 1,000), and a
-    # schedule's first rows do not depend on how many follow (a file may have many nodes).
-    shown = SCHEDULE_ROWS + 1  # attempts: the first try, then the retries shown
-    if policy.max_attempts is not None:
-        shown = min(shown, policy.max_attempts)
-    rows = policy.schedule(shown)[:SCHEDULE_ROWS] if policy.enabled else []
+    from prana._policy import schedule_head
+
+    rows = schedule_head(policy, SCHEDULE_ROWS) if policy.enabled else []
     return {
         "describe": policy.describe(),
         "schedule": [

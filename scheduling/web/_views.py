@@ -63,6 +63,7 @@ def _schedule(run: NodeExecution, workflow: Workflow | None, registry: Registry)
     """The node's retry policies with their ``schedule()`` preview, from the definition."""
     if workflow is None:
         return []
+    from prana._policy import schedule_head
     from prana._resolve import resolve
 
     node = next((n for n in workflow.nodes if n.key == run.node_key), None)
@@ -75,12 +76,7 @@ def _schedule(run: NodeExecution, workflow: Workflow | None, registry: Registry)
         if not policy.enabled:
             out.append({"policy": "retry disabled", "rows": []})
             continue
-        # The rows shown alone: ``schedule()`` computes every retry (up to 1,000), and a
-        # schedule's first rows do not depend on how many follow.
-        shown = SCHEDULE_PREVIEW_ROWS + 1  # attempts: the first try, then the retries shown
-        if policy.max_attempts is not None:
-            shown = min(shown, policy.max_attempts)
-        rows = policy.schedule(shown)[:SCHEDULE_PREVIEW_ROWS]
+        rows = schedule_head(policy, SCHEDULE_PREVIEW_ROWS)
         out.append(
             {
                 "policy": policy.describe(),
