@@ -144,6 +144,18 @@ def make_registry(script: Script) -> Registry:
     return registry
 
 
+# -- plain text ------------------------------------------------------------------------------
+
+
+def plain_text(*, max_size: int) -> st.SearchStrategy[str]:
+    """Text holding no template opener (``{{`` or ``{%``): as a param it is a literal value.
+
+    ``st.text`` alone draws ``'{{'`` now and then, which makes the param a template that
+    does not parse; a test meaning plain values draws from this instead.
+    """
+    return st.text(max_size=max_size).filter(lambda s: "{{" not in s and "{%" not in s)
+
+
 # -- retry policies and settings ----------------------------------------------------------
 
 _millis = st.integers(min_value=0, max_value=5000).map(lambda ms: ms / 1000)
