@@ -20,7 +20,9 @@ status-code handling of its own:
   definition, may allow more (``register_http(registry, allow_private_hosts=True)`` or
   ``allow_networks=[...]``; see ``prana._egress``);
 - the body is read streamed and counted as decoded (so a gzip bomb counts what it inflates
-  to, a bounded step at a time): past ``max_response_bytes`` (1 MiB unless the params say,
+  to, a bounded step at a time, each layer of ``gzip, gzip`` too); a body in any other
+  content coding (``br``, ``zstd``...) fails the node unread, never handed to a decoder that
+  inflates whole chunks. Past ``max_response_bytes`` (1 MiB unless the params say,
   at most 64 MiB) the node fails at once, non-retryably, and an error status reads only
   what its excerpt needs.
 
@@ -181,6 +183,8 @@ def _build(params: Any, ctx: ActionContext) -> tuple[dict[str, Any], float, int]
     key = params.get("idempotency_key", True)
     if not isinstance(key, bool | str):
         raise _fail("idempotency_key", "use true (the default), false, or a string")
+    if not any(k.lower() == "accept-encoding" for k in headers):
+        headers["Accept-Encoding"] = ACCEPT_ENCODING
     if key is not False and not any(k.lower() == "idempotency-key" for k in headers):
         headers["Idempotency-Key"] = ctx.idempotency_key if key is True else key
     timeout = params.get("timeout", DEFAULT_TIMEOUT_SECONDS)
@@ -225,28 +229,33 @@ def _limit(status: int, cap: int) -> int:
 _INFLATE_STEP = 64 * 1024
 """The most bytes one step of inflating a body may produce."""
 _INFLATED = {"gzip": zlib.MAX_WBITS | 16, "x-gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
-"""The encodings inflated here (``_Inflater``), with their zlib ``wbits``."""
+"""The content codings decoded here (``_Layer``), with their zlib ``wbits``; no other is
+accepted: httpx's own decoders (and brotli's, zstandard's) inflate a whole chunk at once."""
+ACCEPT_ENCODING = "gzip, deflate"
+"""The ``Accept-Encoding`` sent unless the params give one: the codings in ``_INFLATED``."""
+_MAX_CODINGS = 2
+"""The most content codings a response may stack (``gzip, gzip``); each is bounded."""
 _SLOW_CHARSETS = frozenset({"punycode", "idna"})
 """Charsets whose decoders are quadratic: a body declaring one is read as UTF-8."""
 
 
-class _Inflater:
-    """A ``gzip`` or ``deflate`` body inflated at most ``_INFLATE_STEP`` bytes at a time.
+class _Layer:
+    """One ``gzip`` or ``deflate`` layer, inflated at most ``_INFLATE_STEP`` bytes at a time.
 
     httpx inflates each network chunk whole, so 64 KiB of gzip may become 64 MiB before
     ``max_response_bytes`` is counted; with zlib's ``max_length`` the count sees every
     step, and reading stops at the cap.
     """
 
-    def __init__(self, response: httpx.Response, coding: str) -> None:
-        self.request = response.request
+    def __init__(self, coding: str, request: httpx.Request) -> None:
+        self.request = request
         self.deflate = coding == "deflate"  # zlib-wrapped, or raw if that fails at once
         self.zlib = zlib.decompressobj(_INFLATED[coding])
         self.started = False
 
-    def feed(self, raw: bytes) -> Iterator[bytes]:
-        data = raw
-        while data:
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """The output of ``data`` in steps; ``b""`` drains what zlib still holds."""
+        while True:
             try:
                 out = self.zlib.decompress(data, _INFLATE_STEP)
             except zlib.error as exc:
@@ -258,44 +267,71 @@ class _Inflater:
 
                 raise httpx.DecodingError(str(exc), request=self.request) from None
             self.started = True
+            data = self.zlib.unconsumed_tail
             if out:
                 yield out
-            data = self.zlib.unconsumed_tail
+            if not data and len(out) < _INFLATE_STEP:
+                return
 
 
-def _inflater(response: httpx.Response) -> _Inflater | None:
-    """An ``_Inflater`` for the body, or ``None``: httpx's decoders read it (identity, other
-    encodings, or a body a transport already read, as a test's may)."""
-    codings = [
-        c.strip().lower()
-        for c in response.headers.get("content-encoding", "").split(",")
-        if c.strip() and c.strip().lower() != "identity"
-    ]
-    if response.is_stream_consumed or len(codings) != 1 or codings[0] not in _INFLATED:
-        return None
-    return _Inflater(response, codings[0])
+class _Decoder:
+    """Every content coding of a body, undone layer by layer, each a bounded step at a time:
+    ``gzip, gzip`` (a bomb inside a bomb) inflates no further than ``_take`` reads."""
+
+    def __init__(self, layers: list[_Layer]) -> None:
+        self.layers = layers
+
+    def feed(self, raw: bytes, depth: int = 0) -> Iterator[bytes]:
+        """The decoded output of ``raw`` (bytes of layer ``depth``'s input), in steps."""
+        if depth == len(self.layers):
+            yield raw
+            return
+        for out in self.layers[depth].feed(raw):
+            yield from self.feed(out, depth + 1)
+
+    def finish(self) -> Iterator[bytes]:
+        """What the layers still hold at the end of the body, outermost first."""
+        for depth, layer in enumerate(self.layers):
+            for out in layer.feed(b""):
+                yield from self.feed(out, depth + 1)
 
 
-def _decoded(response: httpx.Response) -> Iterator[bytes]:
-    """The decoded body in bounded pieces (``_Inflater``), for ``_take``."""
-    inflater = _inflater(response)
-    if inflater is None:
-        yield from response.iter_bytes()
+def _decoder(response: httpx.Response) -> _Decoder | str:
+    """The body's ``_Decoder``, or the content coding it is in that prana does not decode
+    (``br``, ``zstd``, ``compress``, an unknown name, or more than ``_MAX_CODINGS``)."""
+    header: str = response.headers.get("content-encoding", "")
+    codings = [c.strip().lower() for c in header.split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+    refused = [c for c in codings if c not in _INFLATED]
+    if refused:
+        return refused[0][:40]
+    if len(codings) > _MAX_CODINGS:
+        return ", ".join(codings)[:40]
+    # applied in the order listed, so undone from the last
+    return _Decoder([_Layer(c, response.request) for c in reversed(codings)])
+
+
+def _decoded(response: httpx.Response, decoder: _Decoder) -> Iterator[bytes]:
+    """The decoded body in bounded pieces, for ``_take``: the raw stream through ``decoder``,
+    never httpx's decoders. A body a transport already read (a test's may) is given whole."""
+    if response.is_stream_consumed:
+        yield response.content
         return
     for raw in response.iter_raw():
-        yield from inflater.feed(raw)
+        yield from decoder.feed(raw)
+    yield from decoder.finish()
 
 
-async def _adecoded(response: httpx.Response) -> AsyncIterator[bytes]:
+async def _adecoded(response: httpx.Response, decoder: _Decoder) -> AsyncIterator[bytes]:
     """``_decoded`` for an ``httpx.AsyncClient`` response."""
-    inflater = _inflater(response)
-    if inflater is None:
-        async for chunk in response.aiter_bytes():
-            yield chunk
+    if response.is_stream_consumed:
+        yield response.content
         return
     async for raw in response.aiter_raw():
-        for out in inflater.feed(raw):
+        for out in decoder.feed(raw):
             yield out
+    for out in decoder.finish():
+        yield out
 
 
 def _text(response: httpx.Response, body: bytes) -> str:
@@ -337,11 +373,17 @@ def _excerpt(text: str) -> str:
 
 
 def _outcome(
-    response: httpx.Response, body: bytes, over: bool, cap: int, ctx: ActionContext
+    response: httpx.Response,
+    body: bytes,
+    over: bool,
+    cap: int,
+    ctx: ActionContext,
+    decoder: _Decoder | str,
 ) -> dict[str, Any]:
     """The node's output for a success; raises the right retry signal for an error status.
 
-    ``body`` is what was read of the decoded body (``_limit``), ``over`` whether there was more.
+    ``body`` is what was read of the decoded body (``_limit``), ``over`` whether there was
+    more; ``decoder`` a content coding's name when the body was not read (``_decoder``).
     """
     status = response.status_code
     method, url = response.request.method, str(response.request.url)
@@ -354,6 +396,13 @@ def _outcome(
                 raise HTTPRetryAfter(header, error, now=ctx.now)
             raise error
         raise NonRetryable(error)
+    if isinstance(decoder, str):
+        raise NonRetryable(
+            f"http.request: the response from {method} {url} is in Content-Encoding "
+            f"{decoder!r}, which prana does not read: it inflates gzip and deflate only "
+            f"(at most {_MAX_CODINGS} layers), a bounded step at a time; ask the server "
+            f"for those (the action sends Accept-Encoding: {ACCEPT_ENCODING})"
+        )
     if over:
         raise NonRetryable(
             f"http.request: the response body from {method} {url} is over "
@@ -384,7 +433,9 @@ class HTTPRequestAction:
     ``idempotency_key`` (``true``, the default, sends ``Idempotency-Key:
     <ctx.idempotency_key>``; ``false`` sends none; a string is sent as given) and
     ``max_response_bytes`` (default 1 MiB, at most 64 MiB: a longer body, counted as
-    decoded, fails the node without retry, naming the URL and the cap). Output:
+    decoded, fails the node without retry, naming the URL and the cap; a body is read in
+    ``gzip`` or ``deflate``, up to two layers, and any other content coding fails the node
+    unread, so ``Accept-Encoding: gzip, deflate`` is sent unless ``headers`` give one). Output:
     ``{"status", "headers", "json"}`` for a JSON response, ``{"status", "headers",
     "text"}`` otherwise. Connection errors, timeouts, 408, 425, 429 and 5xx retry under the
     node's policy (``Retry-After`` sets the next delay); any other 4xx fails at once, its
@@ -441,14 +492,19 @@ class HTTPRequestAction:
         try:
             with httpx.Client(**options) as client, client.stream(**request) as response:
                 limit = _limit(response.status_code, cap)
-                body, over = _take(_decoded(response), limit, guard)
+                decoder = _decoder(response)
+                body, over = (
+                    (b"", False)
+                    if isinstance(decoder, str)
+                    else _take(_decoded(response, decoder), limit, guard)
+                )
         except httpx.HTTPError:
             if guard.expired:
                 raise guard.timeout_error() from None
             raise
         finally:
             timer.cancel()
-        return _outcome(response, body, over, cap, ctx)
+        return _outcome(response, body, over, cap, ctx, decoder)
 
 
 class _Guard:
@@ -547,8 +603,13 @@ async def _arequest(
             client.stream(**request, extensions={"trace": guard.atrace}) as response,
         ):
             limit = _limit(response.status_code, cap)
-            body, over = await _atake(_adecoded(response), limit)
-        return _outcome(response, body, over, cap, ctx)
+            decoder = _decoder(response)
+            body, over = (
+                (b"", False)
+                if isinstance(decoder, str)
+                else await _atake(_adecoded(response, decoder), limit)
+            )
+        return _outcome(response, body, over, cap, ctx, decoder)
 
     try:
         return await asyncio.wait_for(attempt(), guard.remaining())

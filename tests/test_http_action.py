@@ -618,6 +618,133 @@ def test_a_corrupt_gzip_body_is_a_decoding_error() -> None:
     assert outcome.error.type == "DecodingError"
 
 
+def _encoded_app(body: bytes, encoding: str, status: int = 200) -> Any:
+    """An app answering every GET with ``body`` under ``Content-Encoding: encoding``, and
+    recording the ``Accept-Encoding`` each request sent."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    accepted: list[str | None] = []
+
+    async def answer(request: Request) -> Response:
+        accepted.append(request.headers.get("accept-encoding"))
+        headers = {"content-encoding": encoding, "content-type": "text/plain"}
+        return Response(body, status_code=status, headers=headers)
+
+    app = Starlette(routes=[Route("/", answer)])
+    app.state.accepted = accepted
+    return app
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_stacked_gzip_layers_are_each_inflated_no_further_than_the_cap(mode: str) -> None:
+    """``Content-Encoding: gzip, gzip`` from a real server: a bomb inside a bomb (64 MiB of
+    zeros in a few hundred bytes) under ``max_response_bytes=1024`` allocates a few MiB, as
+    one gzip layer does (the second layer went to httpx's decoder, which inflated it whole:
+    64 MiB here, 4 GiB from 3,400 bytes in the report)."""
+    bomb = gzip.compress(gzip.compress(b"\0" * (64 * 2**20)))
+    assert len(bomb) < 4096
+    with serve(_encoded_app(bomb, "gzip, gzip")) as url:
+        workflow = _workflow({"url": url + "/", "max_response_bytes": 1024}, retry=None)
+        tracemalloc.start()
+        try:
+            if mode == "sync":
+                outcome = execute_workflow(workflow, registry=_loopback())
+            else:
+                outcome = asyncio.run(aexecute_workflow(workflow, registry=_loopback()))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert isinstance(outcome, Failed)
+    assert "over max_response_bytes=1024" in outcome.error.message
+    assert peak < 8 * 2**20, f"{peak / 2**20:.0f} MiB allocated"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_stacked_codings_within_the_cap_are_undone_in_order(mode: str) -> None:
+    """``deflate, gzip`` (deflated, then gzipped) is undone from the last coding listed."""
+    text = "stacked " * 20_000
+    body = gzip.compress(zlib.compress(text.encode()))
+    with serve(_encoded_app(body, "deflate, gzip")) as url:
+        workflow = _workflow({"url": url + "/", "max_response_bytes": len(text)}, retry=None)
+        if mode == "sync":
+            outcome = execute_workflow(workflow, registry=_loopback())
+        else:
+            outcome = asyncio.run(aexecute_workflow(workflow, registry=_loopback()))
+    assert isinstance(outcome, Completed)
+    assert outcome.output["text"] == text
+
+
+class _BombDecoder:
+    """Stands for a decoder httpx may pick when a library is installed (brotli's, zstandard's):
+    they inflate a whole chunk at once. The action must never use it."""
+
+    calls = 0
+
+    def decode(self, data: bytes) -> bytes:
+        _BombDecoder.calls += 1
+        return b"\0" * (64 * 2**20)
+
+    def flush(self) -> bytes:
+        _BombDecoder.calls += 1
+        return b""
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "gzip, br", "compress", "gzip, gzip, gzip"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_coding_prana_does_not_inflate_itself_fails_the_node_unread(
+    encoding: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body in ``br`` (with brotli installed: 1,642 B became +2 GiB), ``zstd``, an unknown
+    coding or more layers than allowed fails the node without retry, naming the coding and
+    what is read, and no decoder of httpx's runs on it; the request asked for gzip/deflate."""
+    import httpx._decoders
+
+    monkeypatch.setattr(_BombDecoder, "calls", 0)
+    for name in ("br", "zstd"):
+        monkeypatch.setitem(httpx._decoders.SUPPORTED_DECODERS, name, _BombDecoder)
+    app = _encoded_app(b"\x1b\xff\xff" * 500, encoding)
+    with serve(app) as url:
+        workflow = _workflow({"url": url + "/"})
+        if mode == "sync":
+            outcome = execute_workflow(workflow, registry=_loopback())
+        else:
+            outcome = asyncio.run(aexecute_workflow(workflow, registry=_loopback()))
+    assert _BombDecoder.calls == 0
+    assert isinstance(outcome, Failed)
+    assert "Content-Encoding" in outcome.error.message
+    assert "gzip and deflate only" in outcome.error.message
+    assert app.state.accepted == ["gzip, deflate"]
+
+
+def test_an_error_status_in_an_unread_coding_still_retries() -> None:
+    """A 503 whose body is in ``br`` keeps its status's meaning (retry), with no excerpt."""
+    with serve(_encoded_app(b"\x1b\xff", "br", status=503)) as url:
+        workflow = _workflow({"url": url + "/"})
+        outcome = execute_workflow(workflow, registry=_loopback())
+    assert isinstance(outcome, Suspend)
+    assert isinstance(outcome.data, RetryData)
+    error = outcome.data.original_error
+    assert error.type == "HTTPStatusError"
+    assert detail(error, "status") == 503
+    assert detail(error, "body") == ""
+
+
+def test_an_accept_encoding_given_in_the_params_is_sent_as_given() -> None:
+    """The default ``Accept-Encoding: gzip, deflate`` yields to the params' own header."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    params = {"url": "https://a.test/", "headers": {"accept-encoding": "identity"}}
+    execute_workflow(_workflow(params), registry=_mock(handler))
+    assert seen[0].headers["accept-encoding"] == "identity"
+
+
 def test_a_body_in_a_quadratic_charset_is_read_as_utf8() -> None:
     """``charset=punycode`` (whose decoder is quadratic) is not used to decode the body."""
     handler = _streamed("é".encode() * 10, **{"content-type": "text/plain; charset=punycode"})
