@@ -169,7 +169,7 @@ def transition_diagram(table: Mapping[Any, frozenset[Any]] | None = None) -> str
 # Python 3.11 a member read off its class, ``ExecutionStatus.RUNNING``, goes through the
 # slow attribute hook ``EnumType.__getattr__`` gives the class (about 0.1 us, ~20 times per
 # retry cycle: 8% of its instructions); a module global is a cached read. The shell's hot path
-# (``scheduling._steps``, ``scheduling._claims``) reads them too.
+# (``scheduling._runner``, ``scheduling._claims``) reads them too.
 EXEC_PENDING = ExecutionStatus.PENDING
 EXEC_RUNNING = ExecutionStatus.RUNNING
 EXEC_SUSPENDED = ExecutionStatus.SUSPENDED

@@ -1,4 +1,4 @@
-"""Small readings of records that the runner's steps share (kept out of ``_steps.py``).
+"""Small readings of records that the runner's steps share (kept out of ``_runner.py``).
 
 A parent's child id, a child's end as a parent's resume data, the tracer among the observers;
 and a listed row the store could not read, as ``prana list --json`` and the web list show it.

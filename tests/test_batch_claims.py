@@ -349,7 +349,7 @@ def test_executions_claimed_ahead_with_a_poison_one_are_charged_once_per_crash(
     leaves the others claimed ahead: each is recovered with one interrupted attempt (its
     action never ran) and completes; a recovery is never claimed ahead, so the poison one
     alone reaches the poison bound."""
-    monkeypatch.setattr("scheduling._batch.give_back", lambda *args: None)  # a dead process
+    monkeypatch.setattr("scheduling._runner.give_back", lambda *args: None)  # a dead process
     store = batching()
     calls: list[str] = []
 

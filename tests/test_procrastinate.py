@@ -39,7 +39,7 @@ from prana import (
 )
 from scheduling import Runner, StoreError
 from scheduling.abc import BatchingScheduler, BulkScheduler, Scheduler
-from scheduling.adapters._procrastinate_batch import _TAKE
+from scheduling.adapters._procrastinate_batch import TAKE as _TAKE
 from scheduling.adapters.procrastinate import (
     TASK_NAME,
     ProcrastinateScheduler,

@@ -1413,17 +1413,16 @@ RESUME_PATHS = ["alarm", "deliver", "parent"]
 def test_every_resume_path_goes_through_the_one_step(
     path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An alarm, a delivery and a child reporting to its parent each resume in ``Steps._step``."""
-    from scheduling._steps import Steps
+    """An alarm, a delivery and a child reporting to its parent each resume in ``Runner._step``."""
 
     stepped: list[str] = []
-    step = Steps._step
+    step = Runner._step
 
-    def spy(self: Steps, execution_id: str, *args: Any, **kwargs: Any) -> Any:
+    def spy(self: Runner[Any], execution_id: str, *args: Any, **kwargs: Any) -> Any:
         stepped.append(execution_id)
         return step(self, execution_id, *args, **kwargs)
 
-    monkeypatch.setattr(Steps, "_step", spy)
+    monkeypatch.setattr(Runner, "_step", spy)
     h = Harness(MemoryStore(), fails=1)
     with h.runner as runner:
         eid, resume = paused_for(path, h)

@@ -65,10 +65,13 @@ from scheduling._checks import check_schema_name
 from scheduling._errors import StoreError
 from scheduling.adapters._common import SchedulerStateError, require_aware
 from scheduling.adapters._procrastinate_batch import (
-    fire_and_go_on,
-    fire_batches,
+    ARMED_MANY,
+    FINISH,
+    TAKE,
+    execution_id_of,
+    fire_many_logged,
     fire_one,
-    missing_alarms,
+    prefetch_logged,
 )
 from scheduling.adapters._procrastinate_serve import (
     FIRE_KEY,
@@ -158,10 +161,10 @@ def prana_resume(context: JobContext, execution_id: str) -> None:
     fire_many: FireMany | None = extra.get(FIRE_MANY_KEY)
     scheduler: ProcrastinateScheduler | None = extra.get(SCHEDULER_KEY)
     if scheduler is not None and fire_many is not None:
-        fire_batches(scheduler, fire_many, execution_id, context.job.worker_id)
+        scheduler._fire_batches(fire_many, execution_id, context.job.worker_id)
         return
     if scheduler is not None and fire is not None and scheduler.batch > 1:
-        fire_and_go_on(scheduler, fire, execution_id, context.job.worker_id)
+        scheduler._fire_and_go_on(fire, execution_id, context.job.worker_id)
         return
     if fire is None:
         logger.warning(
@@ -553,7 +556,7 @@ class ProcrastinateScheduler(ServingMixin):
         One query reads the jobs of all of them; only the missing ones are armed, each in
         its own transaction as ``schedule`` arms it (``scheduling.abc.BulkScheduler``).
         """
-        for execution_id, due_at in missing_alarms(self, alarms):
+        for execution_id, due_at in self._missing_alarms(alarms):
             self.schedule(execution_id, due_at)
 
     def schedule_in(
@@ -721,3 +724,139 @@ class ProcrastinateScheduler(ServingMixin):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+
+    # -- firing the due jobs a job takes (see ``_procrastinate_batch``) --------------
+
+    def _fire_and_go_on(self, fire: Fire, execution_id: str, worker_id: int | None) -> None:
+        """Fire ``execution_id``, then due jobs taken one by one, up to ``self.batch`` in all."""
+        fire_one(fire, execution_id)
+        if worker_id is None:
+            return
+        done: int | None = None
+        for _ in range(self.batch - 1):
+            if self._stopping.is_set():
+                break
+            try:
+                taken = self._finish_and_take([] if done is None else [done], worker_id, 1)
+            except (psycopg.Error, ConnectorException) as error:
+                self._give_up(f"could not take the next due job ({error})")
+                return
+            if not taken:
+                return
+            done, next_id = taken[0]
+            if next_id is None:
+                continue
+            try:
+                fire_one(fire, next_id)
+            except BaseException:  # even a KeyboardInterrupt: the job is ended (re-armed later)
+                logger.exception("the alarm of execution %r failed; it stays as stored", next_id)
+        if done is not None:
+            self._finish([done], worker_id)
+
+    def _fire_batches(
+        self,
+        fire_many: FireMany,
+        execution_id: str,
+        worker_id: int | None,
+    ) -> None:
+        """Fire ``execution_id`` with the due jobs taken with it, ``self.batch`` at most per
+        ``fire_many`` call; then the next due ones the same way, until none is due.
+
+        One statement takes a whole batch, and one transaction ends it and takes the next: a
+        burst costs a few round trips per batch, not per alarm. The runner resumes each batch
+        in one call (``scheduling.abc.BatchingScheduler``); the jobs taken are ``doing`` under
+        this worker until their batch has fired, so a crash leaves them to ``recover_stalled``.
+        """
+        if worker_id is None:
+            fire_many_logged(fire_many, [execution_id])
+            return
+        done: list[int] = []
+        ids = [execution_id]
+        while True:
+            try:
+                taken = self._finish_and_take(done, worker_id, self.batch - len(ids))
+            except (psycopg.Error, ConnectorException) as error:
+                self._give_up(f"could not take the next due jobs ({error})")
+                return
+            done = [job_id for job_id, _ in taken]
+            ids += [next_id for _, next_id in taken if next_id is not None]
+            if not ids:
+                break  # ``done``: jobs naming no execution (or none), ended below
+            prefetch = self.prefetch
+            if prefetch is not None:
+                prefetch_logged(prefetch, ids)
+            try:
+                fire_many_logged(fire_many, ids)
+            finally:
+                if prefetch is not None:
+                    prefetch_logged(prefetch, [])
+            ids = []
+            if not done or self._stopping.is_set():
+                break
+        if done:
+            self._finish(done, worker_id)
+
+    def _finish(self, done: list[int], worker_id: int) -> None:
+        """Delete the jobs ``done`` (their alarms fired); on failure, the worker starts over."""
+        try:
+            with self._connection() as conn:
+                conn.execute(FINISH, (done, worker_id))
+        except (psycopg.Error, ConnectorException) as error:
+            self._give_up(f"could not record the end of a job ({error})")
+
+    def _finish_and_take(
+        self, done: list[int], worker_id: int, limit: int
+    ) -> list[tuple[int, str | None]]:
+        """Delete the jobs ``done`` and take up to ``limit`` due ones, in one transaction.
+
+        A job taken whose arguments hold no execution id (written by hand or by another
+        program) comes back with ``None``: logged, never fired, ended with the others (it
+        raised a ``KeyError`` that failed the job taking it and stranded the rest ``doing``).
+        """
+        if limit < 1:
+            if done:
+                self._finish(done, worker_id)
+            return []
+        params = {"queue": self.queue, "task": TASK_NAME, "worker": worker_id, "limit": limit}
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")  # bookkeeping: see the module
+            if done:
+                conn.execute(FINISH, (done, worker_id))
+            rows = conn.execute(TAKE, params).fetchall()
+        return [(int(row[0]), execution_id_of(int(row[0]), row[1])) for row in rows]
+
+    def _give_up(self, trouble: str) -> None:
+        """Stop the worker (it starts over): its ``doing`` jobs are then taken up as stalled."""
+        with self._lock:
+            worker, loop = self._worker, self._loop
+        if worker is None or loop is None:
+            return
+
+        def stop() -> None:
+            state = getattr(worker, "prana_state", None)
+            if state is not None:
+                state.trouble = f"{trouble}: the jobs fire again"
+            worker.stop()  # type: ignore[no-untyped-call]
+
+        with contextlib.suppress(RuntimeError):  # the loop already ended
+            loop.call_soon_threadsafe(stop)
+
+    def _missing_alarms(self, alarms: Sequence[tuple[str, datetime]]) -> list[tuple[str, datetime]]:
+        """The alarms with no job queued for their due time, nor firing for it or a later one."""
+        wanted: dict[str, tuple[str, datetime]] = {}
+        for execution_id, due_at in alarms:
+            require_aware(due_at, f"ProcrastinateScheduler.schedule_many({execution_id!r})")
+            wanted[self.lock_key(execution_id)] = (execution_id, due_at)
+        if not wanted:
+            return []
+
+        def armed(conn: psycopg.Connection[Any]) -> list[Any]:
+            return conn.execute(ARMED_MANY, (list(wanted),)).fetchall()
+
+        for key, status, scheduled_at in self._run("reading the queued alarms", armed):
+            alarm = wanted.get(key)
+            if alarm is not None and (
+                scheduled_at == alarm[1] or (status == "doing" and scheduled_at >= alarm[1])
+            ):
+                del wanted[key]
+        return list(wanted.values())
