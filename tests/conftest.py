@@ -1,13 +1,20 @@
-"""Shared fixtures: a clock, a registry of test actions, the PostgreSQL server, the stores."""
+"""Shared fixtures: a clock, a registry of test actions, the PostgreSQL server, the stores.
+
+Hypothesis profiles: ``ci`` (loaded when ``CI`` is set) is derandomized, so every CI run
+tries the same examples and a failure reproduces; ``dev`` (otherwise) draws new examples each
+run. ``HYPOTHESIS_PROFILE=ci`` runs CI's examples by hand.
+"""
 
 from __future__ import annotations
 
 import os
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from doubles import T0, raising
+from hypothesis import HealthCheck, settings
 
 from prana import ActionContext, Registry
 from prana.testing import ManualClock
@@ -22,6 +29,19 @@ if TYPE_CHECKING:
     from scheduling.stores.sqlite import SQLiteStore
 
 DEFAULT_POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=timedelta(seconds=2))
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 
 @pytest.fixture
