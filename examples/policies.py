@@ -4,7 +4,8 @@ Run ``python examples/policies.py`` to print every policy's schedule (the delay 
 each retry, min / typical / max with jitter, and the running totals) before anything runs.
 
 - Rappel: bracket text such as ``[NetworkError -> retry: 5, backoff: 2m]``, and its Python
-  ``RetryPolicy(attempts, exception_types, backoff_seconds)`` with a timeout;
+  ``RetryPolicy(attempts, exception_types, backoff_seconds)`` (``prana.dialects.rappel``)
+  with a timeout;
 - NoETL: YAML ``retry:`` blocks (``true``, a number of attempts, the full mapping);
 - rh_agents: ``RetryConfig`` settings in its own names (max_attempts, backoff_strategy, ...);
 - Prana: ``NodeSettings(retry_on_failed=True, max_retries=3, retry_delay_ms=1000)``.
@@ -17,7 +18,8 @@ from typing import Any
 import yaml
 
 from prana import Node, NodeSettings, RetryPolicy, Workflow
-from prana._resolve import coerce_policies, resolve
+from prana._resolve import resolve
+from prana.dialects import rappel, read_policies
 
 
 class NetworkError(ConnectionError):
@@ -46,11 +48,9 @@ RAPPEL_TEXTS = {
 }
 
 
-RAPPEL_PYTHON = RetryPolicy(
-    attempts=3, exception_types=["NetworkError"], backoff_seconds=5, timeout=60
-)
-"""Rappel's Python spelling, which ``RetryPolicy`` takes as it is: ``attempts`` counts every
-attempt (the first try included), so this is ``[NetworkError -> retry: 2, backoff: 5s]``."""
+RAPPEL_PYTHON = rappel(attempts=3, exception_types=["NetworkError"], backoff_seconds=5, timeout=60)
+"""Rappel's Python spelling, read by ``prana.dialects.rappel`` as it is: ``attempts`` counts
+every attempt (the first try included), so this is ``[NetworkError -> retry: 2, backoff: 5s]``."""
 
 
 # --- NoETL ---------------------------------------------------------------------------------
@@ -75,7 +75,7 @@ retry:
 def noetl_policies(text: str) -> tuple[RetryPolicy, ...]:
     """The policies a NoETL step's YAML ``retry:`` block means."""
     step = yaml.safe_load(text)
-    policies = coerce_policies(step["retry"], field="step.retry")
+    policies = read_policies(step["retry"], field="step.retry")
     assert policies is not None
     return policies
 
@@ -124,7 +124,7 @@ attempt``, and only timeouts and connection errors retried unless told otherwise
 
 def rh_agents_policies(config: dict[str, Any]) -> tuple[RetryPolicy, ...]:
     """The policy an rh_agents ``RetryConfig`` (as a mapping) means."""
-    policies = coerce_policies(config, field="retry_config")
+    policies = read_policies(config, field="retry_config")
     assert policies is not None
     return policies
 

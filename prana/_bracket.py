@@ -1,7 +1,9 @@
 """Rappel's bracket text for retry policies: ``"[NetworkError -> retry: 5, backoff: 2m]"``.
 
-``RetryPolicy.parse`` reads it through ``parse_brackets``; a hand-written scanner, so an
-error names the exact line and column.
+``parse_brackets`` reads the text into the keyword arguments of one ``RetryPolicy`` per
+bracket, with Rappel's meaning; ``RetryPolicy.parse`` and ``prana.dialects`` build the
+policies. A hand-written scanner, so an error names the exact line and column. It knows
+nothing of the policy class, so the policy module may call it (no import cycle).
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from typing import Any, NoReturn
 
 from prana._durations import to_seconds
 from prana._errors import DurationError, InvalidSettingsError
-from prana._policy import CATCH_ALL, RetryPolicy
 
 # --- Rappel bracket text ------------------------------------------------------------------
+
+CATCH_ALL: tuple[str, ...] = ("Exception",)
+"""The filter of a Rappel bracket without error types: "Catch all exceptions" (Rappel's
+docs), programming errors included; ``NonRetryable`` still stops at once."""
 
 _KEYS = ("retry", "backoff", "timeout")
 _NAME = re.compile(r"[A-Za-z_][\w.]*")
@@ -56,7 +61,7 @@ class _Parser:
     def describe_here(self) -> str:
         return f"{self.peek()!r}" if self.pos < len(self.text) else "the end of the text"
 
-    def parse(self) -> list[RetryPolicy]:
+    def parse(self) -> list[dict[str, Any]]:
         self.skip_ws()
         if self.pos >= len(self.text):
             self.fail("expected '[' to start a policy such as '[retry: 3, backoff: 30s]'")
@@ -169,7 +174,7 @@ class _Parser:
 
     def build(
         self, brackets: list[tuple[int, tuple[str, ...] | None, dict[str, tuple[int, Any]]]]
-    ) -> list[RetryPolicy]:
+    ) -> list[dict[str, Any]]:
         timeout: float | None = None
         shapes: list[tuple[tuple[str, ...] | None, int, float]] = []
         for start, filters, settings in brackets:
@@ -192,7 +197,7 @@ class _Parser:
             backoff = settings["backoff"][1] if "backoff" in settings else 1.0
             shapes.append((filters, retries, backoff))
         if not shapes:
-            return [RetryPolicy(max_attempts=1, timeout=timeout)]
+            return [{"max_attempts": 1, "timeout": timeout}]
         policies = []
         for filters, retries, backoff in shapes:
             try:
@@ -200,19 +205,19 @@ class _Parser:
             except OverflowError:  # pragma: no cover - retries is at most 1000
                 largest = sys.float_info.max
             policies.append(
-                RetryPolicy(
-                    max_attempts=retries + 1,
-                    backoff="exponential",
-                    initial_delay=backoff,
-                    multiplier=2.0,
-                    max_delay=max(largest, backoff),
-                    retry_on=filters if filters is not None else CATCH_ALL,
-                    timeout=timeout,
-                )
+                {
+                    "max_attempts": retries + 1,
+                    "backoff": "exponential",
+                    "initial_delay": backoff,
+                    "multiplier": 2.0,
+                    "max_delay": max(largest, backoff),
+                    "retry_on": filters if filters is not None else CATCH_ALL,
+                    "timeout": timeout,
+                }
             )
         return policies
 
 
-def parse_brackets(text: Any) -> list[RetryPolicy]:
-    """The policies bracket ``text`` describes (see ``RetryPolicy.parse``)."""
+def parse_brackets(text: Any) -> list[dict[str, Any]]:
+    """The keyword arguments of each policy bracket ``text`` describes (``RetryPolicy.parse``)."""
     return _Parser(text).parse()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from prana._config import testing_state
+from prana._dialects import NOETL_NAMES, NOETL_SCOPE, noetl_names
 from prana._durations import to_seconds
 from prana._errors import DurationError, InvalidSettingsError, NonRetryable, RetryAfter
 from prana._model import NEVER_RETRY_CODES, ErrorCode, ErrorInfo, _fast_constructor
@@ -44,23 +45,14 @@ CONDITION_SCOPE: Mapping[str, str] = {
     "$output": "the attempt's output (a rejected result), else None",
     "$attempt": "the number of the attempt that just ended, 1-based",
     "$elapsed": "seconds since the node run's first attempt started",
-    "result": "NoETL: the output, or {success: false, error, error_type} if the attempt raised",
-    "status_code": "NoETL: status_code (or status) from the error's details or the output",
-    "error": "NoETL: the error message, or None",
-    "success": "NoETL: false if the attempt raised, else the output's success (default true)",
-    "data": "NoETL: the result's data, or None",
-    "attempt": "NoETL: the number of the attempt that just ended, 1-based",
-    "execution_id": "NoETL: the execution id",
-    "node_id": "NoETL: the node's key",
+    **NOETL_SCOPE,
 }
 """Every name a retry condition template may use, in one table: the ``$`` roots are prana's,
-the bare names NoETL's retry context variables (noetl/noetl docs, "Retry Context
-Variables"), so a condition pasted from a NoETL playbook reads as it does there."""
+the bare names NoETL's retry context variables (``prana.dialects.NOETL_SCOPE``), so a
+condition pasted from a NoETL playbook reads as it does there."""
 
 CONDITION_ROOTS: tuple[str, ...] = tuple(k[1:] for k in CONDITION_SCOPE if k.startswith("$"))
 """The ``$`` roots of a condition's scope (without their ``$``)."""
-NOETL_NAMES: tuple[str, ...] = tuple(k for k in CONDITION_SCOPE if not k.startswith("$"))
-"""The bare names a condition may use, as NoETL's templates write them."""
 
 
 CONDITION_FIELDS: tuple[str, ...] = ("retry_when", "stop_when", "retry_on_result")
@@ -146,16 +138,6 @@ def _unknown_condition(name: str, registry: Registry) -> str:
     )
 
 
-def _status_code(value: Any) -> Any:
-    """``status_code`` (or an int ``status``, as ``http.request`` records it) of a mapping."""
-    if not isinstance(value, Mapping):
-        return None
-    code = value.get("status_code")
-    if code is None and isinstance(value.get("status"), int):
-        code = value["status"]
-    return code
-
-
 # --- the executor's view of an attempt ----------------------------------------------------
 
 
@@ -184,33 +166,8 @@ class AttemptView:
     now: datetime | None = None
 
     def names(self) -> dict[str, Any]:
-        """NoETL's names for the attempt (see ``CONDITION_SCOPE``), written without ``$``.
-
-        As NoETL builds them: an attempt that raised has the result ``{"success": False,
-        "error": message, "error_type": type}``; otherwise the result is the output.
-        ``status_code`` comes from the error's details, else from the output.
-        """
-        info = self.error
-        raised = info is not None and info.type != RESULT_REJECTED
-        if raised:
-            assert info is not None
-            result: Any = {"success": False, "error": info.message, "error_type": info.type}
-        else:
-            result = self.output
-        status_code = _status_code(info.details) if info is not None else None
-        if status_code is None:
-            status_code = _status_code(self.output)
-        mapping = result if isinstance(result, Mapping) else {}
-        return {
-            "result": result,
-            "status_code": status_code,
-            "error": info.message if raised and info is not None else None,
-            "success": mapping.get("success", True),
-            "data": mapping.get("data"),
-            "attempt": self.attempt,
-            "execution_id": self.execution_id,
-            "node_id": self.node_key,
-        }
+        """NoETL's names for the attempt (``prana.dialects.noetl_names``), without ``$``."""
+        return noetl_names(self)
 
     def scope(self) -> dict[str, Any]:
         """The ``$`` roots templates see: ``$error``, ``$output``, ``$attempt``, ``$elapsed``."""

@@ -136,9 +136,9 @@ def _check_bool(name: str) -> Any:
 
 
 def _convert_retry(value: Any) -> Any:
-    from prana._resolve import coerce_policies
+    from prana._dialects import read_policies
 
-    return coerce_policies(value, field="NodeSettings.retry")
+    return read_policies(value, field="NodeSettings.retry")
 
 
 def _convert_timeout(value: Any) -> float | None:
@@ -232,7 +232,7 @@ class Connection:
 
 
 def _convert_retry_defaults(value: Any) -> Mapping[str, tuple[RetryPolicy, ...]]:
-    from prana._resolve import coerce_policies
+    from prana._dialects import read_policies
 
     if not isinstance(value, Mapping):
         raise InvalidSettingsError(
@@ -240,7 +240,7 @@ def _convert_retry_defaults(value: Any) -> Mapping[str, tuple[RetryPolicy, ...]]
         )
     out: dict[str, tuple[RetryPolicy, ...]] = {}
     for key, policy in value.items():
-        coerced = coerce_policies(policy, field=f"Workflow.retry_defaults[{key!r}]")
+        coerced = read_policies(policy, field=f"Workflow.retry_defaults[{key!r}]")
         if coerced is not None:
             out[key] = coerced
     return out

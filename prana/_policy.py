@@ -5,14 +5,15 @@ and jitter kinds (as tables), error matching, and the schedule table. The execut
 to policies through a handful of functions only (the seam), in two modules beside it:
 
 - ``prana._resolve``: ``resolve(node, workflow, spec_retry)`` picks the policies of a node
-  (precedence, §5); ``coerce_policies(value, field=...)`` turns what users write (a
-  policy, a list, bracket text, NoETL shorthands) into a tuple of policies;
-  ``attempt_timeout(policies)`` and ``simple_policy(...)`` (Prana's simple form);
+  (precedence, §5) and ``attempt_timeout(policies)`` the per-attempt timeout;
 - ``prana._decision``: ``decide_retry(policies, view, seed=...)`` answers "retry, after
   how long?" or ``None``, and ``rejects_result(policies, view)`` says whether a
   successful output counts as a failure.
 
-Rappel's bracket text (``RetryPolicy.parse``) is read by ``prana._bracket``.
+What users write in each seed design's form (Rappel's Python spelling, NoETL's
+shorthands, rh_agents' ``RetryConfig``, Prana's simple form) is read into plain policies
+by ``prana.dialects``; the policy itself knows only its own fields. Rappel's bracket text
+(``RetryPolicy.parse``) is scanned by ``prana._bracket``.
 
 Everything here is pure: no clock, no sleeping, and jitter comes from ``random.Random``
 seeded with text (never ``hash()``), so the same execution always sees the same delays.
@@ -20,20 +21,22 @@ seeded with text (never ``hash()``), so the same execution always sees the same 
 
 from __future__ import annotations
 
-import enum
 import math
 import random
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from prana._bracket import parse_brackets
 from prana._durations import DAY, format_duration, optional_seconds, to_seconds
 from prana._errors import InvalidSettingsError, RetryAfter
-from prana._model import ErrorInfo
+
+if TYPE_CHECKING:
+    from prana._model import ErrorInfo
 
 Backoff = Literal["constant", "linear", "exponential", "fibonacci"]
 """The curve names, for type checkers; ``CURVES`` is the truth (a test keeps them equal)."""
@@ -50,10 +53,6 @@ PROGRAMMING_ERRORS: tuple[str, ...] = (
 )
 """Retrying these cannot help: under the smart defaults they never retry (through the MRO)."""
 
-CATCH_ALL: tuple[str, ...] = ("Exception",)
-"""The filter of a Rappel bracket without error types: "Catch all exceptions" (Rappel's
-docs), programming errors included; ``NonRetryable`` still stops at once."""
-
 HINT_CEILING_SECONDS = DAY
 """No server hint (``RetryAfter``) may delay a retry by more than a day."""
 
@@ -68,6 +67,10 @@ read as a name, never imported)."""
 
 Condition = Callable[..., Any] | str | None
 ErrorFilter = tuple[str | type[BaseException], ...] | None
+Duration = float | int | timedelta | str
+"""A duration as ``RetryPolicy`` takes it: seconds, a ``timedelta`` or text (``"30s"``)."""
+ErrorTypes = str | type[BaseException] | Sequence[str | type[BaseException]] | None
+"""An error filter as ``RetryPolicy`` takes it: a class, a type name, or a list of them."""
 
 
 # --- curves and jitter kinds: the tables ---------------------------------------------------
@@ -219,11 +222,11 @@ FRACTION_JITTER = JitterKind(_fraction_bounds, _fraction_draw)
 # --- converters (construction-time validation) -------------------------------------------
 
 
-def _initial_delay(value: Any) -> float:
+def _initial_delay(value: Duration) -> float:
     return to_seconds(value, field="RetryPolicy.initial_delay")
 
 
-def _max_delay(value: Any) -> float:
+def _max_delay(value: Duration) -> float:
     return to_seconds(value, field="RetryPolicy.max_delay")
 
 
@@ -236,15 +239,15 @@ def _positive_seconds(value: Any, field: str) -> float | None:
     return seconds
 
 
-def _timeout(value: Any) -> float | None:
+def _timeout(value: Duration | None) -> float | None:
     return _positive_seconds(value, "timeout")
 
 
-def _retry_timeout(value: Any) -> float | None:
+def _retry_timeout(value: Duration | None) -> float | None:
     return _positive_seconds(value, "retry_timeout")
 
 
-def _multiplier(value: Any) -> float:
+def _multiplier(value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidSettingsError(
             f"RetryPolicy.multiplier={value!r}: use a finite number such as 2"
@@ -254,7 +257,7 @@ def _multiplier(value: Any) -> float:
     return float(value)
 
 
-def _jitter(value: Any) -> str | float:
+def _jitter(value: str | float | bool | None) -> str | float:
     if value is True:
         return "full"
     if value is False or value is None:
@@ -298,11 +301,11 @@ def _type_names(value: Any, field: str) -> ErrorFilter:
     return tuple(out)
 
 
-def _retry_on(value: Any) -> ErrorFilter:
+def _retry_on(value: ErrorTypes) -> ErrorFilter:
     return _type_names(value, "retry_on")
 
 
-def _exclude(value: Any) -> ErrorFilter:
+def _exclude(value: ErrorTypes) -> ErrorFilter:
     return _type_names(value, "exclude")
 
 
@@ -328,19 +331,19 @@ def _condition(value: Any, field: str) -> Condition:
     )
 
 
-def _retry_when(value: Any) -> Condition:
+def _retry_when(value: Condition) -> Condition:
     return _condition(value, "retry_when")
 
 
-def _stop_when(value: Any) -> Condition:
+def _stop_when(value: Condition) -> Condition:
     return _condition(value, "stop_when")
 
 
-def _retry_on_result(value: Any) -> Condition:
+def _retry_on_result(value: Condition) -> Condition:
     return _condition(value, "retry_on_result")
 
 
-def _opt_str(value: Any) -> str | None:
+def _opt_str(value: str | None) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise InvalidSettingsError(f"RetryPolicy.seed={value!r}: use a string or None")
@@ -357,23 +360,7 @@ def _bool(field: str) -> Callable[[Any, Any, Any], None]:
 # --- the policy ---------------------------------------------------------------------------
 
 
-class _Default(enum.Enum):
-    """The value of a keyword left out: the field's own default applies."""
-
-    DEFAULT = "default"
-
-    def __repr__(self) -> str:
-        return "<default>"
-
-
-_DEFAULT = _Default.DEFAULT
-Duration = float | int | timedelta | str
-"""A duration as ``RetryPolicy`` takes it: seconds, a ``timedelta`` or text (``"30s"``)."""
-ErrorTypes = str | type[BaseException] | Sequence[str | type[BaseException]] | None
-"""An error filter as ``RetryPolicy`` takes it: a class, a type name, or a list of them."""
-
-
-@attrs.frozen(kw_only=True, init=False)
+@attrs.frozen(kw_only=True)
 class RetryPolicy:
     """When to retry a failed attempt and how long to wait first (the docs' Retry policy page).
 
@@ -422,12 +409,8 @@ class RetryPolicy:
     ``hint_exceeds_max_delay`` is set, and never exceed ``HINT_CEILING_SECONDS``.
     ``enabled=False`` switches retry off at the level it is given.
 
-    Rappel's Python spelling is accepted too: ``RetryPolicy(attempts=3,
-    exception_types=["NetworkError"], backoff_seconds=60)`` means what Rappel documents
-    (``attempts`` counts every attempt, ``exception_types`` empty or left out catches all
-    exceptions, ``backoff_seconds`` doubles with no cap below the last retry's delay, and
-    ``attempts`` left out is Waymark's 100 retries); the policy keeps prana's field names,
-    in ``repr`` and when serialized.
+    Each seed design's own spelling (Rappel's ``RetryPolicy(attempts=3, ...)``, NoETL's
+    shorthands, rh_agents' ``RetryConfig``) is read into a policy by ``prana.dialects``.
     """
 
     max_attempts: int | None = 3
@@ -454,34 +437,6 @@ class RetryPolicy:
         default=False, validator=_bool("hint_exceeds_max_delay")
     )
     enabled: bool = attrs.field(default=True, validator=_bool("enabled"))
-
-    def __init__(
-        self,
-        *,
-        max_attempts: int | _Default | None = _DEFAULT,
-        backoff: Backoff | _Default = _DEFAULT,
-        initial_delay: Duration | _Default = _DEFAULT,
-        multiplier: float | _Default = _DEFAULT,
-        max_delay: Duration | _Default = _DEFAULT,
-        jitter: str | float | bool | _Default | None = _DEFAULT,
-        seed: str | _Default | None = _DEFAULT,
-        retry_on: ErrorTypes | _Default = _DEFAULT,
-        exclude: ErrorTypes | _Default = _DEFAULT,
-        retry_when: Condition | _Default = _DEFAULT,
-        stop_when: Condition | _Default = _DEFAULT,
-        retry_on_result: Condition | _Default = _DEFAULT,
-        timeout: Duration | _Default | None = _DEFAULT,
-        retry_timeout: Duration | _Default | None = _DEFAULT,
-        hint_exceeds_max_delay: bool | _Default = _DEFAULT,
-        enabled: bool | _Default = _DEFAULT,
-        attempts: int | _Default = _DEFAULT,
-        exception_types: ErrorTypes | _Default = _DEFAULT,
-        backoff_seconds: Duration | _Default = _DEFAULT,
-    ) -> None:
-        given = {k: v for k, v in locals().items() if v is not _DEFAULT and k != "self"}
-        if "attempts" in given or "exception_types" in given or "backoff_seconds" in given:
-            given = _rappel_spelling(given)
-        self.__attrs_init__(**given)
 
     def __attrs_post_init__(self) -> None:
         if self.max_attempts is None:
@@ -527,9 +482,7 @@ class RetryPolicy:
         every exception, as in Rappel (``retry_on=("Exception",)``). Malformed text raises
         ``InvalidSettingsError`` naming the column.
         """
-        from prana._bracket import parse_brackets
-
-        return parse_brackets(text)
+        return [cls(**settings) for settings in parse_brackets(text)]
 
     # --- delays ----------------------------------------------------------------------
 
@@ -672,54 +625,6 @@ class RetryPolicy:
         if self.retry_on is not None:
             return _any_match(self.retry_on, cls, names)
         return _smart_default(cls, names)
-
-
-_RAPPEL_FIELDS = {
-    "attempts": "max_attempts",
-    "exception_types": "retry_on",
-    "backoff_seconds": "initial_delay",
-}
-_RAPPEL_DEFAULT_RETRIES = 100
-"""Waymark's IR builder: "`RetryPolicy()` (no `attempts`) maps to `max_retries = 100`"."""
-
-
-def _rappel_spelling(given: dict[str, Any]) -> dict[str, Any]:
-    """Rappel's ``RetryPolicy(attempts, exception_types, backoff_seconds)`` in prana's fields.
-
-    As Rappel documents it (piercefreeman/rappel docs/Action-Retries.md): ``attempts`` is
-    "Total attempts (initial try + retries)"; ``exception_types`` "empty/None catches
-    all"; ``backoff_seconds`` is the base of an exponential backoff, ``backoff * 2 **
-    (k - 1)`` before retry k with no cap below the last one, as bracket text means.
-    """
-    out = dict(given)
-    for alias, field in _RAPPEL_FIELDS.items():
-        if alias in out and field in out:
-            raise InvalidSettingsError(
-                f"RetryPolicy: {alias}= is Rappel's name for {field}=; give one of them"
-            )
-    attempts = out.pop("attempts", None)
-    if attempts is None:
-        attempts = out.get("max_attempts", _RAPPEL_DEFAULT_RETRIES + 1)
-    out["max_attempts"] = attempts
-    if "exception_types" in out:
-        types = out.pop("exception_types")
-        out["retry_on"] = types if types else CATCH_ALL
-    else:
-        out.setdefault("retry_on", CATCH_ALL)
-    base = out.pop("backoff_seconds", out.get("initial_delay", 1.0))
-    seconds = to_seconds(base, field="RetryPolicy.backoff_seconds")
-    out["initial_delay"] = seconds
-    out.setdefault("backoff", "exponential")
-    out.setdefault("multiplier", 2.0)
-    if "max_delay" not in out:
-        whole = isinstance(attempts, int) and not isinstance(attempts, bool)
-        retries = attempts - 1 if whole else 0
-        try:
-            largest = seconds * 2.0 ** max(retries - 1, 0)
-        except OverflowError:  # pragma: no cover - a thousand doublings of a positive delay
-            largest = sys.float_info.max
-        out["max_delay"] = max(largest, seconds)
-    return out
 
 
 def _filter_name(item: str | type[BaseException]) -> str:

@@ -10,10 +10,10 @@ from typing import Any, TypeVar, overload
 
 import attrs
 
+from prana._dialects import read_policies
 from prana._errors import InvalidSettingsError
 from prana._limits import DEFAULT_LIMITS, Limits
 from prana._policy import CONDITION_NAME, RetryPolicy
-from prana._resolve import coerce_policies
 
 ActionFn = Callable[[Any, "ActionContext"], Any]
 ResumeFn = Callable[[Any, "ActionContext", Any], Any]
@@ -121,7 +121,7 @@ class Registry:
             params=params,
             output_ports=tuple(output_ports) if output_ports is not None else None,
             trigger=trigger,
-            retry=coerce_policies(retry, field=f"Registry.register({type_name!r}).retry"),
+            retry=read_policies(retry, field=f"Registry.register({type_name!r}).retry"),
             side_effects=side_effects,
             uses_idempotency_key=uses_idempotency_key,
         )

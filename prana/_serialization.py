@@ -348,7 +348,7 @@ def _structure_policies(conv: OrjsonConverter) -> Callable[[Any, Any], Any]:
     An object whose keys are all policy fields (or a list of them) structures into
     ``RetryPolicy``, with class and callable references imported; anything else
     (bracket text, ``True``, a number of retries, a mapping with aliases) is left for
-    ``coerce_policies``, which the records' own converters call.
+    ``prana.dialects.read_policies``, which the records' own converters call.
     """
     policy_fields = frozenset(a.name for a in attrs.fields(RetryPolicy))
 

@@ -39,7 +39,9 @@ from prana._policy import (
     Curve,
     JitterKind,
 )
-from prana._resolve import attempt_timeout, coerce_policies, resolve, simple_policy
+from prana._resolve import attempt_timeout, resolve
+from prana.dialects import prana_simple as simple_policy
+from prana.dialects import read_policies as coerce_policies
 from prana.testing import is_testing, set_testing
 
 SEED = "exec-1:fetch:0"

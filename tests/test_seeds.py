@@ -39,12 +39,13 @@ from prana import (
 )
 from prana._decision import (
     CONDITION_SCOPE,
-    NOETL_NAMES,
     AttemptView,
     decide_retry,
     explain_retry,
 )
-from prana._resolve import coerce_policies, resolve
+from prana._resolve import resolve
+from prana.dialects import NOETL_NAMES, rappel
+from prana.dialects import read_policies as coerce_policies
 from prana.testing import ManualClock
 
 SEED = "exec-1:node:0"
@@ -267,7 +268,7 @@ def test_rappel_python_spelling_is_accepted() -> None:
     Total attempts (initial try + retries)" and "`RetryPolicy.backoff_seconds`: Base backoff
     duration in seconds".
     """
-    make: Any = RetryPolicy
+    make: Any = rappel
     policy = make(attempts=3, exception_types=["NetworkError"], backoff_seconds=60)
     assert policy.max_attempts == 3
     assert policy.retry_on == ("NetworkError",)
@@ -288,7 +289,7 @@ def test_rappel_python_spelling_without_types_catches_all() -> None:
     piercefreeman/rappel docs/Action-Retries.md: "`RetryPolicy.exception_types`: Exception
     type names to match; empty/None catches all".
     """
-    make: Any = RetryPolicy
+    make: Any = rappel
     choices: tuple[list[str] | None, ...] = (None, [])
     for types in choices:
         policy = make(attempts=2, exception_types=types, backoff_seconds=5)
