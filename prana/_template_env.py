@@ -378,6 +378,21 @@ def _mapping_name(obj: Mapping[Any, Any], name: str, read: Callable[[Any, Any], 
 # --- the Jinja environment ---------------------------------------------------------------
 
 
+def _raw_str_format(obj: Any) -> bool:
+    """Whether ``obj`` is ``str.format``/``format_map`` itself (bound or not), not the bounded
+    wrapper ``wrap_str_format`` gives: its fields read any attribute, ``_`` ones included."""
+    if getattr(obj, "__name__", None) not in _STR_FORMATS:
+        return False
+    owner = getattr(obj, "__self__", None)
+    if isinstance(owner, str):
+        return True
+    cls = getattr(obj, "__objclass__", None)  # str.format, unbound
+    return isinstance(cls, type) and issubclass(cls, str)
+
+
+_STR_FORMATS = frozenset({"format", "format_map"})
+
+
 class _Environment(ImmutableSandboxedEnvironment):
     """The sandbox, bounded, with dict keys winning over dict methods and unsafe access raising."""
 
@@ -476,6 +491,12 @@ class _Environment(ImmutableSandboxedEnvironment):
             if __obj.method is None:
                 raise SecurityError(__obj.blocked)
             __obj = __obj.method
+        if _raw_str_format(__obj):
+            raise SecurityError(
+                f"str.{__obj.__name__} reached a call without the sandbox's formatter "
+                f"(as Jinja 3.1.5's |attr handed it out); use '...'.{__obj.__name__}(...) "
+                "or the format filter"
+            )
         if isinstance(__obj, Macro):
             for arg in args:
                 shallow(arg)

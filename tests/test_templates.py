@@ -6,6 +6,7 @@ import copy
 import pickle
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -667,6 +668,57 @@ def test_sandbox_blocks_escapes(text: str) -> None:
     error = error_of({"p": text})
     assert error.path == "p"
     assert "sandbox" in error.message
+
+
+def _attr_as_in_jinja_3_1_5(environment: Any, obj: Any, name: str) -> Any:
+    """Jinja 3.1.5's ``attr`` filter (CVE-2025-27516): ``getattr`` checked by
+    ``is_safe_attribute`` alone, so ``'...'|attr('format')`` is the raw ``str.format``."""
+    try:
+        value = getattr(obj, str(name))
+    except AttributeError:
+        return environment.undefined(obj=obj, name=name)
+    if not environment.is_safe_attribute(obj, name, value):
+        return environment.unsafe_undefined(obj, name)
+    return value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{{ ('{0.__class__.__name__}'|attr('format'))('leak-a') }}",
+        "{{ ('{x.__class__.__name__}'|attr('format_map'))({'x': 'leak-b'}) }}",
+        "{% set f = '{0.__class__.__name__}'|attr('format') %}{{ f('leak-c') }}",
+        "{{ ('{0.__class__}'|safe|attr('format'))('leak-d') }}",
+        "{{ (['{0.__class__}']|map('attr', 'format')|first)('leak-e') }}",
+    ],
+)
+def test_a_raw_str_format_is_refused_whatever_jinja_version_hands_it_out(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox's own ``call`` hook refuses ``str.format``/``format_map`` that did not come
+    through the bounded formatter: under Jinja 3.1.5, ``|attr('format')`` returned the raw
+    method, and ``{0.__init__.__globals__}`` read the worker's environment through it."""
+    from jinja2 import pass_environment
+
+    from prana._template_env import ENV, _guard_filter
+
+    monkeypatch.setitem(
+        ENV.filters, "attr", _guard_filter("attr", pass_environment(_attr_as_in_jinja_3_1_5))
+    )
+    compile_string.cache_clear()
+    try:
+        error = error_of({"p": text})
+    finally:
+        compile_string.cache_clear()
+    assert "sandbox" in error.message
+    assert "format" in error.message
+
+
+def test_jinja2_floor_is_the_release_that_fixed_the_attr_filter() -> None:
+    """``jinja2>=3.1`` admitted 3.1.5 (CVE-2025-27516); the floor is 3.1.6."""
+    pyproject = (Path(__file__).parent.parent / "pyproject.toml").read_text()
+    assert '"jinja2>=3.1.6"' in pyproject
+    assert '"jinja2>=3.1"' not in pyproject
 
 
 def test_error_paths_name_the_param() -> None:
