@@ -1,11 +1,9 @@
-"""Schema version 3's node runs: compact rows, their times as microseconds after the run's start.
+"""The stored node runs: compact rows, their times as microseconds after the run's start.
 
 An execution stores a ``NodeExecution`` and at least one ``AttemptRecord`` per node run, so
 their layout decides the size of a record and most of what ``dumps``/``loads`` cost.
-Version 2 wrote them as rows in field order (``prana._fast_hooks.ROWS``): four ISO 8601
-timestamps of 27 bytes per run and the node key twice made up half the document.
-Version 3's rows (``RUN_LAYOUT``, ``ATTEMPT_LAYOUT``) keep every field, and so the whole
-per-attempt audit trail, with three changes:
+The rows (``RUN_LAYOUT``, ``ATTEMPT_LAYOUT``) keep every field, and so the whole
+per-attempt audit trail, in little space:
 
 - a run's row has no ``node_key``: the key it is stored under in ``node_executions`` is it;
 - the run's ``started_at`` is its anchor, written as ISO text; every other time of the run
@@ -13,13 +11,15 @@ per-attempt audit trail, with three changes:
   integer, the whole microseconds after the anchor, when both are UTC. A time in another
   offset (or an anchor that is not UTC) is written as ISO text as before, so what reads
   back is exactly what was written, offset included;
+- a run filed under a key other than its own ``node_key`` (never built by the engine) is
+  written as an object of its fields instead, so it keeps its key;
 - fields are ordered so the usual values trail and are left out: ``RUN_LAYOUT``'s and
   ``ATTEMPT_LAYOUT``'s defaults (an attempt ``completed``, a run's port ``main``) are
   the common values, not the records' own defaults.
 
 The fast path (``gen_runs_codec``) reads strictly and raises on anything unusual; then
-``upgrade_runs`` rewrites version 3 runs as version 2 objects with ISO times, so the
-detailed converter names each bad field as it does for any other record.
+``named_runs`` rewrites the rows as objects of named fields with ISO times, so the detailed
+converter names each bad field as it does for any other record.
 
 Validate eagerly, build lazily. The fast path checks every row when the record is read and
 builds none (``prana._noderuns.NodeRuns`` builds a node's runs when first read). The rule
@@ -75,7 +75,7 @@ RUN_LAYOUT: Final[tuple[tuple[str, Any], ...]] = (
     ("output_port", "main"),
     ("error", None),
 )
-"""A version 3 run row: ``NodeExecution``'s fields but ``node_key``, in this order, each
+"""A run row: ``NodeExecution``'s fields but ``node_key``, in this order, each
 with the value a row leaves out when it trails (``attrs.NOTHING``: always written).
 
 Stored layout: never reorder; a new field goes at the end with its default."""
@@ -90,7 +90,7 @@ ATTEMPT_LAYOUT: Final[tuple[tuple[str, Any], ...]] = (
     ("retry_delay_ms", None),
     ("redrive", False),
 )
-"""A version 3 attempt row: ``AttemptRecord``'s fields in this order (as ``RUN_LAYOUT``)."""
+"""An attempt row: ``AttemptRecord``'s fields in this order (as ``RUN_LAYOUT``)."""
 
 _UTC: Final = timezone.utc
 _US: Final = timedelta(microseconds=1)
@@ -127,7 +127,7 @@ def check_layouts() -> None:
         fields = {a.name for a in attrs.fields(cl)} - skipped
         if len(set(names)) != len(names) or set(names) != fields:
             raise TypeError(
-                f"prana._compact: the version 3 layout of {cl.__name__} must list each of its "
+                f"prana._compact: the stored layout of {cl.__name__} must list each of its "
                 f"fields once (missing: {sorted(fields - set(names))}, unknown: "
                 f"{sorted(set(names) - fields)}); add a new field at the end of the layout"
             )
@@ -179,7 +179,7 @@ def _gen_row(
     layout: tuple[tuple[str, Any], ...],
     ns: dict[str, Any],
 ) -> None:
-    """Generate ``read_<cl>`` and ``write_<cl>`` for one version 3 row layout into ``ns``.
+    """Generate ``read_<cl>`` and ``write_<cl>`` for one row layout into ``ns``.
 
     A run's functions take its node key and define the anchor; an attempt's take the
     anchor ``a`` and ``au`` (whether the anchor is UTC) from its run. ``_check_code``
@@ -196,7 +196,7 @@ def _gen_row(
     head = "def read_run(k, d):" if is_run else "def read_attempt(d, a, au):"
     load = [
         head,
-        # A run under another node's key is a version 2 object (see ``write_run``).
+        # A run under another node's key is an object (see ``write_run``).
         "  if d.__class__ is not list:"
         + (" return _h_object(d, None)" if is_run else " raise _Mismatch"),
         "  n = len(d)",
@@ -204,7 +204,7 @@ def _gen_row(
     dump = ["def write_run(k, o):" if is_run else "def write_attempt(o, a, au):"]
     if is_run:
         # A run filed under another node's key (never built by the engine) keeps its key
-        # as a version 2 object, which every reader takes.
+        # as an object of its fields.
         dump.append("  if o.node_key is not k and o.node_key != k: return _as_object(o)")
         # The row remembered for this very record (``prana._model.StoredRow``).
         dump.append("  r = _getattr(o, '_row', None)")
@@ -297,7 +297,7 @@ def _gen_row(
         dump.append("  _set_row(o, r)")
     dump.append("  return r")
     source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
-    generate(source, ns, what=f"version 3 rows {cl.__name__}")
+    generate(source, ns, what=f"rows {cl.__name__}")
 
 
 def _check_code(
@@ -308,7 +308,7 @@ def _check_code(
     p: str,
     row: str,
 ) -> list[str]:
-    """Lines that check the version 3 row ``row`` (a list) of ``cl`` as its reader would.
+    """Lines that check the row ``row`` (a list) of ``cl`` as its reader would.
 
     The reader (``_gen_row``) without the building: each field gets the reader's own lines
     (``field_code``; a time's range check from ``_after``; an enum looked up), so a row is
@@ -364,7 +364,7 @@ def _check_code(
 
 
 class RunsCodec(NamedTuple):
-    """Schema version 3's ``node_executions``, generated by ``gen_runs_codec``."""
+    """The stored ``node_executions``, generated by ``gen_runs_codec``."""
 
     write: Callable[[Mapping[str, Any]], dict[str, Any]]
     """The runs per node as JSON rows (an unread node's raw rows as they were read)."""
@@ -404,10 +404,10 @@ def peek_delivery(row: list[Any], port: str, index: Any) -> Any:
 
 
 def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
-    """Generate the ``RunsCodec`` for ``WorkflowExecution.node_executions`` in version 3.
+    """Generate the ``RunsCodec`` for ``WorkflowExecution.node_executions``.
 
     ``read`` raises on any shape it does not expect (the caller then takes the slow path
-    through ``upgrade_runs``, which builds every run and names each bad field). Records are
+    through ``named_runs``, which builds every run and names each bad field). Records are
     built through their slot twins, as ``prana._fast_hooks.gen_row_hooks`` does.
     """
     check_layouts()
@@ -427,7 +427,7 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
         if twin is None:  # pragma: no cover - tests/test_hot_records.py keeps the twins
             raise TypeError(f"{cl.__name__} lost its slot twin (see prana._model.slot_twin)")
         ns[f"_twin_{cl.__name__}"] = twin
-    ns["_as_object"] = gen_fast_hooks(conv, NodeExecution)[0]
+    ns["_as_object"] = conv.get_unstructure_hook(NodeExecution)
     ns["_h_object"] = conv.get_structure_hook(NodeExecution)
     _gen_row(conv, AttemptRecord, ATTEMPT_LAYOUT, ns)
     _gen_row(conv, NodeExecution, RUN_LAYOUT, ns)
@@ -475,8 +475,8 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
             *(f"  {line}" for line in checks),
             "",
             # Every row checked now (``check_run``'s lines, inline), built when its node is
-            # first read (``NodeRuns``); a version 2 object row (a run filed under another
-            # key) is built at once.
+            # first read (``NodeRuns``); an object row (a run filed under another key) is
+            # built at once.
             f"def read_runs(m, {bound}):",
             "  if m.__class__ is not dict: raise _Mismatch",
             "  out = m.copy()",
@@ -491,17 +491,17 @@ def gen_runs_codec(conv: OrjsonConverter) -> RunsCodec:
             "",
         ]
     )
-    generate(source, ns, what="version 3 node runs")
+    generate(source, ns, what="node runs")
     return RunsCodec(
         ns["write_runs"], ns["read_runs"], ns["check_run"], ns["build_runs"], peek_delivery
     )
 
 
-# -- the slow path: version 3 runs as version 2 objects ------------------------------------------
+# -- the slow path: rows as objects of named fields, for the detailed converter ----------------
 
 
-def upgrade_runs(runs: Any, path: str) -> tuple[Any, list[str]]:
-    """Version 3 ``node_executions`` as version 2 objects, and the problems met on the way.
+def named_runs(runs: Any, path: str) -> tuple[Any, list[str]]:
+    """``node_executions``' rows as objects of named fields, and the problems met on the way.
 
     Rows become objects with their field names and times ISO text, so the detailed
     converter reports a bad value at its field. What cannot be rewritten (not a row, a
@@ -523,7 +523,7 @@ def upgrade_runs(runs: Any, path: str) -> tuple[Any, list[str]]:
 
 
 def _upgrade_run(key: str, row: Any, path: str, problems: list[str]) -> Any:
-    """One run row as a version 2 object (anything but a row is left as it is)."""
+    """One run row as an object of its fields (anything but a row is left as it is)."""
     if not isinstance(row, list):
         return row
     obj = _named(row, RUN_LAYOUT, NodeExecution, path, problems)
@@ -613,10 +613,10 @@ def _times(
 def gen_execution_codec(
     conv: OrjsonConverter,
 ) -> tuple[Callable[[Any], dict[str, Any]], Callable[[Any, Any], Any]]:
-    """``(write, read)`` for a version 3 execution body: version 2's object, runs as above.
+    """``(write, read)`` for an execution body: an object of its fields, runs as above.
 
     ``conv`` is the tuned converter (``prana._serialization``), whose hooks read and write
-    every field but ``node_executions`` as in version 2.
+    every field but ``node_executions``.
     """
     codec = gen_runs_codec(conv)
     return gen_fast_hooks(conv, WorkflowExecution, {"node_executions": (codec.write, codec.read)})

@@ -312,10 +312,10 @@ class Workflow:
 # run and read and written as often by the stores, so they have fast paths, and the fast
 # paths have three rules. ``tests/test_hot_records.py`` fails when a hot record breaks one.
 #
-# 1. Field order is stored layout. The fast constructors (``new_node_execution``, ...) take
-#    the fields positionally, in ``attrs.fields`` order, and ``AttemptRecord`` and
-#    ``NodeExecution`` are stored as JSON arrays in that order (``prana._fast_hooks.ROWS``,
-#    schema version 2). Never reorder; add a field at the end, with a default.
+# 1. Field order is the fast constructors' order (``new_node_execution``, ...): they take
+#    the fields positionally, in ``attrs.fields`` order. Never reorder; add a field at the
+#    end, with a default (and, for a node run or attempt, at the end of its stored row
+#    layout, ``prana._compact``).
 # 2. ``weakref_slot=False``. Without it attrs puts a ``__weakref__`` slot after the fields,
 #    CPython then refuses the class swap ``slot_twin`` relies on, and the fast constructors
 #    and row hooks quietly fall back to a slower path.
@@ -457,8 +457,8 @@ class StoredRow:
     """Base of ``NodeExecution``: one hidden slot, ``_row``, that remembers its stored row.
 
     Rule: ``_row`` is set only to a row that reads back as exactly this record: the row
-    ``prana.dumps`` wrote for it, or the one ``prana.loads`` read it from (schema version
-    3's run rows, ``prana._compact``). ``dumps`` then writes that row again instead of
+    ``prana.dumps`` wrote for it, or the one ``prana.loads`` read it from (the stored run
+    rows, ``prana._compact``). ``dumps`` then writes that row again instead of
     encoding the record anew, so a record kept from one save to the next (the engine keeps
     every run it does not touch) costs nothing to write again. It is not a field: equality,
     ``repr``, pickling, copies and ``attrs.evolve`` never see or carry it, and a record

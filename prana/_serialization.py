@@ -3,7 +3,7 @@
 Stores, workers and the CLI all go through ``dumps``/``loads`` (executions),
 ``dumps_workflow``/``loads_workflow`` (definitions) and ``dumps_outcome``/``loads_outcome``;
 nobody hand-writes dicts. Every document carries ``schema_version`` so a future format
-can be told apart from a corrupt record.
+can be told apart from a corrupt record; this prana reads and writes schema 1 only.
 
 Shape of the converter (cattrs' ``preconf/orjson`` plus):
 
@@ -20,10 +20,10 @@ Shape of the converter (cattrs' ``preconf/orjson`` plus):
 - primitives are strict: ``"3"`` is not an int and ``2.5`` is not silently truncated;
 - unknown keys are refused, so a typo in a hand-written workflow is an error, not a no-op.
 
-Reading is two-speed: a fast converter (with hand-tuned hooks for the records an
-execution holds by the hundred) structures first; only when it fails does a converter
-with ``detailed_validation`` run again, so ``cattrs.transform_error`` can name every bad
-field in a ``RecordError``.
+Reading is two-speed: the generated reader (node runs as ``prana._compact``'s rows, the
+records an execution holds by the dozen through hand-tuned hooks) structures first; only
+when it fails does a converter with ``detailed_validation`` run again, so
+``cattrs.transform_error`` can name every bad field in a ``RecordError``.
 """
 
 from __future__ import annotations
@@ -51,14 +51,13 @@ from cattrs.v import format_exception as _cattrs_format_exception
 from cattrs.v import transform_error
 
 from prana import _model
-from prana._compact import gen_execution_codec, upgrade_runs
+from prana._compact import gen_execution_codec, named_runs
 from prana._durations import is_aware
 from prana._errors import InvalidSettingsError, PranaError, RecordError
 from prana._fast_hooks import (
     DATETIMES,
     FieldError,
     register_hand_tuned,
-    register_rows,
     union_args,
 )
 from prana._model import (
@@ -88,15 +87,13 @@ __all__ = [
     "make_converter",
 ]
 
-SCHEMA_VERSION: Final = 3
-"""The version of the JSON layout written by ``dumps`` (and the other ``dumps_*``).
+SCHEMA_VERSION: Final = 1
+"""The version of the JSON layout written and read by ``dumps`` (and the other ``dumps_*``).
 
-Version 3 writes node runs as compact rows, their times as microseconds after the run's
-start and UTC as ``Z`` (``prana._compact``); version 2 wrote runs and attempts as arrays
-in field order (``ROWS``), version 1 as objects. Readers accept all three, since a store
-may still hold older records. A workflow definition is the same in all three.
+Node runs are compact rows, their times microseconds after the run's start and UTC as
+``Z`` (``prana._compact``); everything else is an object of its fields. A later layout
+gets the next number and a reader of this one.
 """
-_READABLE_VERSIONS: Final = (1, 2, 3)
 
 T = TypeVar("T")
 
@@ -549,7 +546,6 @@ def make_converter(
         RetryData,
         make_dict_unstructure_fn(RetryData, conv, redrive=override(omit_if_default=True)),
     )
-    register_rows(conv)
     if hand_tuned:
         conv.register_structure_hook(
             Suspend, _structure_suspend_fast(conv, _structure_suspend(conv))
@@ -609,7 +605,7 @@ def _detailed() -> OrjsonConverter:
 def _structure(obj: Any, cl: type[T], path: str, what: str, found: list[str] | None = None) -> T:
     """Structure fast; on failure, explain with the detailed converter.
 
-    ``found`` are problems already met (``upgrade_runs``): with any, the record is refused.
+    ``found`` are problems already met (``named_runs``): with any, the record is refused.
     """
     if not found:
         try:
@@ -629,32 +625,30 @@ def _structure(obj: Any, cl: type[T], path: str, what: str, found: list[str] | N
     raise RecordError(f"cannot read the {what}", problems) from None
 
 
-_V3: tuple[Callable[[Any], dict[str, Any]], Callable[[Any, Any], Any]] | None = None
+_CODEC: tuple[Callable[[Any], dict[str, Any]], Callable[[Any, Any], Any]] | None = None
 
 
-def _v3() -> tuple[Callable[[Any], dict[str, Any]], Callable[[Any, Any], Any]]:
-    """The cached ``(write, read)`` of a version 3 execution body (``prana._compact``)."""
-    global _V3
-    if _V3 is None:
-        _V3 = gen_execution_codec(_fast())
-    return _V3
+def _codec() -> tuple[Callable[[Any], dict[str, Any]], Callable[[Any, Any], Any]]:
+    """The cached ``(write, read)`` of an execution body (``prana._compact``)."""
+    global _CODEC
+    if _CODEC is None:
+        _CODEC = gen_execution_codec(_fast())
+    return _CODEC
 
 
-def _structure_execution(body: Any, version: int, path: str, what: str) -> WorkflowExecution:
-    """Read an execution body of schema ``version``; a bad one raises ``RecordError``.
+def _structure_execution(body: Any, path: str, what: str) -> WorkflowExecution:
+    """Read an execution body; a bad one raises ``RecordError``.
 
-    Version 3 is read by its generated reader; anything it does not expect takes the slow
-    path: runs rewritten as version 2 objects, which the converters read and explain.
+    The generated reader reads it; anything it does not expect takes the slow path: runs
+    rewritten as objects of named fields, which the detailed converter reads and explains.
     """
-    if version < 3:
-        return _structure(body, WorkflowExecution, path, what)
     try:
-        return _v3()[1](body, None)  # type: ignore[no-any-return]
+        return _codec()[1](body, None)  # type: ignore[no-any-return]
     except Exception:  # noqa: BLE001, S110 - any failure is explained just below
         pass
     found: list[str] = []
     if isinstance(body, dict) and "node_executions" in body:
-        runs, found = upgrade_runs(body["node_executions"], f"{path}.node_executions")
+        runs, found = named_runs(body["node_executions"], f"{path}.node_executions")
         body = {**body, "node_executions": runs}
     return _structure(body, WorkflowExecution, path, what, found)
 
@@ -682,27 +676,32 @@ def _text(data: str | bytes | bytearray | memoryview) -> str:
     return head if isinstance(head, str) else bytes(head).decode("utf-8", "replace")
 
 
-def _open_envelope(doc: Any, key: str, what: str) -> tuple[int, Any]:
-    """Check ``{"schema_version": 3, key: ...}`` (or 1, 2): the version and the body."""
+def _open_envelope(doc: Any, key: str, what: str) -> Any:
+    """Check ``{"schema_version": 1, key: ...}`` and return the body."""
     if not isinstance(doc, dict):
         raise RecordError(
             f"cannot read the {what}: expected a JSON object with schema_version and {key}",
             [f"$: got {type(doc).__name__}"],
         )
     version = doc.get("schema_version")
-    if type(version) is not int or version not in _READABLE_VERSIONS:
+    if type(version) is not int or version != SCHEMA_VERSION:
         found = "missing" if "schema_version" not in doc else f"{version!r}"
-        readable = ", ".join(map(str, _READABLE_VERSIONS[:-1])) + f" and {_READABLE_VERSIONS[-1]}"
+        if type(version) is int and version > SCHEMA_VERSION:
+            fix = "written by a newer prana: upgrade prana-workflows to read it"
+        elif what == "workflow":
+            fix = "set it to 1, or leave schema_version out"
+        else:
+            fix = f"not written by this prana's dumps: write the {what} again with it"
         raise RecordError(
             f"cannot read the {what}: unsupported schema version",
-            [f"$.schema_version: {found}; this prana reads versions {readable}"],
+            [f"$.schema_version: {found}; this prana reads version {SCHEMA_VERSION} only ({fix})"],
         )
     extra = set(doc) - {"schema_version", key}
     if key not in doc or extra:
         problems = [f"$.{key}: required field missing"] if key not in doc else []
         problems += [f"$.{k}: unknown field" for k in sorted(extra)]
         raise RecordError(f"cannot read the {what}", problems)
-    return version, doc[key]
+    return doc[key]
 
 
 def _encode(body: Any, what: str, option: int = 0) -> str:
@@ -720,7 +719,7 @@ def _encode(body: Any, what: str, option: int = 0) -> str:
 
 
 def dumps(execution: WorkflowExecution) -> str:
-    """Serialize an execution to JSON text: ``{"schema_version": 3, "execution": {...}}``.
+    """Serialize an execution to JSON text: ``{"schema_version": 1, "execution": {...}}``.
 
     Raises ``RecordError`` if something in it would not read back equal: data that is not
     JSON-native, or a built-in suspension kind without its typed data.
@@ -735,7 +734,7 @@ def dumps(execution: WorkflowExecution) -> str:
         if value is not None and (value.__class__ is not datetime or value.tzinfo is not UTC):
             _check_times(execution)
             break
-    body = _v3()[0](execution)
+    body = _codec()[0](execution)
     return _encode(
         {"schema_version": SCHEMA_VERSION, "execution": body}, "execution", orjson.OPT_UTC_Z
     )
@@ -758,13 +757,13 @@ def loads(text: str | bytes | bytearray | memoryview) -> WorkflowExecution:
     Invalid JSON, another schema version or a record that does not structure raises
     ``RecordError``, whose ``problems`` name each bad field (``$.execution.status: ...``).
     """
-    version, body = _open_envelope(_parse(text, "execution"), "execution", "execution")
+    body = _open_envelope(_parse(text, "execution"), "execution", "execution")
     DATETIMES.clear()
-    return _structure_execution(body, version, "$.execution", "execution")
+    return _structure_execution(body, "$.execution", "execution")
 
 
 def dumps_workflow(workflow: Workflow, *, registry: Registry | None = None) -> str:
-    """Serialize a workflow definition to JSON text: ``{"schema_version": 3, "workflow": {...}}``.
+    """Serialize a workflow definition to JSON text: ``{"schema_version": 1, "workflow": {...}}``.
 
     A callable in a policy is written as the name it is registered under
     (``registry.condition``): on ``registry`` if given, else on any registry of this
@@ -799,7 +798,7 @@ def loads_workflow(data: str | bytes | bytearray | memoryview | Mapping[str, Any
     """
     doc = data if isinstance(data, Mapping) else _parse(data, "workflow")
     if isinstance(doc, Mapping) and "schema_version" in doc:
-        _, doc = _open_envelope(dict(doc), "workflow", "workflow")
+        doc = _open_envelope(dict(doc), "workflow", "workflow")
         path = "$.workflow"
     else:
         path = "$"
@@ -823,13 +822,13 @@ def dumps_outcome(outcome: Outcome) -> str:
         body["output"] = outcome.output
     else:
         body["error"] = conv.unstructure(outcome.error, ErrorInfo)
-    body["execution"] = _v3()[0](outcome.execution)
+    body["execution"] = _codec()[0](outcome.execution)
     return _encode({"schema_version": SCHEMA_VERSION, "outcome": body}, "outcome", orjson.OPT_UTC_Z)
 
 
 def loads_outcome(text: str | bytes | bytearray | memoryview) -> Outcome:
     """Read an outcome written by ``dumps_outcome``."""
-    version, body = _open_envelope(_parse(text, "outcome"), "outcome", "outcome")
+    body = _open_envelope(_parse(text, "outcome"), "outcome", "outcome")
     if not isinstance(body, dict):
         raise RecordError("cannot read the outcome", ["$.outcome: expected an object"])
     tags = {"completed": {"output"}, "suspended": {"kind", "data"}, "failed": {"error"}}
@@ -845,7 +844,7 @@ def loads_outcome(text: str | bytes | bytearray | memoryview) -> Outcome:
     if problems:
         raise RecordError("cannot read the outcome", problems)
     DATETIMES.clear()
-    execution = _structure_execution(body["execution"], version, "$.outcome.execution", "outcome")
+    execution = _structure_execution(body["execution"], "$.outcome.execution", "outcome")
     if tag == "completed":
         return Completed(execution=execution, output=body["output"])
     if tag == "failed":

@@ -1,14 +1,8 @@
-"""A record holding every kind of node run and attempt, and the documents older prana wrote.
-
-``tests/fixtures/execution_v*.json`` are ``dumps(rich_execution())`` as written by the
-prana of that schema version (version 2: git 4a7581b). They are kept as files and never
-regenerated: every later prana must read them back equal to ``rich_execution()``.
-"""
+"""A record holding every kind of node run and attempt."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from prana import (
     Activation,
@@ -24,7 +18,6 @@ from prana import (
     WorkflowExecution,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
 T0 = datetime(2030, 1, 1, 12, 0, 0, 250_000, tzinfo=timezone.utc)
 PLUS2 = timezone(timedelta(hours=2))
 
@@ -174,8 +167,3 @@ def rich_execution() -> WorkflowExecution:
         trace_context={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
         kept_size=321,
     )
-
-
-def fixture(version: int) -> str:
-    """The stored document ``dumps(rich_execution())`` wrote under schema ``version``."""
-    return (FIXTURES / f"execution_v{version}.json").read_text()

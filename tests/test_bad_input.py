@@ -711,7 +711,7 @@ def _execution_cases() -> list[Any]:
             id="number-overflow",
         ),
         case(
-            lambda: loads('{"schema_version":2,"execution":' + "[" * 5000 + "]" * 5000 + "}"),
+            lambda: loads('{"schema_version":1,"execution":' + "[" * 5000 + "]" * 5000 + "}"),
             "not valid JSON",
             id="deep-nesting",
         ),
@@ -990,7 +990,7 @@ def _corrupt_row(path: Path, column: str, value: str, where: str) -> None:
     ("data", "needles"),
     [
         ("{corrupt", ("not valid JSON",)),
-        ('{"schema_version": 2, "execution": {"id": "ID"}}', ("$.execution.status",)),
+        ('{"schema_version": 1, "execution": {"id": "ID"}}', ("$.execution.status",)),
         ('{"schema_version": 99, "execution": {}}', ("$.schema_version",)),
         ("OTHER", ("the record holds execution 'other'",)),
     ],

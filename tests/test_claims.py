@@ -213,11 +213,11 @@ def test_a_sqlite_claim_that_cannot_keep_its_due_time_moves_it(
     assert sqlite_store.alarms() == [(eid, at(31))]
 
 
-def test_a_sqlite_row_claimed_before_schema_2_reads_its_lease_from_due_at(
+def test_a_running_sqlite_row_without_lease_at_reads_its_lease_from_due_at(
     sqlite_store: SQLiteStore,
 ) -> None:
-    """A claim of schema version 1 kept its lease in ``due_at`` (``lease_at`` null): it
-    reads, lists and falls due at that lease as it did."""
+    """A ``running`` row without ``lease_at`` (edited by hand) reads, lists and falls due
+    at its ``due_at`` as its lease, one time for all three."""
     eid, version = suspended_retry(sqlite_store, ManualClock(T0))
     sqlite_store._conn.execute(
         "UPDATE prana_executions SET status = 'running', due_at = ?, updated_at = ?,"
@@ -234,8 +234,8 @@ def test_a_sqlite_row_claimed_before_schema_2_reads_its_lease_from_due_at(
 
 
 def test_a_sqlite_lease_column_counts_only_on_a_running_row(sqlite_store: SQLiteStore) -> None:
-    """A ``lease_at`` left on a row that is not ``running`` (written over by a release
-    without the column) is ignored: the row falls due at its due time."""
+    """A ``lease_at`` left on a row that is not ``running`` (edited by hand) is ignored:
+    the row falls due at its due time."""
     eid, _ = suspended_retry(sqlite_store, ManualClock(T0))
     sqlite_store._conn.execute(
         "UPDATE prana_executions SET lease_at = ? WHERE id = ?", (to_micros(at(31)), eid)

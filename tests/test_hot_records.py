@@ -8,16 +8,10 @@ from typing import Any
 
 import attrs
 import pytest
-from doubles import T0
 
-from prana import AttemptOutcome, ErrorInfo, NodeStatus, make_converter
-from prana._fast_hooks import HOT, READ_HOT, ROWS, gen_fast_hooks
-from prana._model import (
-    HOT_RECORDS,
-    AttemptRecord,
-    NodeExecution,
-    hot_record_problems,
-)
+from prana import ErrorInfo, make_converter
+from prana._fast_hooks import HOT, READ_HOT, gen_fast_hooks
+from prana._model import HOT_RECORDS, hot_record_problems
 
 
 @pytest.mark.parametrize("cls", list(HOT_RECORDS), ids=lambda c: c.__name__)
@@ -64,7 +58,6 @@ def test_fast_constructors_take_the_fields_in_order_through_the_twin(cls: type[A
 def test_serialization_hot_records_are_hot_records() -> None:
     """Every record with generated serialization hooks is under the hot-record rules."""
     assert set(HOT) | set(READ_HOT) <= set(HOT_RECORDS)
-    assert set(ROWS) <= set(HOT)
 
 
 @pytest.mark.parametrize("cls", HOT, ids=lambda c: c.__name__)
@@ -113,55 +106,6 @@ def test_a_generated_reader_without_a_twin_sets_the_slots() -> None:
     assert "_twin()" not in inspect.getsource(structure)
     assert structure({"number": 1}, None) == Weak(number=1)
     assert structure({"number": 2, "name": "y"}, None) == Weak(number=2, name="y")
-
-
-def test_row_layouts_are_the_stored_order() -> None:
-    """Rows are stored in field order: these tuples are schema version 2's layout."""
-    assert [a.name for a in attrs.fields(AttemptRecord)] == [
-        "number",
-        "started_at",
-        "ended_at",
-        "outcome",
-        "error",
-        "due_at",
-        "retry_delay_ms",
-        "redrive",
-    ]
-    assert [a.name for a in attrs.fields(NodeExecution)] == [
-        "node_key",
-        "status",
-        "execution_index",
-        "run_index",
-        "started_at",
-        "completed_at",
-        "params",
-        "output",
-        "output_port",
-        "error",
-        "attempts",
-    ]
-    attempt = AttemptRecord(number=1, started_at=T0, ended_at=T0, outcome=AttemptOutcome.COMPLETED)
-    run = NodeExecution(
-        node_key="a",
-        status=NodeStatus.COMPLETED,
-        execution_index=0,
-        run_index=0,
-        started_at=T0,
-        attempts=(attempt,),
-    )
-    assert make_converter().unstructure(run) == [
-        "a",
-        "completed",
-        0,
-        0,
-        T0,
-        None,
-        None,
-        None,
-        None,
-        None,
-        [[1, T0, T0, "completed"]],
-    ]
 
 
 def test_a_traceback_through_generated_code_shows_its_line() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from prana import ExecutionStatus
 from scheduling._cli import main
+from scheduling._errors import StoreError
 from scheduling.stores import postgres as postgres_module
 from scheduling.stores import sqlite as sqlite_module
 from scheduling.stores._migrations import (
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 
     from scheduling.stores.postgres import PostgresStore
 
-# The tables exactly as every SQLiteStore made them before versioned migrations.
-OLD_SQLITE_LAYOUT = """
+# prana's tables without a version table (no released prana made such a database).
+UNVERSIONED_LAYOUT = """
 CREATE TABLE prana_executions (
     seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, workflow_id TEXT NOT NULL,
     workflow_version INTEGER NOT NULL, status TEXT NOT NULL, due_at INTEGER,
@@ -72,17 +73,18 @@ def test_the_sql_stores_are_migrating_stores(tmp_path: Path) -> None:
     assert not isinstance(MemoryStore(), MigratingStore)
 
 
-def test_a_database_made_before_migrations_is_adopted_as_version_1(tmp_path: Path) -> None:
-    """Tables without a version table are migration 1's layout: recorded, data kept (and
-    upgraded from there)."""
-    path = tmp_path / "old.db"
+def test_tables_without_a_version_table_are_refused(tmp_path: Path) -> None:
+    """prana's tables without a version table are refused in one line saying what to do;
+    nothing is adopted or changed."""
+    path = tmp_path / "unversioned.db"
     with sqlite3.connect(path) as conn:
-        conn.executescript(OLD_SQLITE_LAYOUT)
-    store = SQLiteStore(path)
-    assert store.list_workflows() == [("kept", 1)]
-    assert store.upgraded_from == 1
-    store.close()
-    assert versions(path) == [m.version for m in sqlite_module.SQLITE_MIGRATIONS]
+        conn.executescript(UNVERSIONED_LAYOUT)
+    with pytest.raises(StoreError, match="no prana_schema_version table") as caught:
+        SQLiteStore(path)
+    assert "move its tables aside" in str(caught.value)
+    assert versions(path) == []
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT * FROM prana_workflows").fetchall() == [("kept", 1, "{}")]
 
 
 def test_a_newer_schema_is_refused_in_one_clear_line(tmp_path: Path) -> None:
@@ -185,7 +187,7 @@ def test_migration_lists_are_numbered_in_order() -> None:
 def test_postgres_records_refuses_newer_and_adopts_old(
     postgres_store: PostgresStore, postgres_dsn: str
 ) -> None:
-    """PostgreSQL: a version row per migration; old tables adopted; a newer schema refused."""
+    """PostgreSQL: a version row per migration; unversioned tables and a newer schema refused."""
     import psycopg
     from psycopg import sql
 
@@ -199,12 +201,18 @@ def test_postgres_records_refuses_newer_and_adopts_old(
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         rows = conn.execute(sql.SQL("SELECT version FROM {}").format(table)).fetchall()
         assert rows == [(1,)]
-        conn.execute(sql.SQL("DELETE FROM {}").format(table))  # as made before migrations
-    adopted = PostgresStore(postgres_dsn, schema=postgres_store.schema)
-    adopted.setup()
-    adopted.close()
+        conn.execute(sql.SQL("DELETE FROM {}").format(table))
+    unversioned = PostgresStore(postgres_dsn, schema=postgres_store.schema)
+    try:
+        with pytest.raises(StoreError, match="no prana_schema_version table"):
+            unversioned.setup()
+        with pytest.raises(StoreError, match="no prana_schema_version table"):
+            unversioned.stored_schema_version()
+    finally:
+        unversioned.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        assert conn.execute(sql.SQL("SELECT version FROM {}").format(table)).fetchall() == [(1,)]
+        assert conn.execute(sql.SQL("SELECT version FROM {}").format(table)).fetchall() == []
+        conn.execute(sql.SQL("INSERT INTO {} (version, description) VALUES (1, 'x')").format(table))
         conn.execute(
             sql.SQL("INSERT INTO {} (version, description) VALUES (7, 'future')").format(table)
         )
@@ -248,16 +256,18 @@ def test_db_status_reports_a_behind_schema_without_upgrading_it(
     assert versions(path) == [1]
 
 
-def test_db_status_reads_a_database_made_before_migrations_as_version_1(
+def test_db_status_refuses_tables_without_a_version_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Old tables without a version table are version 1, and status records nothing."""
-    path = tmp_path / "old.db"
+    """Tables without a version table are refused in one line (exit 5); status records
+    nothing."""
+    path = tmp_path / "unversioned.db"
     with sqlite3.connect(path) as conn:
-        conn.executescript(OLD_SQLITE_LAYOUT)
+        conn.executescript(UNVERSIONED_LAYOUT)
     assert main(["db", "status", "--db", str(path)]) == 5
-    current = sqlite_module.SCHEMA_VERSION
-    assert f"at version 1, this prana needs {current}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no prana_schema_version table" in err
+    assert err.count("\n") == 1
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     assert "prana_schema_version" not in tables
@@ -323,10 +333,11 @@ UPGRADED = (
 
 
 def test_opening_an_older_database_warns_once_that_it_upgraded_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, with_a_future_migration: None
 ) -> None:
     """An upgrade on open is one WARNING on ``scheduling.stores``; a store that upgraded
     nothing (a new database, or one already up to date) logs none."""
+    del with_a_future_migration
     path = tmp_path / "v1.db"
     database_at_version_1(path)
     with caplog.at_level(logging.WARNING, logger="scheduling"):
@@ -340,10 +351,11 @@ def test_opening_an_older_database_warns_once_that_it_upgraded_it(
 
 
 def test_the_cli_says_on_stderr_that_it_upgraded_the_database(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], with_a_future_migration: None
 ) -> None:
     """``prana list`` on an older database says on stderr, in one line, that it upgraded
     it; ``prana db upgrade`` says it once, on stdout, as before."""
+    del with_a_future_migration
     listed, upgraded = tmp_path / "listed.db", tmp_path / "upgraded.db"
     stored_id = database_at_version_1(listed)
     database_at_version_1(upgraded)

@@ -36,7 +36,7 @@ from prana import (
     loads,
     resume_workflow,
 )
-from prana._compact import gen_runs_codec, upgrade_runs
+from prana._compact import gen_runs_codec, named_runs
 from prana._fast_hooks import DATETIMES
 from prana._noderuns import NodeRuns
 from prana._serialization import _detailed, _fast
@@ -172,10 +172,10 @@ def constructed(key: str, row: Any) -> NodeExecution | None:
     """The run the records' constructors build from ``row``, or ``None`` if they refuse it.
 
     The slow path ``loads`` explains refusals with: the row rewritten with field names
-    (``upgrade_runs``), then the detailed converter, which builds ``AttemptRecord`` and
+    (``named_runs``), then the detailed converter, which builds ``AttemptRecord`` and
     ``NodeExecution`` through ``__init__`` (every validator a record has runs).
     """
-    runs, problems = upgrade_runs({key: [row]}, "$")
+    runs, problems = named_runs({key: [row]}, "$")
     if problems:
         return None
     try:

@@ -50,7 +50,7 @@ from prana import (
     make_converter,
     resume_workflow,
 )
-from prana._fast_hooks import gen_row_hooks
+from prana._fast_hooks import gen_fast_hooks
 from prana._model import slot_twin
 from prana._serialization import dumps_outcome, loads_outcome
 from prana.testing import ManualClock
@@ -365,13 +365,13 @@ def test_hand_tuned_hooks_match_generic_hooks(execution: WorkflowExecution) -> N
 
 
 def test_document_shape() -> None:
-    """The document is ``{"schema_version": 3, "execution": {...}}`` with plain JSON inside.
+    """The document is ``{"schema_version": 1, "execution": {...}}`` with plain JSON inside.
 
     A run is a row without its node key; its other times are microseconds after its start.
     """
     doc = record(suspended_execution())
     assert list(doc) == ["schema_version", "execution"]
-    assert doc["schema_version"] == SCHEMA_VERSION == 3
+    assert doc["schema_version"] == SCHEMA_VERSION == 1
     body = doc["execution"]
     assert body["status"] == "suspended"
     assert body["started_at"] == "2030-01-01T00:00:00Z"
@@ -502,59 +502,6 @@ def test_hand_edited_record_still_loads() -> None:
     del doc["execution"]["output"]
     doc["execution"]["node_executions"]["n0"][0] = run
     assert loads(json.dumps(doc)) == suspended_execution()
-
-
-V1_DOCUMENT = (
-    '{"schema_version":1,"execution":{"id":"e1","workflow_id":"wf","workflow_version":1,'
-    '"status":"suspended","input":null,"node_executions":{"n0":[{"node_key":"n0",'
-    '"status":"completed","execution_index":0,"run_index":0,'
-    '"started_at":"2030-01-01T00:00:00+00:00","completed_at":"2030-01-01T00:00:01+00:00",'
-    '"params":null,"output":{"i":0},"output_port":"main","error":null,"attempts":[{"number":1,'
-    '"started_at":"2030-01-01T00:00:00+00:00","ended_at":"2030-01-01T00:00:00+00:00",'
-    '"outcome":"completed","error":null,"due_at":null,"retry_delay_ms":null}]}]},"state":{},'
-    '"pending":[{"node_key":"n9","seq":3,"sources":{"main":["n1","main"]}}],"next_index":0,'
-    '"suspended_node":"n1","suspension":{"kind":"retry","data":{"retry_delay_ms":500,'
-    '"attempt_number":2,"max_attempts":3,"original_error":{"code":"action_error",'
-    '"type":"ConnectionError","module":"builtins","message":"x","details":null,'
-    '"node_key":null},"resume_at":"2030-01-01T00:00:05+00:00"}},"output":null,"error":null,'
-    '"parent":null,"started_at":"2030-01-01T00:00:00+00:00","updated_at":null,'
-    '"completed_at":null}}'
-)
-"""What ``dumps(suspended_execution(1))`` wrote under schema version 1 (runs as objects)."""
-
-
-def test_version_1_records_still_load() -> None:
-    """A record written by schema version 1, with runs and attempts as objects, reads back."""
-    assert loads(V1_DOCUMENT) == suspended_execution(1)
-    assert loads_outcome(
-        V1_DOCUMENT.replace(
-            '"execution":', '"outcome":{"type":"completed","output":1,"execution":', 1
-        )
-        + "}"
-    ) == Completed(execution=suspended_execution(1), output=1)
-
-
-def test_version_1_record_errors_name_fields() -> None:
-    """A bad field in a version 1 object-shaped run is named like any other."""
-    text = V1_DOCUMENT.replace('"run_index":0', '"run_index":"0"')
-    with pytest.raises(RecordError) as info:
-        loads(text)
-    assert problems_of(info) == [
-        "$.execution.node_executions['n0'][0].run_index: expected a whole number, got '0'"
-    ]
-
-
-def test_trailing_defaults_are_left_out_of_rows() -> None:
-    """An attempt row stops at its last non-default field; middle defaults stay as null."""
-    conv = make_converter()
-    attempt = AttemptRecord(number=2, started_at=T0, retry_delay_ms=5)
-    assert orjson.loads(orjson.dumps(conv.unstructure(attempt))) == [
-        2, T0.isoformat(), None, "running", None, None, 5,
-    ]  # fmt: skip
-    assert conv.unstructure(AttemptRecord(number=2, started_at=T0)) == [2, T0]
-    assert conv.structure([2, T0.isoformat()], AttemptRecord) == AttemptRecord(
-        number=2, started_at=T0
-    )
 
 
 def test_too_long_row_is_named() -> None:
@@ -747,7 +694,8 @@ def test_schema_version_problem_names_the_field() -> None:
     """The problem line of an unknown version names ``$.schema_version``."""
     with pytest.raises(RecordError) as info:
         loads('{"schema_version": 7, "execution": {}}')
-    assert problems_of(info) == ["$.schema_version: 7; this prana reads versions 1, 2 and 3"]
+    expected = "$.schema_version: 7; this prana reads version 1 only (written by a newer prana"
+    assert problems_of(info) == [f"{expected}: upgrade prana-workflows to read it)"]
 
 
 def corrupt(mutate: Any) -> pytest.ExceptionInfo[RecordError]:
@@ -1225,15 +1173,15 @@ class _Plain:
 
 
 def test_records_built_through_a_slot_twin_are_genuine() -> None:
-    """A row read through the slot twin is a frozen instance of the record class itself."""
+    """A record read through the slot twin is a frozen instance of the record class itself."""
     conv = make_converter()
     attrs.resolve_types(_Plain)
-    _, structure = gen_row_hooks(conv, _Plain, lambda d, _: _Plain(**d))
+    _, structure = gen_fast_hooks(conv, _Plain)
     assert slot_twin(_Plain) is not None
-    built = structure([1, "y"], None)
+    built = structure({"a": 1, "b": "y"}, None)
     assert type(built) is _Plain
     assert built == _Plain(a=1, b="y")
-    assert structure([2], None) == _Plain(a=2)
+    assert structure({"a": 2}, None) == _Plain(a=2)
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         built.a = 3  # type: ignore[misc]
 

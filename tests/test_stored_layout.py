@@ -1,8 +1,7 @@
-"""The stored layout: version 3 runs, every older version still read, and the fast paths kept.
+"""The stored layout (schema 1): runs as rows, other versions refused, the fast paths kept.
 
-Version 3 (``prana._compact``) writes a node run as a row without its node key, its times
-as microseconds after its start. Records written by versions 1 and 2 are kept as
-fixtures (``tests/fixtures``) and must read back equal forever.
+``prana._compact`` writes a node run as a row without its node key, its times as
+microseconds after its start.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import attrs
 import orjson
 import pytest
 from hypothesis import given, settings
-from stored_records import PLUS2, T0, at, fixture, rich_execution
+from stored_records import PLUS2, T0, at, rich_execution
 from test_serialization import executions
 
 from prana import (
@@ -35,10 +34,10 @@ from prana import (
     execute_workflow,
     loads,
 )
-from prana._compact import ATTEMPT_LAYOUT, RUN_LAYOUT, check_layouts, upgrade_runs
+from prana._compact import ATTEMPT_LAYOUT, RUN_LAYOUT, check_layouts, named_runs
 from prana._fast_hooks import DATETIMES
 from prana._model import StoredRow
-from prana._serialization import _detailed, _fast, _v3, dumps_outcome, loads_outcome
+from prana._serialization import _codec, _detailed, _fast, dumps_outcome, loads_outcome
 
 
 def body(text: str) -> Any:
@@ -46,37 +45,24 @@ def body(text: str) -> Any:
     return orjson.loads(text)["execution"]
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_records_of_every_older_version_load(version: int) -> None:
-    """A record written by schema version 1 (objects) or 2 (rows) reads back equal."""
-    text = fixture(version)
-    assert json.loads(text)["schema_version"] == version
-    assert loads(text) == rich_execution()
+@pytest.mark.parametrize("version", [0, 2, 3, "1", None])
+def test_a_record_of_another_schema_version_is_refused(version: Any) -> None:
+    """Only schema 1 is read: any other version is a ``RecordError`` naming the field and
+    the fix (a newer one says to upgrade prana), never a crash or a guess."""
+    doc = json.loads(dumps(rich_execution()))
+    doc["schema_version"] = version
+    with pytest.raises(RecordError) as info:
+        loads(json.dumps(doc))
+    (problem,) = info.value.problems
+    assert problem.startswith(f"$.schema_version: {version!r}; this prana reads version 1 only")
+    assert ("upgrade prana-workflows" in problem) == (version in (2, 3))
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_older_records_are_read_by_the_fast_hooks(version: int) -> None:
-    """Old records take the tuned converter (no fallback to the detailed one), also when
-    trailing fields added since (trace_context, lease_expires_at, kept_size) are missing."""
-    old = body(fixture(version))
-    for name in ("kept_size", "lease_expires_at", "trace_context"):
-        del old[name]
-    for runs in old["node_executions"].values():
-        for run in runs:
-            if isinstance(run, dict):
-                for attempt in run["attempts"]:
-                    if not attempt["redrive"]:
-                        del attempt["redrive"]  # added after version 1
-    DATETIMES.clear()
-    read = _fast().structure(old, WorkflowExecution)
-    assert read == attrs.evolve(rich_execution(), trace_context=None, kept_size=None)
-
-
-def test_version_3_is_written_and_reads_back_exactly() -> None:
+def test_schema_1_is_written_and_reads_back_exactly() -> None:
     """The current version is written; every time, offset and attempt comes back."""
     execution = rich_execution()
     text = dumps(execution)
-    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 3
+    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 1
     back = loads(text)
     assert back == execution
     loop = back.node_executions["loop"]
@@ -87,7 +73,7 @@ def test_version_3_is_written_and_reads_back_exactly() -> None:
     assert [a.redrive for a in back.node_executions["flaky"][0].attempts] == [False, False, True]
 
 
-def test_version_3_rows() -> None:
+def test_runs_are_rows() -> None:
     """A run is a row without its key; UTC times after its start are microseconds."""
     runs = body(dumps(rich_execution()))["node_executions"]
     assert runs["start"] == [["completed", 0, 0, "2030-01-01T12:00:00.250000Z", 0, [[1, 0, 0]],
@@ -106,9 +92,9 @@ def test_version_3_rows() -> None:
     assert runs["loop"][0][8] == "true"
 
 
-def test_version_3_is_at_most_half_of_version_2() -> None:
+def test_rows_are_at_most_half_of_objects() -> None:
     """The point of the layout: 100 small runs (a real clock's times, one attempt each) in
-    under half the bytes version 2 wrote, which the tuned converter still writes per record."""
+    under half the bytes of objects of named fields (the converter's per-record form)."""
     base = rich_execution().node_executions["start"][0]
     runs = {}
     for i in range(100):
@@ -120,11 +106,10 @@ def test_version_3_is_at_most_half_of_version_2() -> None:
                          completed_at=attempt.ended_at, attempts=(attempt,), output=i),
         )  # fmt: skip
     execution = attrs.evolve(rich_execution(), node_executions=runs)
-    v3 = len(dumps(execution).encode())
-    v2_body = _fast().unstructure(execution, WorkflowExecution)
-    v2 = len(orjson.dumps({"schema_version": 2, "execution": v2_body}))
+    rows = len(dumps(execution).encode())
+    objects = len(orjson.dumps({"schema_version": 1, "execution": _fast().unstructure(execution)}))
     assert loads(dumps(execution)) == execution
-    assert v3 <= 0.5 * v2
+    assert rows <= 0.5 * objects
 
 
 def test_a_run_under_another_key_keeps_its_key() -> None:
@@ -140,13 +125,13 @@ def test_a_run_under_another_key_keeps_its_key() -> None:
 @settings(max_examples=100, deadline=None)
 @given(executions)
 def test_everything_dumps_writes_takes_the_fast_reader(execution: WorkflowExecution) -> None:
-    """The generated version 3 reader reads what ``dumps`` writes without falling back, and
-    the slow path (runs rewritten as version 2 objects, the detailed converter) agrees."""
+    """The generated reader reads what ``dumps`` writes without falling back, and the slow
+    path (runs rewritten as objects of named fields, the detailed converter) agrees."""
     doc = body(dumps(execution))
     DATETIMES.clear()
-    fast = _v3()[1](doc, None)
+    fast = _codec()[1](doc, None)
     assert fast == execution
-    runs, problems = upgrade_runs(doc["node_executions"], "$.execution.node_executions")
+    runs, problems = named_runs(doc["node_executions"], "$.execution.node_executions")
     assert problems == []
     slow = _detailed().structure({**doc, "node_executions": runs}, WorkflowExecution)
     assert slow == execution
@@ -155,22 +140,19 @@ def test_everything_dumps_writes_takes_the_fast_reader(execution: WorkflowExecut
 def test_the_fast_reader_takes_the_rich_record() -> None:
     """Every kind of run and attempt (failed, retried, redriven, non-UTC) reads fast."""
     DATETIMES.clear()
-    assert _v3()[1](body(dumps(rich_execution())), None) == rich_execution()
+    assert _codec()[1](body(dumps(rich_execution())), None) == rich_execution()
 
 
-def test_outcomes_are_written_in_version_3() -> None:
-    """``dumps_outcome`` writes the execution as ``dumps`` does; older outcomes still read."""
+def test_outcomes_are_written_in_schema_1() -> None:
+    """``dumps_outcome`` writes the execution as ``dumps`` does."""
     outcome = Completed(execution=rich_execution(), output=[1])
     text = dumps_outcome(outcome)
-    assert json.loads(text)["schema_version"] == 3
+    assert json.loads(text)["schema_version"] == 1
     assert loads_outcome(text) == outcome
-    old = fixture(2).strip().replace('"execution":', '"outcome":{"type":"completed","output":'
-                                    '[1],"execution":', 1) + "}"  # fmt: skip
-    assert loads_outcome(old) == outcome
 
 
 def test_layouts_hold_every_field() -> None:
-    """Each version 3 layout lists its record's fields once (a new field fails here until it
+    """Each row layout lists its record's fields once (a new field fails here until it
     is added at the end of the layout) and leads with the fields always written."""
     check_layouts()
     assert [name for name, _ in RUN_LAYOUT] == [
@@ -215,8 +197,8 @@ def test_layouts_hold_every_field() -> None:
         ),
     ],
 )
-def test_bad_version_3_rows_name_their_field(change: Any, expected: str) -> None:
-    """A bad row item is reported at its field, as in any other version."""
+def test_bad_rows_name_their_field(change: Any, expected: str) -> None:
+    """A bad row item is reported at its field, as any other bad value is."""
     doc = json.loads(dumps(rich_execution()))
     change(doc["execution"]["node_executions"])
     with pytest.raises(RecordError) as info:

@@ -834,7 +834,7 @@ def test_a_corrupt_record_is_a_one_line_error_not_a_crash(tmp_path: Path) -> Non
         with contextlib.closing(sqlite3.connect(db)) as connection, connection:
             connection.execute(
                 "UPDATE prana_executions SET data = ? WHERE id = ?",
-                ('{"schema_version": 2, "execution": {"id": 1}}', execution_id),
+                ('{"schema_version": 1, "execution": {"id": 1}}', execution_id),
             )
         app = create_app(runner, token=OPERATOR)
 

@@ -8,8 +8,8 @@ index) is one new migration at the end of the list, never an edit of an old one.
 on open is logged once, at WARNING on ``scheduling.stores`` (``log_upgrade``): an operator
 sees that earlier releases can no longer use the database.
 
-A database made before versioned migrations has prana's tables but no version table: its
-layout is migration 1, recorded as such when it is first opened.
+Tables named as prana's without a version table were not made by a released prana: they
+are refused (``unversioned_error``), never adopted or altered.
 """
 
 from __future__ import annotations
@@ -43,6 +43,14 @@ class SchemaTooNewError(StoreError):
 
 class SchemaBehindError(StoreError):
     """The database's schema is older than this prana and the store may not upgrade it."""
+
+
+def unversioned_error(where: str) -> StoreError:
+    """The refusal of prana's tables without a version table (no released prana made them)."""
+    return StoreError(
+        f"{where}: holds a prana_executions table but no {VERSION_TABLE} table, so no released "
+        "prana made it; move its tables aside (or use another database) and open it again"
+    )
 
 
 def check_sequence(migrations: Sequence[Migration]) -> None:

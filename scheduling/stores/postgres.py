@@ -57,7 +57,13 @@ from scheduling._errors import (
 )
 from scheduling.abc import ExecutionSummary
 from scheduling.stores._base import BaseStore, conflict_message
-from scheduling.stores._migrations import Migration, check_sequence, log_upgrade, pending
+from scheduling.stores._migrations import (
+    Migration,
+    check_sequence,
+    log_upgrade,
+    pending,
+    unversioned_error,
+)
 from scheduling.stores._postgres_groups import (
     BEGIN_ASYNC_GROUP,
     GroupsMixin,
@@ -421,13 +427,11 @@ class PostgresStore(GroupsMixin, BaseStore):
         """Bring the schema to ``SCHEMA_VERSION`` (in the caller's transaction) or refuse."""
         conn.execute(self._q["version_table"])
         current = conn.execute(self._q["schema_version"]).fetchone()[0]  # type: ignore[index]
-        if current is None:
-            made_before = conn.execute(self._q["executions_exist"]).fetchone()[0]  # type: ignore[index]
-            current = 0
-            if made_before is not None:  # made before versioned migrations: migration 1
-                current = 1
-                self._record(conn, POSTGRES_MIGRATIONS[0])
         where = f"PostgreSQL schema {self.schema or 'public'}"
+        if current is None:
+            if conn.execute(self._q["executions_exist"]).fetchone()[0] is not None:  # type: ignore[index]
+                raise unversioned_error(where)
+            current = 0
         todo = pending(current, POSTGRES_MIGRATIONS, where=where, upgrade=self.upgrade)
         for migration in todo:
             conn.execute(self._q[f"migration_{migration.version}"])
@@ -442,8 +446,8 @@ class PostgresStore(GroupsMixin, BaseStore):
     def stored_schema_version(self) -> int | None:
         """The database's schema version, read without creating or changing anything.
 
-        ``None`` when the schema holds no prana tables; tables made before versioned
-        migrations are version 1. ``prana db status`` uses it: a status is read-only.
+        ``None`` when the schema holds no prana tables; tables without a version table are
+        refused (``unversioned_error``). ``prana db status`` uses it: a status is read-only.
         """
         self._probe()
         try:
@@ -457,7 +461,9 @@ class PostgresStore(GroupsMixin, BaseStore):
                         return int(row[0])
         except psycopg.Error as exc:
             raise driver_error(exc, "reading the schema version") from exc
-        return 1 if executions is not None else None
+        if executions is not None:
+            raise unversioned_error(f"PostgreSQL schema {self.schema or 'public'}")
+        return None
 
     def setup(self) -> None:
         """Create the schema and tables if they do not exist (done on first use anyway)."""

@@ -44,6 +44,7 @@ from scheduling.stores._migrations import (
     check_sequence,
     log_upgrade,
     pending,
+    unversioned_error,
 )
 from scheduling.stores._sql import (
     ParsedCache,
@@ -83,7 +84,7 @@ SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
 SQLITE_MIGRATIONS = (
     Migration(
         1,
-        "executions (with due time and version) and workflow definitions",
+        "executions (with due time, version and lease) and workflow definitions",
         """
 CREATE TABLE IF NOT EXISTS prana_executions (
     seq INTEGER PRIMARY KEY,
@@ -94,7 +95,8 @@ CREATE TABLE IF NOT EXISTS prana_executions (
     due_at INTEGER,
     version INTEGER NOT NULL,
     updated_at INTEGER,
-    data TEXT NOT NULL
+    data TEXT NOT NULL,
+    lease_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS prana_executions_due
     ON prana_executions (due_at, seq) WHERE due_at IS NOT NULL;
@@ -105,11 +107,6 @@ CREATE TABLE IF NOT EXISTS prana_workflows (
     PRIMARY KEY (workflow_id, version)
 );
 """,
-    ),
-    Migration(
-        2,
-        "a claim's lease in its own column (lease_at): claiming leaves the due index alone",
-        "ALTER TABLE prana_executions ADD COLUMN lease_at INTEGER",
     ),
 )
 """The SQLite schema, step by step: add a step at the end, never edit one (see _migrations)."""
@@ -133,7 +130,7 @@ _UPDATE = (
 # the row written is the same (``tests/test_shell_fast_paths.py``).
 _UPDATE_UNDUE = _UPDATE.replace(" due_at = ?,", " due_at = NULL,")
 # A claim (``scheduling.abc.ClaimingStore``) sets the columns only; ``data`` stays the
-# suspended record it claims. The rule of the claimed row (schema version 2):
+# suspended record it claims. The rule of the claimed row:
 #
 #     Its lease is ``lease_at``; its ``due_at`` stays the due time it was claimed at, which
 #     is never after the lease. A row's alarm is ``lease_at`` while it is claimed (status
@@ -145,7 +142,7 @@ _UPDATE_UNDUE = _UPDATE.replace(" due_at = ?,", " due_at = NULL,")
 # moves ``due_at`` to the lease as well (``_CLAIM_MOVING``). Every claimed row thus has
 # ``due_at <= lease_at``, so an alarm at or before ``now`` has ``due_at <= now`` and the
 # index walk of ``find_due`` finds every claim whose lease ended. A save clears ``lease_at``.
-# A row claimed before version 2 (its lease in ``due_at``, ``lease_at`` null) reads as ever.
+# A ``running`` row without ``lease_at`` (edited by hand) has ``due_at`` as its lease.
 _CLAIM = (
     "UPDATE prana_executions SET status = 'running', lease_at = ?, version = version + 1,"
     " updated_at = ? WHERE id = ? AND version = ? AND due_at <= ?"
@@ -393,13 +390,12 @@ class SQLiteStore(BaseStore):
         try:
             current = conn.execute("SELECT MAX(version) FROM prana_schema_version").fetchone()[0]
             if current is None:
-                made_before = conn.execute(
+                unversioned = conn.execute(
                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'prana_executions'"
                 ).fetchone()
+                if unversioned is not None:
+                    raise unversioned_error(self.path)
                 current = 0
-                if made_before is not None:  # made before versioned migrations: migration 1
-                    current = 1
-                    self._record(conn, SQLITE_MIGRATIONS[0])
             todo = pending(current, SQLITE_MIGRATIONS, where=self.path, upgrade=self.upgrade)
             for migration in todo:
                 for statement in migration.sql.split(";"):
@@ -619,7 +615,7 @@ class SQLiteStore(BaseStore):
             raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
         execution = self._parsed.read(execution_id, row[0])
         if row[2] == "running" and execution.status is ExecutionStatus.SUSPENDED:
-            lease = row[3] if row[5] is None else row[5]  # claimed before version 2: due_at
+            lease = row[3] if row[5] is None else row[5]  # as ``_ALARM_AT`` reads it
             execution = as_claimed(execution, _time_or_none(lease), _time_or_none(row[4]))
         return execution, read_version(execution_id, row[1])
 
@@ -726,10 +722,10 @@ class SQLiteStore(BaseStore):
 def stored_schema_version(path: str | os.PathLike[str]) -> int | None:
     """The schema version of the database at ``path``, read without changing anything.
 
-    ``None`` when the file does not exist or holds no prana tables; a database made before
-    versioned migrations is version 1. Unlike opening a ``SQLiteStore`` this creates no
-    file, table or journal (``prana db status`` is read-only); a file that is not a SQLite
-    database is a ``StoreError``.
+    ``None`` when the file does not exist or holds no prana tables; tables without a
+    version table are refused (``unversioned_error``). Unlike opening a ``SQLiteStore``
+    this creates no file, table or journal (``prana db status`` is read-only); a file that
+    is not a SQLite database is a ``StoreError``.
     """
     text = _check_path(path)
     file = Path(text)
@@ -750,7 +746,9 @@ def stored_schema_version(path: str | os.PathLike[str]) -> int | None:
             version = conn.execute("SELECT MAX(version) FROM prana_schema_version").fetchone()[0]
             if version is not None:
                 return int(version)
-        return 1 if "prana_executions" in tables else None
+        if "prana_executions" in tables:
+            raise unversioned_error(text)
+        return None
     except sqlite3.DatabaseError as exc:
         raise StoreError(
             f"{text}: not a prana database (SQLite says: {exc}); pass the path of a prana "
