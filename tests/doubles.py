@@ -147,6 +147,13 @@ class Flaky:
         return {"ok": True, "attempt": ctx.attempt}
 
 
+def fails_first(params: Any, ctx: ActionContext) -> Any:
+    """An action whose attempt 1 raises ``ConnectionError("down")``; a retry returns ``"done"``."""
+    if ctx.attempt == 1:
+        raise ConnectionError("down")
+    return "done"
+
+
 def raising(exc: BaseException) -> Callable[[Any, ActionContext], Any]:
     """An action that always raises ``exc``."""
 

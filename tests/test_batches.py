@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from doubles import T0, flaky_node, sub_node, workflow
+from doubles import T0, fails_first, flaky_node, sub_node, workflow
 from test_stores import execution, retry
 
 from prana import ActionContext, ExecutionStatus, Node, Registry, Suspend, cancel_execution
@@ -527,12 +527,6 @@ def test_manual_batches_must_be_a_bool() -> None:
 # -- the Runner: a batch in one store group ------------------------------------------------
 
 
-def fails_first_attempt(params: Any, ctx: ActionContext) -> Any:
-    if ctx.attempt == 1:
-        raise ConnectionError("down")
-    return {"attempt": ctx.attempt}
-
-
 def batch_runner(
     store: SQLiteStore, action: Callable[[Any, ActionContext], Any], *, batches: bool = True
 ) -> tuple[Runner[ManualScheduler], ManualClock]:
@@ -559,7 +553,7 @@ def test_a_batch_resumes_every_retry_once_each_claim_committed_before_its_action
             rows = dict(watch.execute("SELECT id, status FROM prana_executions").fetchall())
             done = sum(1 for status in rows.values() if status == "completed")
             seen.append((ctx.execution_id, rows[ctx.execution_id], done))
-        return fails_first_attempt(params, ctx)
+        return fails_first(params, ctx)
 
     store = SQLiteStore(path)
     runner, _ = batch_runner(store, action, batches=batches)
@@ -614,7 +608,7 @@ def test_a_batch_member_cancelled_elsewhere_is_dropped_and_the_rest_go_on(
     path = tmp_path / "batch.sqlite3"
     store = SQLiteStore(path)
     other = SQLiteStore(path, cache_size=0)
-    runner, clock = batch_runner(store, fails_first_attempt)
+    runner, clock = batch_runner(store, fails_first)
     try:
         with runner:
             wf = workflow(flaky_node(attempts=3, delay=5))
@@ -670,7 +664,7 @@ def test_a_batch_on_postgres_commits_each_claim_before_its_action(postgres_dsn: 
             rows = {row.id: row.status.value for row in group.other.list(limit=100)}
             done = sum(1 for status in rows.values() if status == "completed")
             seen.append((ctx.execution_id, rows[ctx.execution_id], done))
-        return fails_first_attempt(params, ctx)
+        return fails_first(params, ctx)
 
     runner, _ = batch_runner(group.store, action)  # type: ignore[arg-type]
     try:

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from doubles import T0, at, flaky_node, workflow
+from doubles import T0, at, fails_first, flaky_node, workflow
 
 from prana import (
     ActionContext,
@@ -106,16 +106,10 @@ def claiming(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callabl
 def suspended_retry(store: Any, clock: ManualClock) -> tuple[str, int]:
     """Store an execution suspended on a retry (due at ``at(1)``); its id and version."""
     registry = Registry()
-    registry.register("test.flaky", _fails_first)
+    registry.register("test.flaky", fails_first)
     outcome = execute_workflow(workflow(flaky_node()), None, registry=registry, clock=clock)
     assert outcome.execution is not None
     return outcome.execution.id, store.save(outcome.execution, None)
-
-
-def _fails_first(params: Any, ctx: ActionContext) -> Any:
-    if ctx.attempt == 1:
-        raise ConnectionError("down")
-    return "done"
 
 
 # -- the store's side ------------------------------------------------------------------------

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import textwrap
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from doubles import T0, flaky_node, workflow
+from doubles import T0, fails_first, flaky_node, workflow
 
-from prana import ActionContext, AttemptOutcome, ExecutionStatus, Registry
+from prana import AttemptOutcome, ExecutionStatus, Registry
 from prana.testing import ManualClock
 from scheduling import Runner
 from scheduling._claims import is_claimed
@@ -40,17 +40,11 @@ ACTIONS = textwrap.dedent(
 )
 
 
-def _fails_first(params: Any, ctx: ActionContext) -> Any:
-    if ctx.attempt == 1:
-        raise ConnectionError("down")
-    return "done"
-
-
 def claimed_retry(db: str) -> str:
     """Store an execution whose due retry (attempt 2 of ``r``) a worker claimed; its id."""
     clock = ManualClock(T0)
     registry = Registry()
-    registry.register("test.flaky", _fails_first)
+    registry.register("test.flaky", fails_first)
     store = SQLiteStore(db)
     try:
         with Runner(registry, store, ManualScheduler(clock), clock=clock) as runner:

@@ -6,12 +6,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from doubles import T0, at, flaky_node, workflow
+from doubles import T0, at, fails_first, flaky_node, workflow
 from hypothesis import given
 from hypothesis import strategies as st
 
 from prana import (
-    ActionContext,
     AttemptOutcome,
     AttemptRecord,
     ErrorInfo,
@@ -347,7 +346,7 @@ def test_timeline_of_a_claimed_execution_says_what_runs() -> None:
     """``prana show`` of a light claim names the resume in flight and its lease."""
     store = MemoryStore()
     registry = Registry()
-    registry.register("test.flaky", _fails_first)
+    registry.register("test.flaky", fails_first)
     outcome = execute_workflow(
         workflow(flaky_node()), None, registry=registry, clock=ManualClock(T0)
     )
@@ -365,17 +364,11 @@ def test_timeline_of_a_claimed_execution_says_what_runs() -> None:
     assert f"  lease     ended {at(31).isoformat()}: no process renewed it" in ended
 
 
-def _fails_first(params: Any, ctx: ActionContext) -> Any:
-    if ctx.attempt == 1:
-        raise ConnectionError("down")
-    return "done"
-
-
 def test_the_web_view_of_a_claimed_execution_says_what_runs() -> None:
     """The web view names a light claim's resume in flight and the lease, as ``prana show``."""
     store = MemoryStore()
     registry = Registry()
-    registry.register("test.flaky", _fails_first)
+    registry.register("test.flaky", fails_first)
     wf = workflow(flaky_node())
     outcome = execute_workflow(wf, None, registry=registry, clock=ManualClock(T0))
     version = store.save(outcome.execution, None)
