@@ -42,7 +42,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
 from prana import (
@@ -407,6 +407,8 @@ class Runner(Generic[SchedulerT]):
         """The observer that keeps each execution in one trace (``scheduling.otel``), if any."""
         self.recover = recover
         self._open = False
+        self._repair_at: datetime | None = None
+        """When ``rearm_due`` next looks for stranded parents (``_repair_parents``)."""
         for workflow in workflows:
             self.register_workflow(workflow)
 
@@ -462,7 +464,7 @@ class Runner(Generic[SchedulerT]):
             self._open = True
             if self.recover:
                 self._arm_all(self.store.alarms())
-                self._reconcile_parents()
+                self._repair_parents()
         except BaseException:
             self._open = True
             self.close()
@@ -749,9 +751,46 @@ class Runner(Generic[SchedulerT]):
         ``deliver`` from the command line that ended in a retry, a runner that crashed).
         Arming one already armed only replaces its alarm.
         """
-        due = self.store.find_due(self.clock(), limit=limit)
+        now = self.clock()
+        due = self.store.find_due(now, limit=limit)
         self._arm_all(due)
+        if self._repair_at is None or now >= self._repair_at:
+            self._repair_at = now + timedelta(seconds=self.lease_seconds / 2)
+            self._repair_parents()
         return len(due)
+
+    def _repair_parents(self, limit: int = 1_000_000) -> list[str]:
+        """Move on the sub-workflow parents a stopped process left waiting; return their ids.
+
+        A process killed after saving a parent and before starting its child (or arming an
+        async child's alarm), or after a child's final save and before resuming its parent,
+        leaves the parent suspended with no due time and no alarm. Each is taken up as its
+        process would have gone on: its child started, its ended child reported, its
+        deadline enforced. Racing a live process doing the same is harmless: the child's id
+        is fixed and the parent's resume a compare-and-set. ``open`` calls it, and
+        ``rearm_due`` every half lease, so live workers repair within a lease.
+        """
+        moved: list[str] = []
+        for execution_id in suspended_without_due_time(self.store):
+            if len(moved) >= limit:
+                break
+            try:
+                execution, _ = self.store.load(execution_id)
+                suspension = execution.suspension
+                if (
+                    execution.status is ExecutionStatus.SUSPENDED
+                    and suspension is not None
+                    and suspension.kind == "sub_workflow"
+                    and self._sub_workflow_alarm(execution)
+                ):
+                    moved.append(execution_id)
+            except ExecutionNotFound:
+                continue
+            except InvalidWorkflowError as error:  # this process lacks actions: said once
+                self._cannot_run(execution_id, error)
+            except (RecordError, ResumeError, WorkflowNotFound) as error:  # edited by hand
+                self._cannot_resume(execution_id, error)
+        return moved
 
     def _arm_all(self, alarms: Sequence[tuple[str, datetime]]) -> None:
         """Arm these alarms: in one call to a ``BulkScheduler``, else one by one."""
@@ -774,28 +813,10 @@ class Runner(Generic[SchedulerT]):
         for execution_id, _ in self.store.find_due(self.clock(), limit=limit):
             if self._on_alarm(execution_id):
                 handled.append(execution_id)
-        # A sub-workflow deadline is not a stored due time (the runner arms it with the child),
-        # so parents past theirs are found among the suspended executions without one.
-        now = self.clock()
-        for execution_id in suspended_without_due_time(self.store):
-            if len(handled) >= limit:
-                break
-            try:
-                execution, _ = self.store.load(execution_id)
-            except ExecutionNotFound:
-                continue
-            except RecordError as error:  # edited by hand: said once, the rest go on
-                self._cannot_resume(execution_id, error)
-                continue
-            data = execution.suspension.data if execution.suspension is not None else None
-            expires = data.expires_at if isinstance(data, SubWorkflowData) else None
-            if (
-                execution.status is ExecutionStatus.SUSPENDED
-                and expires is not None
-                and expires <= now
-            ):
-                self._sub_workflow_alarm(execution)
-                handled.append(execution_id)
+        # Parents a stopped process left waiting on a child (none started, one that ended,
+        # one past its deadline) have no stored due time: they are found apart.
+        if len(handled) < limit:
+            handled += self._repair_parents(limit - len(handled))
         return handled
 
     def get(self, execution_id: str) -> WorkflowExecution:
@@ -1449,18 +1470,18 @@ class Runner(Generic[SchedulerT]):
 
     # -- sub-workflows -----------------------------------------------------------------
 
-    def _sub_workflow_alarm(self, parent: WorkflowExecution) -> None:
-        """A parent's alarm: start its async child, or time the child out at its deadline."""
+    def _sub_workflow_alarm(self, parent: WorkflowExecution) -> bool:
+        """A parent's alarm: start its child, report its ended child, or time the child out
+        at its deadline; ``False`` when there was nothing to do (the child runs)."""
         assert parent.suspension is not None
         data = parent.suspension.data
         expires = data.expires_at if isinstance(data, SubWorkflowData) else None
         if expires is None or expires > self.clock():
-            self._run_child(parent)
-            return
+            return self._run_child(parent)
         key = parent.suspended_node
         child_id = child_execution_id(parent)
         if key is None or child_id is None:
-            return
+            return False
         error = {
             "code": "timeout",
             "message": f"sub-workflow {child_id} did not end within {data.timeout_ms} ms",
@@ -1474,17 +1495,19 @@ class Runner(Generic[SchedulerT]):
                 self._cancel(child_id, reason=f"the parent's timeout: {error['message']}")
         except (ExecutionNotFound, ResumeError, StaleVersionError):
             pass  # never started, ended meanwhile, or cancelled by someone else
+        return True
 
-    def _run_child(self, parent: WorkflowExecution) -> None:
-        """Start the child a parent waits on (once), or report a child that already ended."""
+    def _run_child(self, parent: WorkflowExecution) -> bool:
+        """Start the child a parent waits on (once), or report a child that already ended;
+        ``False`` when neither was to do (the child runs, or another process started it)."""
         suspension = parent.suspension
         key = parent.suspended_node
         child_id = child_execution_id(parent)
         if suspension is None or key is None or child_id is None:
-            return
+            return False
         data = suspension.data
         if not isinstance(data, SubWorkflowData):
-            return
+            return False
         try:
             child, _ = self.store.load(child_id)
         except ExecutionNotFound:
@@ -1500,7 +1523,7 @@ class Runner(Generic[SchedulerT]):
                     "message": too_much,
                 }
                 self._resume_parent(parent.id, key, child_id, {"status": "failed", "error": error})
-                return
+                return True
             ref = ParentRef(execution_id=parent.id, node_key=key, mode=data.mode)
             try:
                 if data.version is None:
@@ -1515,7 +1538,7 @@ class Runner(Generic[SchedulerT]):
                     parent_trace=parent.trace_context,
                 )
             except StaleVersionError:
-                return  # started by someone else meanwhile; it reports when it ends
+                return False  # started by someone else meanwhile; it reports when it ends
             except (WorkflowNotFound, InvalidWorkflowError) as exc:
                 code = "workflow_not_found" if isinstance(exc, LookupError) else "invalid_workflow"
                 self._resume_parent(
@@ -1524,7 +1547,7 @@ class Runner(Generic[SchedulerT]):
                     child_id,
                     {"status": "failed", "error": exception_dict(exc, code)},
                 )
-                return
+                return True
         # The parent was read before the child started: if it stopped waiting meanwhile
         # (cancelled), the child it no longer wants is cancelled too.
         try:
@@ -1538,7 +1561,7 @@ class Runner(Generic[SchedulerT]):
         ):
             with contextlib.suppress(ExecutionNotFound, ResumeError):
                 self._cancel(child_id, f"parent {parent.id!r} no longer waits on it")
-            return
+            return started
         if data.mode == "fire_and_forget":
             self._resume_parent(
                 parent.id,
@@ -1548,8 +1571,11 @@ class Runner(Generic[SchedulerT]):
             )
         elif child.status in FINAL_STATUSES and child.id == child_id:
             self._report_to_parent(child)
-        elif data.expires_at is not None:
-            self.scheduler.schedule(parent.id, data.expires_at)  # the parent's deadline
+        else:
+            if data.expires_at is not None:
+                self.scheduler.schedule(parent.id, data.expires_at)  # the parent's deadline
+            return started
+        return True
 
     def _over_limits(self, parent: WorkflowExecution, workflow_id: str) -> str | None:
         """Why ``parent`` may not start its child: too deep, or its tree too big; else None.
@@ -1606,23 +1632,6 @@ class Runner(Generic[SchedulerT]):
             logger.warning("child %r reports to unknown parent %r", child_id, parent_id)
         except StaleVersionError:
             pass  # another runner resumed the parent first
-
-    def _reconcile_parents(self) -> None:
-        """Finish what a crash may have cut short between a child's save and its parent's."""
-        for summary in suspended_without_due_time(self.store):
-            try:
-                execution, _ = self.store.load(summary)
-            except ExecutionNotFound:
-                continue
-            except RecordError as error:  # edited by hand: said once; the runner opens
-                self._cannot_resume(summary, error)
-                continue
-            if (
-                execution.status is ExecutionStatus.SUSPENDED
-                and execution.suspension is not None
-                and execution.suspension.kind == "sub_workflow"
-            ):
-                self._run_child(execution)
 
     # -- a batch of alarms --------------------------------------------------------------
 

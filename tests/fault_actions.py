@@ -6,7 +6,9 @@ line per attempt, written before the action holds on, so a kill can land while i
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,29 @@ def scripted(params: Any, ctx: Any) -> Any:
     return {"attempt": ctx.attempt}
 
 
+class _KillOn(logging.Handler):
+    """SIGKILLs this process when the runner logs ``event`` of ``workflow``: the event is
+    released right after its step's save, before anything that follows it (a child's start,
+    a parent's resume), so the kill lands exactly on that step boundary."""
+
+    def __init__(self, event: str, workflow: str) -> None:
+        super().__init__()
+        self.event, self.workflow = event, workflow
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if (
+            getattr(record, "prana_event", None) == self.event
+            and getattr(record, "workflow_id", None) == self.workflow
+        ):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def register(registry: Any) -> None:
-    """Add the actions to the CLI's registry."""
+    """Add the actions to the CLI's registry; with ``PRANA_FAULT_KILL_ON=event:workflow``
+    in the environment, the process kills itself on that event (``_KillOn``)."""
     registry.register("fault.gate", gate)
     registry.register("fault.scripted", scripted)
+    kill_on = os.environ.get("PRANA_FAULT_KILL_ON")
+    if kill_on:
+        event, workflow = kill_on.split(":")
+        logging.getLogger("scheduling.events").addHandler(_KillOn(event, workflow))

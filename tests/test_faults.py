@@ -488,3 +488,64 @@ def test_procrastinate_workers_killed_and_cut_off_lose_and_double_nothing(
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+# -- a sub-workflow parent stranded by a kill at a step boundary (issue 22, finding 3) ------
+
+
+@pytest.mark.parametrize("kill_on", ["execution_suspended:parent", "execution_completed:child"])
+def test_a_live_worker_takes_up_a_parent_stranded_by_a_kill(
+    kill_on: str, tmp_path: Path, processes: list[Prana]
+) -> None:
+    """``prana run`` killed (SIGKILL, by its own pid) right after saving a parent and
+    before starting its sync child, or right after the child's final save and before the
+    parent resumes: the worker already running moves the parent on (it never did)."""
+    from scheduling.stores.sqlite import SQLiteStore
+
+    db = str(tmp_path / "stranded.db")
+    child = {
+        "id": "child",
+        "nodes": [
+            {"key": "start", "type": "manual.trigger"},
+            {"key": "r", "type": "data.set_data", "params": {"fields": {"ok": True}}},
+        ],
+        "connections": [{"from_node": "start", "to_node": "r"}],
+    }
+    parent = {
+        "id": "parent",
+        "nodes": [
+            {"key": "start", "type": "manual.trigger"},
+            {
+                "key": "sub",
+                "type": "workflow.execute_workflow",
+                "params": {"workflow_id": "child", "mode": "sync"},
+            },
+        ],
+        "connections": [{"from_node": "start", "to_node": "sub"}],
+    }
+    (tmp_path / "child.json").write_text(json.dumps(child))
+    (tmp_path / "parent.json").write_text(json.dumps(parent))
+    worker = Prana(
+        ["worker", "--db", db, "--actions", ACTIONS, "--poll", "0.1", "--lease", "2"],
+        cwd=tmp_path,
+    )
+    processes.append(worker)
+    assert worker.wait_for_output("worker on "), worker.stderr
+    run = Prana(
+        ["run", "parent.json", "--workflow", "child.json", "--db", db, "--actions", ACTIONS, "-v"],
+        cwd=tmp_path,
+        env={"PRANA_FAULT_KILL_ON": kill_on},
+    )
+    processes.append(run)
+    assert run.wait() == -signal.SIGKILL, run.stderr
+    store = SQLiteStore(db)
+    try:
+        (row,) = store.list(workflow_id="parent")
+        moved = wait_until(
+            lambda: store.load(row.id)[0].status is ExecutionStatus.COMPLETED, timeout=30
+        )
+        assert moved, f"parent still {store.load(row.id)[0].status.value}: {worker.stderr}"
+    finally:
+        store.close()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0, worker.stderr

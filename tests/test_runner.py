@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import pytest
@@ -1672,3 +1672,115 @@ def test_an_alarm_this_runner_cannot_run_is_said_once_and_stays_suspended(
         harness.scheduler.advance(0)
     assert store.load(first)[0].status is ExecutionStatus.COMPLETED
     assert store.load(second)[0].status is ExecutionStatus.COMPLETED
+
+
+# -- a process killed between a parent's save and its child's (issue 22, finding 3) -------------
+
+
+class Killed(BaseException):
+    """Stands for the process dying at a step boundary: nothing after it runs."""
+
+
+def _killed(*args: object, **kwargs: object) -> NoReturn:
+    raise Killed
+
+
+def _strand(
+    store: ExecutionStore,
+    clock: ManualClock,
+    mode: str,
+    boundary: str,
+    child: Node = Node(key="r", type="test.flaky"),  # noqa: B008 -- a frozen value
+) -> str:
+    """Start parent -> child in a runner that "dies" at ``boundary``; the parent's id.
+
+    ``start``: after the parent's save, before its child starts (a sync child's start, an
+    async child's alarm, armed in the dead process only). ``report``: after the child's
+    final save, before the parent resumes.
+    """
+    doomed = Harness(store, clock=clock)
+    doomed.runner.register_workflow(workflow(child, wid="child"))
+    if boundary == "start" and mode == "sync":
+        doomed.runner._run_child = _killed  # type: ignore[method-assign]
+    if boundary == "report":
+        doomed.runner._report_to_parent = _killed  # type: ignore[method-assign]
+    try:
+        pid = doomed.runner.start(parent_workflow(mode))
+    except Killed:
+        (pid,) = [row.id for row in store.list(ExecutionStatus.SUSPENDED) if row.due_at is None]
+    parent = store.load(pid)[0]
+    assert parent.status is ExecutionStatus.SUSPENDED
+    assert parent.suspension is not None
+    assert parent.suspension.kind == "sub_workflow"
+    cid = child_execution_id(parent)
+    assert cid is not None
+    if boundary == "start":
+        with pytest.raises(ExecutionNotFound):
+            store.load(cid)
+    else:
+        assert store.load(cid)[0].status is ExecutionStatus.COMPLETED
+    return pid
+
+
+@pytest.mark.parametrize(
+    ("mode", "boundary"), [("sync", "start"), ("async", "start"), ("sync", "report")]
+)
+def test_a_live_worker_repairs_a_stranded_parent_within_a_lease(
+    mode: str, boundary: str, tmp_path: Path
+) -> None:
+    """A worker already running when another process died at a sub-workflow step boundary
+    moves the stranded parent on within one lease, through what its loop calls every
+    ``--poll`` (``rearm_due``); before, only a worker's restart did (``open``)."""
+    clock = ManualClock(T0)
+    store = SQLiteStore(tmp_path / "stranded.db")
+    worker = Harness(store, clock=clock)
+    with worker.runner as runner:
+        pid = _strand(store, clock, mode, boundary)
+        lease = runner.lease_seconds
+        waited = 0.0
+        while runner.get(pid).status is not ExecutionStatus.COMPLETED and waited <= lease:
+            clock.advance(1)
+            waited += 1
+            runner.rearm_due()  # what the worker's loop calls every --poll
+            worker.scheduler.advance(0)
+        parent = runner.get(pid)
+    store.close()
+    assert parent.status is ExecutionStatus.COMPLETED, f"still stranded after {waited:g}s"
+    assert waited <= lease
+    assert parent.output == {"ok": True, "attempt": 1, "after": True}
+
+
+@pytest.mark.parametrize(
+    ("mode", "boundary"), [("sync", "start"), ("async", "start"), ("sync", "report")]
+)
+def test_worker_once_repairs_a_stranded_parent_and_counts_it(
+    mode: str, boundary: str, tmp_path: Path
+) -> None:
+    """``run_due`` (``prana worker --once``) moves a stranded parent on and returns its id:
+    it said "resumed 0" and left it stranded."""
+    clock = ManualClock(T0)
+    store = SQLiteStore(tmp_path / "once.db")
+    pid = _strand(store, clock, mode, boundary)
+    once = Harness(store, clock=clock)
+    handled = once.runner.run_due()
+    parent = once.runner.get(pid)
+    store.close()
+    assert pid in handled
+    assert parent.status is ExecutionStatus.COMPLETED
+
+
+def test_prana_worker_once_says_it_resumed_a_stranded_parent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana worker --once`` over a stranded parent moves it on and says "resumed 1"."""
+    path = tmp_path / "once-cli.db"
+    store = SQLiteStore(path)
+    child = Node(key="r", type="data.set_data", params={"fields": {"ok": True}})
+    pid = _strand(store, ManualClock(datetime.now(timezone.utc)), "sync", "report", child)
+    store.close()
+    assert main(["worker", "--once", "--db", str(path)]) == 0
+    assert "resumed 1 due execution(s)" in capsys.readouterr().out
+    store = SQLiteStore(path)
+    parent = store.load(pid)[0]
+    store.close()
+    assert parent.status is ExecutionStatus.COMPLETED
