@@ -408,7 +408,9 @@ class ErrorInfo:
     the exception class. ``details`` is a JSON object or ``None``: what the action's
     exception carried in its ``details`` attribute (e.g. an HTTP error's ``status``; a
     value that is not a JSON object is kept under ``"details"``, as its ``repr`` when not
-    JSON-native), plus what prana adds (``retry_after_ignored``, ...).
+    JSON-native), the HTTP status a client's exception carries (``status_code``: from
+    ``exc.status_code``, ``exc.response.status_code`` or an int ``exc.status``), plus what
+    prana adds (``retry_after_ignored``, ...).
     """
 
     code: str

@@ -7,7 +7,7 @@ what went wrong into the ``ErrorInfo`` those records keep.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -201,8 +201,38 @@ def error_info(
             details = repr(details)
         if type(details) is not dict:
             details = {"details": details}  # always a JSON object, as ErrorInfo promises
+    if details is None or ("status_code" not in details and "status" not in details):
+        status = status_of(cause)
+        if status is not None:
+            details = (
+                {"status_code": status} if details is None else {**details, "status_code": status}
+            )
     cls = type(cause)
     return new_error_info(value, cls.__name__, cls.__module__, str(cause), details, node_key)
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status an exception carries the way common clients put it, else ``None``.
+
+    ``exc.status_code``, ``exc.response.status_code`` (requests, httpx) or ``exc.status``
+    (aiohttp), the first that is a whole number from 100 to 999. A property that
+    raises, or any other value, is no status: nothing else is read or kept.
+    """
+    for read in _STATUS_READERS:
+        try:
+            value = read(exc)
+        except Exception:  # noqa: BLE001 - an exception's own property may raise anything
+            value = None
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 999:
+            return int(value)  # an IntEnum (http.HTTPStatus) is kept as its number
+    return None
+
+
+_STATUS_READERS: tuple[Callable[[BaseException], Any], ...] = (
+    lambda exc: getattr(exc, "status_code", None),
+    lambda exc: getattr(getattr(exc, "response", None), "status_code", None),
+    lambda exc: getattr(exc, "status", None),
+)
 
 
 # The codes error_info writes most, as the plain strings records hold (``.value`` is a

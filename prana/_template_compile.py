@@ -234,7 +234,7 @@ class _Expression:
 
     __slots__ = ("_path", "_root", "_template", "path_root")
 
-    def __init__(self, source: str, names: Names = PARAM_NAMES) -> None:
+    def __init__(self, source: str, names: Names = PARAM_NAMES, condition: bool = False) -> None:
         try:
             parser = Parser(ENV, source, state="variable")
             expr = parser.parse_expression()
@@ -248,7 +248,7 @@ class _Expression:
         found = [expr] if isinstance(expr, nodes.Name) else list(expr.find_all(nodes.Name))
         _check_names({n.name for n in found if n.ctx == "load"}, names)
         body = [nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)]
-        tree = bounded(nodes.Template(body, lineno=1))
+        tree = bounded(nodes.Template(body, lineno=1), condition=condition)
         tree.set_environment(ENV)
         self._template = ENV.from_string(tree)
         self._root = ""
@@ -322,13 +322,13 @@ class _Text:
         """Text is never walked: ``MISS`` (see ``_Expression.walk``)."""
         return MISS
 
-    def __init__(self, source: str, names: Names = PARAM_NAMES) -> None:
+    def __init__(self, source: str, names: Names = PARAM_NAMES, condition: bool = False) -> None:
         try:
             tree = ENV.parse(source)
         except TemplateSyntaxError as exc:
             raise CompileError(_syntax_message(exc, source)) from None
         _check_names(meta.find_undeclared_variables(tree), names)
-        self._template = ENV.from_string(bounded(tree))
+        self._template = ENV.from_string(bounded(tree, condition=condition))
 
     def __call__(self, context: dict[str, Any]) -> Any:
         template = self._template
@@ -349,25 +349,33 @@ Compiled = _Expression | _Text
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def compile_string(text: str, names: Names = PARAM_NAMES) -> Compiled:
-    """Compile one template string (cached by its text and the names it may use)."""
+def compile_string(text: str, names: Names = PARAM_NAMES, condition: bool = False) -> Compiled:
+    """Compile one template string (cached by its text and the names it may use).
+
+    ``condition``: a retry condition, where an ordering comparison with None is false.
+    """
     try:
         rewritten, single = rewrite_template(text)
         if single is not None:
-            return _Expression(single, names)
-        return _Text(rewritten, names)
+            return _Expression(single, names, condition)
+        return _Text(rewritten, names, condition)
     except (RecursionError, SyntaxError) as exc:
         raise _too_deep(exc) from None
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def compile_condition(text: str, names: Names = PARAM_NAMES) -> Compiled:
-    """Compile a condition: a template string, or a bare expression (cached by its text)."""
+    """Compile a condition: a template string, or a bare expression (cached by its text).
+
+    In a condition, an ordering comparison (``<``, ``<=``, ``>``, ``>=``) with None on
+    either side is false: NoETL's ``status_code >= 500 or error != None`` reads as written
+    for an error without a status code.
+    """
     if "{{" in text or "{%" in text:
-        return compile_string(text, names)
+        return compile_string(text, names, True)
     code, _ = rewrite_code(text, 0, None)
     try:
-        return _Expression(code, names)
+        return _Expression(code, names, True)
     except (RecursionError, SyntaxError) as exc:
         raise _too_deep(exc) from None
 

@@ -39,6 +39,7 @@ from prana._template_limits import (
     MAX_STEPS,
     NUMBERS,
     OPERAND,
+    ORDERED,
     PLAIN,
     PPRINT_DEPTH,
     PREFIX,
@@ -534,11 +535,13 @@ class _Bounder(NodeTransformer):
     compiles natively, past ``getitem``) is charged what it copies; comparison operands and dict
     keys are sized (comparing and hashing walk them); output written into a buffer
     (macros, call/filter/set blocks, blocks) is counted as it is written. Output at the
-    top level is counted where the render is consumed.
+    top level is counted where the render is consumed. In a retry condition
+    (``condition``), an ordering comparison with None on either side is false.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, condition: bool = False) -> None:
         self.buffered = 0
+        self.condition = condition
 
     def _buffer(self, node: nodes.Node) -> nodes.Node:
         self.buffered += 1
@@ -571,7 +574,21 @@ class _Bounder(NodeTransformer):
         node.expr = _sized(node.expr)
         for op in node.ops:
             op.expr = _sized(op.expr)
-        return node
+        if not self.condition or not any(op.op in _ORDERING for op in node.ops):
+            return node
+        links: list[nodes.Expr] = []
+        left = node.expr
+        for op in node.ops:
+            if op.op in _ORDERING:
+                operator = nodes.Const(op.op, lineno=node.lineno)
+                links.append(_helper(ORDERED, left, operator, op.expr, lineno=node.lineno))
+            else:
+                links.append(nodes.Compare(left, [op], lineno=node.lineno))
+            left = op.expr
+        chained = links[0]
+        for link in links[1:]:
+            chained = nodes.And(chained, link, lineno=node.lineno)
+        return chained
 
     def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:  # noqa: N802
         self.generic_visit(node)
@@ -589,13 +606,16 @@ class _Bounder(NodeTransformer):
         return node
 
 
+_ORDERING = frozenset({"lt", "lteq", "gt", "gteq"})
+
+
 def _sized(expr: nodes.Expr) -> nodes.Expr:
     if isinstance(expr, nodes.Const):
         return expr
     return _helper(OPERAND, expr, lineno=expr.lineno)
 
 
-def bounded(tree: nodes.Template) -> nodes.Template:
-    rewritten = _Bounder().visit(tree)
+def bounded(tree: nodes.Template, *, condition: bool = False) -> nodes.Template:
+    rewritten = _Bounder(condition).visit(tree)
     assert isinstance(rewritten, nodes.Template)
     return rewritten

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import json
 import math
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, MappingView
 from datetime import date, datetime, time, timedelta, tzinfo
@@ -798,6 +799,26 @@ def operand(value: Any) -> Any:
     return value
 
 
+_ORDERINGS: dict[str, Callable[[Any, Any], Any]] = {
+    "lt": operator.lt,
+    "lteq": operator.le,
+    "gt": operator.gt,
+    "gteq": operator.ge,
+}
+"""Jinja's ordering operators, by the name its ``Compare`` nodes give them."""
+
+
+def ordered(left: Any, op: str, right: Any) -> Any:
+    """``left <op> right`` in a retry condition: false when either side is None (missing).
+
+    NoETL writes ``status_code >= 500 or error != None``; an error without a status code
+    has ``status_code`` None, and the comparison must be false, not an error.
+    """
+    if left is None or right is None:
+        return False
+    return _ORDERINGS[op](left, right)
+
+
 def sliced(value: Any, start: Any, stop: Any, stride: Any) -> Any:
     """``value[start:stop:stride]``: a step, and the copy it makes charged."""
     step()
@@ -818,7 +839,9 @@ CONCAT = PREFIX + "concat"
 OPERAND = PREFIX + "operand"
 BUFFERED = PREFIX + "buffered"
 SLICED = PREFIX + "sliced"
+ORDERED = PREFIX + "ordered"
 INTERNAL_FILTERS: dict[str, Callable[..., Any]] = {
+    ORDERED: ordered,
     LOOP: counted,
     CONCAT: concat,
     OPERAND: operand,

@@ -236,6 +236,107 @@ def test_noetl_stop_when_reads_status_code_and_success_from_the_output() -> None
     assert decide_retry([policy], view({"status_code": 503, "data": {}}), seed=SEED) is not None
 
 
+def test_noetl_retry_when_as_written_retries_an_error_without_a_status_code() -> None:
+    """NoETL's own condition retries an error that has no status code, as NoETL's does.
+
+    noetl/noetl docs: "retry_when: \"{{ status_code >= 500 or error != None }}\"", with
+    "`error`: Error message if task failed": a connection error has no status code, so
+    ``status_code >= 500`` must not stop the ``or``. A comparison with a missing value is
+    false in a condition; the guarded spelling keeps its meaning.
+    """
+    retry = yaml.safe_load(NOETL_FULL)["retry"]
+    (policy,) = coerce_policies(retry, field="step.retry") or ()
+    why = explain_retry([policy], failed_view(ConnectionError("reset")), seed=SEED)
+    assert why.decision is not None, why.text
+    outcome = execute_workflow(
+        one_node(NodeSettings(retry=retry)),
+        {},
+        registry=always_fails(ConnectionError("reset")),
+        clock=ManualClock(),
+    )
+    assert isinstance(outcome, Suspend)
+    for text, retries in [
+        ("{{ status_code >= 500 }}", False),
+        ("{{ status_code < 500 }}", False),
+        ("{{ 500 <= status_code }}", False),
+        ("{{ status_code == None }}", True),
+        ("{{ status_code is none or status_code >= 500 }}", True),
+        ("{{ status_code is not none and status_code >= 500 }}", False),
+        ("{{ (status_code or 0) >= 500 or error != None }}", True),
+    ]:
+        guarded = RetryPolicy(retry_when=text)
+        decision = decide_retry([guarded], failed_view(ConnectionError("reset")), seed=SEED)
+        assert (decision is not None) is retries, text
+    for text, retries in [
+        ("{{ status_code >= 500 }}", True),
+        ("{{ 400 <= status_code < 500 }}", False),
+        ("{{ 500 <= status_code < 600 }}", True),
+    ]:
+        decision = decide_retry(
+            [RetryPolicy(retry_when=text)], failed_view(HTTPError(503)), seed=SEED
+        )
+        assert (decision is not None) is retries, text
+
+
+class _Response:
+    def __init__(self, status_code: Any) -> None:
+        self.status_code = status_code
+
+
+class ClientError(Exception):
+    """An error carrying its status the way common HTTP clients do (no ``details``)."""
+
+    def __init__(self, **attributes: Any) -> None:
+        super().__init__("client error")
+        for name, value in attributes.items():
+            setattr(self, name, value)
+
+
+class _Raising:
+    @property
+    def status_code(self) -> int:
+        raise RuntimeError("no response")
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        ({"status_code": 503}, 503),
+        ({"response": _Response(502)}, 502),
+        ({"status": 429}, 429),
+        ({"status_code": 503, "response": _Response(400)}, 503),
+        ({"status": "503"}, None),
+        ({"status_code": True}, None),
+        ({"status_code": 10**100}, None),
+        ({"response": _Raising()}, None),
+        ({"response": None}, None),
+    ],
+)
+def test_noetl_status_code_is_read_from_the_exception(
+    attributes: dict[str, Any], expected: int | None
+) -> None:
+    """``status_code`` comes from an exception as common HTTP clients raise it.
+
+    noetl/noetl docs, "Retry Context Variables": "`status_code`: HTTP status code (for HTTP
+    tasks)"; requests and httpx errors carry it as ``exc.response.status_code``, aiohttp's
+    as ``exc.status``, many clients' as ``exc.status_code``.
+    """
+    registry = always_fails(ClientError(**attributes))
+    retry = {"max_attempts": 3, "retry_when": "{{ status_code >= 500 }}"}
+    outcome = execute_workflow(
+        one_node(NodeSettings(retry=retry)), {}, registry=registry, clock=ManualClock()
+    )
+    assert outcome.execution is not None
+    record = outcome.execution.node("call")
+    assert record is not None
+    error = record.attempts[0].error
+    assert error is not None
+    found = (error.details or {}).get("status_code")
+    assert found == expected
+    retried = isinstance(outcome, Suspend)
+    assert retried is (expected is not None and expected >= 500)
+
+
 # -- Rappel / Waymark ----------------------------------------------------------------------
 
 
