@@ -79,6 +79,11 @@ def workflow(
     )
 
 
+def workflow_of(*nodes: Node, **fields: Any) -> Workflow:
+    """A workflow ``w`` holding ``nodes`` and no connections (validation and lint need none)."""
+    return Workflow(id="w", nodes=nodes, connections=[], **fields)
+
+
 def if_node(key: str, condition: Any) -> Node:
     """A ``logic.if_condition`` node on ``condition``."""
     return Node(key=key, type="logic.if_condition", params={"condition": condition})

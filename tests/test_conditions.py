@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 import pytest
-from doubles import detail
+from doubles import detail, workflow_of
 
 from prana import (
     Connection,
@@ -30,11 +30,6 @@ from prana import (
 )
 from prana._decision import CONDITION_SCOPE
 from prana._graph import validate
-
-
-def workflow_of(*nodes: Node, **kwargs: Any) -> Workflow:
-    """A workflow holding ``nodes`` (validation of conditions needs no connections)."""
-    return Workflow(id="w", nodes=nodes, connections=[], **kwargs)
 
 
 def node(retry: Any, key: str, type_: str = "svc.call") -> Node:

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from doubles import workflow_of
 
 from prana import (
     Connection,
@@ -26,11 +27,6 @@ if TYPE_CHECKING:
 def noop(params: Any, ctx: Any) -> Any:
     """An action that does nothing."""
     return None
-
-
-def workflow_of(*nodes: Node, **kwargs: Any) -> Workflow:
-    """A workflow holding ``nodes`` (lint does not need connections)."""
-    return Workflow(id="w", nodes=nodes, connections=[], **kwargs)
 
 
 def node(retry: Any = None, key: str = "n", type_: str = "http.request", **settings: Any) -> Node:
