@@ -17,8 +17,9 @@ import httpx
 import pytest
 from doubles import Flaky
 from servers import serve
+from test_web import approval
 
-from prana import Connection, Node, NodeSettings, Registry, RetryPolicy, Workflow
+from prana import Registry
 from prana.testing import ManualClock
 from scheduling import Runner
 from scheduling.adapters.manual import ManualScheduler
@@ -72,28 +73,6 @@ def browser() -> Iterator[Browser]:
             shutil.rmtree(profile, ignore_errors=True)
 
 
-def _workflow() -> Workflow:
-    return Workflow(
-        id="flaky-approval",
-        name="Flaky call, then approval",
-        nodes=[
-            Node(key="start", type="manual.trigger"),
-            Node(
-                key="call",
-                type="test.flaky",
-                settings=NodeSettings(
-                    retry=RetryPolicy(max_attempts=3, backoff="constant", initial_delay=5)
-                ),
-            ),
-            Node(key="approve", type="wait.wait", params={"mode": "webhook", "timeout_hours": 1}),
-        ],
-        connections=[
-            Connection(from_node="start", to_node="call"),
-            Connection(from_node="call", to_node="approve"),
-        ],
-    )
-
-
 def _advance(scheduler: ManualScheduler, seconds: float) -> None:
     """Fire what falls due, from a plain thread (Playwright's sync API runs a loop in this one)."""
     worker = threading.Thread(target=scheduler.advance, args=(seconds,))
@@ -122,7 +101,7 @@ def test_list_and_live_execution_page(browser: Any, tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "web.sqlite3")
     runner = Runner(registry=registry, store=store, scheduler=scheduler)
     with runner:
-        execution_id = runner.start(_workflow(), {"order": 1})
+        execution_id = runner.start(approval(), {"order": 1})
         app = create_app(runner, token=OPERATOR_TOKEN, poll_seconds=0.05)
         with serve(app) as url:
             page = browser.new_page()
@@ -194,7 +173,7 @@ def test_a_late_answer_for_an_older_change_never_overwrites_a_newer_one(
             held.append(route)
 
     with runner:
-        execution_id = runner.start(_workflow(), {"order": 1})
+        execution_id = runner.start(approval(), {"order": 1})
         app = create_app(runner, token=OPERATOR_TOKEN, poll_seconds=0.05)
         auth = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
         with serve(app) as url:
