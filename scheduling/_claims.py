@@ -43,15 +43,15 @@ from prana import (
     Registry,
     Workflow,
     WorkflowExecution,
-    recover_execution,
     resume_workflow,
 )
-from prana._builtins import _wait_resume
-from prana._graph import compile_workflow
-from prana._model import with_lease
-from prana._state import (  # hot path: members as module globals (see prana._state)
+from prana.shell import (  # hot path: members as module globals
     EXEC_RUNNING,
     EXEC_SUSPENDED,
+    compile_workflow,
+    recover_execution,
+    wait_resume,
+    with_lease,
 )
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ LIGHT_KINDS = frozenset({"retry", "timer"})
 """Suspension kinds whose resume is a function of the record alone (resume data ignored),
 given that a timer's node resumes as the core does (``claimable``)."""
 
-_CORE_RESUMES = frozenset({None, _wait_resume})
+_CORE_RESUMES = frozenset({None, wait_resume})
 """The ``resume`` callbacks that are the core's own: none, or the built-in ``wait.wait``'s."""
 
 

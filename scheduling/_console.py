@@ -24,8 +24,7 @@ from prana import (
     NodeExecution,
     WorkflowExecution,
 )
-from prana._builtins import WAIT_UNITS
-from prana._durations import format_duration
+from prana.shell import WAIT_UNITS, format_duration
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -10,7 +10,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from prana import InvalidSettingsError, Workflow
-from prana._model import MAX_WORKFLOW_VERSION
+from prana.shell import MAX_WORKFLOW_VERSION
 from scheduling._errors import WorkflowConflictError, WorkflowNotFound
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from prana import Event, EventType
-from prana._events import emit
+from prana.shell import emit
 
 if TYPE_CHECKING:
     from collections.abc import Callable

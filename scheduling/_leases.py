@@ -34,9 +34,7 @@ import threading
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from prana._checkpoint import CheckpointById
-from prana._entry import check_clock
-from prana._model import with_lease
+from prana.shell import CheckpointById, check_clock, with_lease
 from scheduling._errors import StaleVersionError, StoreError
 from scheduling.abc import ClaimingStore
 

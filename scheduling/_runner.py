@@ -51,7 +51,6 @@ from prana import (
     InvalidSettingsError,
     InvalidWorkflowError,
     Outcome,
-    ParentRef,
     PranaError,
     RecordError,
     Registry,
@@ -63,19 +62,24 @@ from prana import (
     WorkflowExecution,
     cancel_execution,
     execute_workflow,
-    expire_webhook,
-    recover_execution,
     redrive_execution,
     resume_workflow,
     validate,
 )
-from prana._durations import is_aware
-from prana._entry import _utcnow as default_clock  # the core reads it unchecked (fast)
-from prana._hooks import parse_token
-from prana._hooks import verify as verify_token
-from prana._limits import sub_workflow_too_deep, sub_workflow_tree_too_big
-from prana._recovery import check_max_interruptions
-from prana._state import EXEC_RUNNING, EXEC_SUSPENDED  # hot path: see prana._state
+from prana.shell import (
+    EXEC_RUNNING,  # hot path: members as module globals (see prana.shell)
+    EXEC_SUSPENDED,
+    ParentRef,
+    check_max_interruptions,
+    expire_webhook,
+    is_aware,
+    parse_token,
+    recover_execution,
+    sub_workflow_too_deep,
+    sub_workflow_tree_too_big,
+    verify_token,
+)
+from prana.shell import utcnow as default_clock  # the core reads it unchecked (fast)
 from scheduling._batch import CLAIM_AHEAD, GROUP_MAX, Batch, StepLocal, give_back, stop_ahead
 from scheduling._claims import (
     claimable,

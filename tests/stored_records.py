@@ -12,11 +12,11 @@ from prana import (
     ExecutionStatus,
     NodeExecution,
     NodeStatus,
-    ParentRef,
     RetryData,
     Suspend,
     WorkflowExecution,
 )
+from prana.shell import ParentRef
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, 250_000, tzinfo=timezone.utc)
 PLUS2 = timezone(timedelta(hours=2))

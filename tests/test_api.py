@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import prana
+import prana.shell
 import prana.testing
 import scheduling
 
@@ -23,15 +24,25 @@ PRANA_PUBLIC = {
     "ErrorInfo", "Event", "EventType", "ExecutionStatus", "Failed", "InvalidSettingsError",
     "InvalidWorkflowError", "JSONValue", "Limits", "LintWarning", "Node", "NodeExecution",
     "NodeSettings", "NodeStatus",
-    "NonRetryable", "Observer", "Outcome", "Output", "ParentRef", "PranaError", "RecordError",
+    "NonRetryable", "Observer", "Outcome", "Output", "PranaError", "RecordError",
     "Registry", "ResumeError", "RetryAfter", "RetryData", "RetryPolicy", "SCHEMA_VERSION",
     "Schedule", "ScheduleRow", "SubWorkflowData", "Suspend", "TimerData", "WebhookData",
     "WebhookTimeout", "Workflow", "WorkflowExecution", "aexecute_workflow",
-    "arecover_execution", "aresume_workflow",
-    "cancel_execution", "dumps", "dumps_workflow", "execute_workflow", "expire_webhook", "lint",
-    "loads", "loads_workflow", "make_converter", "recover_execution", "redrive_execution",
+    "aresume_workflow",
+    "cancel_execution", "dumps", "dumps_workflow", "execute_workflow", "lint",
+    "loads", "loads_workflow", "make_converter", "redrive_execution",
     "resume_workflow", "validate",
 }  # fmt: skip
+
+SHELL_SEAM = {
+    "EXEC_RUNNING", "EXEC_SUSPENDED", "MAX_WORKFLOW_VERSION", "WAIT_UNITS", "CheckpointById",
+    "ParentRef", "arecover_execution", "check_clock", "check_max_interruptions",
+    "closest_types", "compile_workflow", "emit", "expire_webhook", "format_duration",
+    "is_aware", "parse_token", "recover_execution", "resolve_policies", "schedule_head",
+    "sub_workflow_too_deep", "sub_workflow_tree_too_big", "utcnow", "verify_token",
+    "wait_resume", "with_lease",
+}  # fmt: skip
+"""``prana.shell``: the core's seam for the ``scheduling`` package, outside the user API."""
 
 SCHEDULING_PUBLIC = {
     "ConsoleView", "ExecutionNotFound", "ExecutionStore", "ExecutionSummary", "Fire",
@@ -44,8 +55,8 @@ SCHEDULING_PUBLIC = {
 
 @pytest.mark.parametrize(
     ("module", "expected"),
-    [(prana, PRANA_PUBLIC), (scheduling, SCHEDULING_PUBLIC)],
-    ids=["prana", "scheduling"],
+    [(prana, PRANA_PUBLIC), (scheduling, SCHEDULING_PUBLIC), (prana.shell, SHELL_SEAM)],
+    ids=["prana", "scheduling", "prana.shell"],
 )
 def test_exported_members(module: object, expected: set[str]) -> None:
     """__all__ lists exactly the public names, sorted, and each resolves on the module."""
@@ -54,6 +65,16 @@ def test_exported_members(module: object, expected: set[str]) -> None:
     assert list(names) == sorted(names)
     for name in names:
         assert getattr(module, name) is not None
+
+
+def test_the_shell_seam_is_outside_the_user_api() -> None:
+    """What only a shell needs is in ``prana.shell``, not ``prana``; its docstring says it
+    is for the ``scheduling`` package and not covered by the user API's stability."""
+    assert set(prana.shell.__all__).isdisjoint(prana.__all__)
+    assert [name for name in prana.shell.__all__ if hasattr(prana, name)] == []
+    doc = " ".join((prana.shell.__doc__ or "").split())
+    assert "for the ``scheduling`` package" in doc
+    assert "not covered by the user API's stability promise" in doc
 
 
 PRIVATE_NAME = re.compile(r"`+((?:\w+\.)*_[A-Za-z0-9][\w.]*)`+")

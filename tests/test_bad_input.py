@@ -44,11 +44,11 @@ from prana import (
     dumps,
     dumps_workflow,
     execute_workflow,
-    expire_webhook,
     loads,
     loads_workflow,
     resume_workflow,
 )
+from prana.shell import expire_webhook
 from prana.testing import ManualClock
 from scheduling import (
     ExecutionNotFound,

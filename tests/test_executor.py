@@ -57,12 +57,12 @@ from prana import (
     cancel_execution,
     dumps,
     execute_workflow,
-    expire_webhook,
     loads,
     resume_workflow,
 )
 from prana._decision import RetryExplanation, explain_retry
 from prana._model import ErrorCode
+from prana.shell import expire_webhook
 from prana.testing import ManualClock
 
 

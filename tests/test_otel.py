@@ -31,11 +31,11 @@ from prana import (
     cancel_execution,
     dumps,
     execute_workflow,
-    expire_webhook,
     loads,
     redrive_execution,
     resume_workflow,
 )
+from prana.shell import expire_webhook
 from prana.testing import ManualClock
 from scheduling import Runner
 from scheduling.adapters.manual import ManualScheduler

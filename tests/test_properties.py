@@ -41,7 +41,6 @@ from prana import (
     WorkflowExecution,
     dumps,
     execute_workflow,
-    expire_webhook,
     loads,
     resume_workflow,
 )
@@ -49,6 +48,7 @@ from prana._checkpoint import CheckpointById
 from prana._engine import Checkpoint
 from prana._resolve import resolve
 from prana._state import ATTEMPT_TRANSITIONS, NODE_TRANSITIONS
+from prana.shell import expire_webhook
 from prana.testing import ManualClock, set_testing
 
 MAX_STEPS = 400

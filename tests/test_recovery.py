@@ -39,14 +39,12 @@ from prana import (
     WebhookData,
     WorkflowExecution,
     aexecute_workflow,
-    arecover_execution,
     dumps,
     execute_workflow,
-    expire_webhook,
     loads,
-    recover_execution,
     resume_workflow,
 )
+from prana.shell import arecover_execution, expire_webhook, recover_execution
 from prana.testing import ManualClock, set_testing
 
 

@@ -242,7 +242,8 @@ def test_reset_attempts_restarts_the_retry_budget_from_the_redrive() -> None:
 
 def test_a_sub_workflow_whose_parent_waits_is_redriven_through_its_parent() -> None:
     """A child that reported its failure to a waiting parent is refused: redrive the parent."""
-    from prana import ParentRef, redrive_execution
+    from prana import redrive_execution
+    from prana.shell import ParentRef
 
     workflow = dead_letters()
     failed, _ = failed_run(workflow, Switch(), ManualClock())

@@ -30,7 +30,6 @@ from prana import (
     NodeExecution,
     NodeSettings,
     NodeStatus,
-    ParentRef,
     RecordError,
     Registry,
     RetryData,
@@ -53,6 +52,7 @@ from prana import (
 from prana._fast_hooks import gen_fast_hooks
 from prana._model import slot_twin
 from prana._serialization import dumps_outcome, loads_outcome
+from prana.shell import ParentRef
 from prana.testing import ManualClock
 
 

@@ -28,7 +28,6 @@ from prana import (
     WorkflowExecution,
     cancel_execution,
     execute_workflow,
-    recover_execution,
     redrive_execution,
     resume_workflow,
 )
@@ -44,6 +43,7 @@ from prana._state import (
     check_transition,
     transition_diagram,
 )
+from prana.shell import recover_execution
 from prana.testing import ManualClock
 
 EDGES = [(src, dst) for src, targets in TRANSITIONS.items() for dst in targets]

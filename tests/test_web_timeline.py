@@ -24,10 +24,10 @@ from prana import (
     RetryPolicy,
     WorkflowExecution,
     execute_workflow,
-    recover_execution,
     redrive_execution,
     resume_workflow,
 )
+from prana.shell import recover_execution
 from prana.testing import ManualClock
 from scheduling import Runner
 from scheduling.adapters.manual import ManualScheduler

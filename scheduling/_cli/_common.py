@@ -600,7 +600,7 @@ def check_actions(workflows: Sequence[Workflow], registry: Registry, actions: st
     missing = sorted({n.type for wf in workflows for n in wf.nodes if n.type not in registry})
     if not missing:
         return
-    from prana._graph import closest_types
+    from prana.shell import closest_types
 
     types = ", ".join(repr(t) for t in missing)
     guesses = [

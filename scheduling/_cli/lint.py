@@ -67,19 +67,19 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 
 def _policies(workflow: Workflow, registry: Registry) -> list[dict[str, Any]]:
     """Each node's retry policies as it would use them: the one-line summary and first delays."""
-    from prana._resolve import resolve
+    from prana.shell import resolve_policies
 
     out = []
     for node in workflow.nodes:
         spec = registry.get(node.type)
-        policies = resolve(node, workflow, spec.retry if spec is not None else None)
+        policies = resolve_policies(node, workflow, spec.retry if spec is not None else None)
         if policies:
             out.append({"node": node.key, "policies": [_policy(p) for p in policies]})
     return out
 
 
 def _policy(policy: RetryPolicy) -> dict[str, Any]:
-    from prana._policy import schedule_head
+    from prana.shell import schedule_head
 
     rows = schedule_head(policy, SCHEDULE_ROWS) if policy.enabled else []
     return {
@@ -98,7 +98,7 @@ def _policy(policy: RetryPolicy) -> dict[str, Any]:
 
 
 def _print(found: list[dict[str, Any]], *, schedule: bool) -> None:
-    from prana._durations import format_duration
+    from prana.shell import format_duration
     from scheduling._console import printable
 
     for entry in found:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from prana import InvalidSettingsError
-from prana._durations import is_aware
+from prana.shell import is_aware
 from scheduling._errors import SchedulerStateError
 
 __all__ = ["SchedulerStateError", "require_aware"]

@@ -21,8 +21,7 @@ from prana import (
     WorkflowExecution,
     loads,
 )
-from prana._durations import is_aware
-from prana._model import MAX_WORKFLOW_VERSION
+from prana.shell import MAX_WORKFLOW_VERSION, is_aware
 from scheduling._claims import LIGHT_KINDS
 from scheduling._errors import ExecutionNotFound, StaleVersionError, UnreadableRowsError
 from scheduling.abc import ExecutionSummary, UnreadableRow

@@ -63,14 +63,13 @@ def _schedule(run: NodeExecution, workflow: Workflow | None, registry: Registry)
     """The node's retry policies with their ``schedule()`` preview, from the definition."""
     if workflow is None:
         return []
-    from prana._policy import schedule_head
-    from prana._resolve import resolve
+    from prana.shell import resolve_policies, schedule_head
 
     node = next((n for n in workflow.nodes if n.key == run.node_key), None)
     if node is None:
         return []
     spec = registry.get(node.type)
-    policies = resolve(node, workflow, spec.retry if spec is not None else None)
+    policies = resolve_policies(node, workflow, spec.retry if spec is not None else None)
     out: list[dict[str, Any]] = []
     for policy in policies:
         if not policy.enabled:
