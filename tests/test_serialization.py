@@ -74,7 +74,7 @@ def as_read(workflow: Workflow) -> Workflow:
     return loads_workflow(dumps_workflow(workflow))
 
 
-def workflow_of(**fields: Any) -> Workflow:
+def workflow_with(**fields: Any) -> Workflow:
     """``Workflow(**fields)``; mypy cannot infer the ``converter=tuple`` fields' argument type."""
     return Workflow(**fields)
 
@@ -269,7 +269,7 @@ nodes = st.builds(
 )
 connections = st.builds(Connection, from_node=names, to_node=names, from_port=names, to_port=names)
 workflows = st.builds(
-    workflow_of,
+    workflow_with,
     id=names,
     nodes=st.lists(nodes, max_size=4).map(tuple),
     connections=st.lists(connections, max_size=4).map(tuple),
@@ -897,7 +897,7 @@ def full_workflow() -> Workflow:
         ),
         RetryPolicy(max_attempts=2, backoff="constant", retry_on=("RateLimitError",)),
     )
-    return workflow_of(
+    return workflow_with(
         id="wf",
         name="Full",
         version=3,
@@ -983,7 +983,7 @@ def test_workflow_defaults_may_be_omitted() -> None:
             "connections": [{"from_node": "a", "to_node": "b"}],
         }
     )
-    assert workflow == workflow_of(
+    assert workflow == workflow_with(
         id="wf",
         nodes=(Node(key="a", type="manual.trigger"), Node(key="b", type="x.y")),
         connections=(Connection(from_node="a", to_node="b"),),
@@ -1111,7 +1111,7 @@ def test_local_exception_class_is_written_by_its_dotted_name() -> None:
         pass
 
     node = Node(key="a", type="t", settings=NodeSettings(retry=RetryPolicy(retry_on=(LocalError,))))
-    back = as_read(workflow_of(id="wf", nodes=(node,), connections=()))
+    back = as_read(workflow_with(id="wf", nodes=(node,), connections=()))
     policy = back.nodes[0].settings.retry
     assert policy is not None
     assert policy[0].retry_on == (f"{__name__}.{LocalError.__qualname__}",)
@@ -1139,7 +1139,7 @@ def test_local_function_is_refused() -> None:
         return True
 
     node = Node(key="a", type="t", settings=NodeSettings(retry=RetryPolicy(stop_when=local)))
-    workflow = workflow_of(id="wf", nodes=(node,), connections=())
+    workflow = workflow_with(id="wf", nodes=(node,), connections=())
     with pytest.raises(
         InvalidSettingsError, match=r"\$\.workflow\.nodes\[0\]\.settings\.retry\[0\]\.stop_when"
     ):
