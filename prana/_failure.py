@@ -22,10 +22,11 @@ from prana._decision import (
 from prana._events import EventType
 from prana._hooks import redact_tokens
 from prana._jsoncheck import json_size
-from prana._limits import attempts_exceeded
+from prana._limits import attempts_exceeded, error_size, kept_error, record_full
 from prana._model import (
     NEVER_RETRY_CODES,
     AttemptOutcome,
+    ErrorCode,
     ErrorInfo,
     NodeStatus,
     Outcome,
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from prana._engine import Run
     from prana._graph import CompiledNode
 
+_LIMIT_EXCEEDED: str = ErrorCode.LIMIT_EXCEEDED.value
+"""A limit's own error (short, prana's) is recorded and counted even past the record limit."""
 _retry_log = logging.getLogger("prana.retry")
 """Retry conditions that failed when they ran (WARNING): the run goes on without a retry."""
 
@@ -64,6 +67,9 @@ def settle_failure(
     exhausted = False
     if run.issued:
         error = redacted_error(error, run.issued.values())
+    error, size = kept_error(error)  # after redacting: a cut never leaves part of a token
+    if run.kept + size > run.limits.max_record_size and error.code != _LIMIT_EXCEEDED:
+        error = record_full(key, number, error, size, run.kept, run.limits)
     if cn.policies and error.code not in NEVER_RETRY_CODES:
         now = run.clock()  # one reading: the budget check and resume_at must agree
         # the common retry, decided without building the view (the rule is quick_retry's)
@@ -100,7 +106,7 @@ def settle_failure(
                 text = explanation.text
                 if run.issued:
                     text = redact_tokens(text, run.issued.values())
-                error = with_detail(error, "retry_condition_failed", text)
+                error = kept_error(with_detail(error, "retry_condition_failed", text))[0]
                 _retry_log.warning(
                     "execution %s: node %r: %s (attempt %d); the attempt does not retry",
                     *(run.id, key, text, number),
@@ -113,6 +119,7 @@ def settle_failure(
             # The hot path: close_attempt + freeze + record, inlined. Both edges it takes,
             # running -> failed (the attempt) and running -> suspended (the run), are in
             # prana._state's tables (a test checks).
+            run.kept += size
             attempts = node_run.attempts
             attempts.append(
                 new_attempt_record(
@@ -181,6 +188,7 @@ def settle_failure(
             attempt=number,
             error=error,
         )
+    run.kept += error_size(error)
     mode = cn.node.settings.on_error
     if mode == "stop_workflow":
         now = run.clock()

@@ -21,7 +21,7 @@ import attrs
 
 from prana._errors import InvalidSettingsError
 from prana._jsoncheck import json_size, jsonable
-from prana._model import ErrorCode, ErrorInfo, NodeStatus
+from prana._model import AttemptOutcome, ErrorCode, ErrorInfo, NodeStatus, new_error_info
 from prana._noderun import prana_error
 
 
@@ -44,7 +44,8 @@ class Limits:
     ``max_value_size``: the size of one node's rendered params, of its output, of one state
     update, and of the workflow input.
     ``max_record_size``: the size of everything the execution keeps (the input, every node
-    run's params and output, state updates), which is what its record holds.
+    run's params and output, state updates, the error of every failed attempt), which is
+    what its record holds.
     ``max_attempts``: attempts of one node run, whatever its retry policy says (a policy
     of ``max_attempts: 10**18`` with no delay retried for ever, its record growing with
     every attempt); past it the node fails, and ``on_error`` decides what follows.
@@ -141,6 +142,80 @@ def size_problem(key: str, what: str, size: int, kept: int, limits: Limits) -> E
     return prana_error(ErrorCode.LIMIT_EXCEEDED, message, key, "LimitExceeded")
 
 
+MAX_ERROR_MESSAGE = 2_000
+"""The most characters of an error's message a record keeps (the rest is cut, and says so)."""
+MAX_ERROR_DETAILS = 4_000
+"""The largest size (as ``Limits`` counts) of an error's details a record keeps."""
+_DETAIL_TEXT = 500
+"""The most characters of one detail kept when the details are cut down to size."""
+
+
+def error_size(error: ErrorInfo) -> int:
+    """The size an attempt's error adds to the record, as ``Limits`` counts it."""
+    return (
+        len(error.code)
+        + len(error.type)
+        + len(error.module)
+        + len(error.message)
+        + max(json_size(error.details), 0)
+    )
+
+
+def kept_error(error: ErrorInfo) -> tuple[ErrorInfo, int]:
+    """``error`` cut to what a record keeps of one attempt's error, and its ``error_size``:
+    its message to ``MAX_ERROR_MESSAGE`` characters, its details to ``MAX_ERROR_DETAILS``
+    (numbers, bools and nulls kept, each text cut to 500 characters, while they fit). An
+    action quoting a 65 KB URL in each of 2,000 attempts made a 261 MB record."""
+    message, details = error.message, error.details
+    details_size = max(json_size(details), 0)
+    if len(message) <= MAX_ERROR_MESSAGE and details_size <= MAX_ERROR_DETAILS:
+        names = len(error.code) + len(error.type) + len(error.module)
+        return error, names + len(message) + details_size
+    if len(message) > MAX_ERROR_MESSAGE:
+        message = _cut(message, MAX_ERROR_MESSAGE)
+    if details_size > MAX_ERROR_DETAILS:
+        details = _cut_details(details)
+    cut = new_error_info(error.code, error.type, error.module, message, details, error.node_key)
+    return cut, error_size(cut)
+
+
+def _cut(text: str, most: int) -> str:
+    return f"{text[:most]}... ({len(text) - most:,} more characters not kept)"
+
+
+def _cut_details(details: Any) -> dict[str, Any]:
+    items = details.items() if type(details) is dict else [("details", details)]
+    kept: dict[str, Any] = {}
+    room = MAX_ERROR_DETAILS - 100
+    for key, value in items:
+        name = str(key)[:100]
+        if value is None or type(value) in (bool, int, float):
+            item = value
+        else:
+            text = value if type(value) is str else repr(value)[: _DETAIL_TEXT + 1]
+            item = _cut(text, _DETAIL_TEXT) if len(text) > _DETAIL_TEXT else text
+        size = len(name) + max(json_size(item), 1) + 1
+        if size > room:
+            kept["details_cut"] = True
+            break
+        kept[name] = item
+        room -= size
+    return kept
+
+
+def record_full(
+    key: str, number: int, error: ErrorInfo, size: int, kept: int, limits: Limits
+) -> ErrorInfo:
+    """Node ``key`` failed attempt ``number``, whose error the record has no room left for."""
+    message = (
+        f"node {key!r}: the error of attempt {number:,} would take what this execution keeps to "
+        f"{kept + size:,}, over Limits.max_record_size={limits.max_record_size:,} (errors "
+        f"count, every attempt's); {_raise_it('max_record_size')}. The error: {error.type}: "
+        f"{_cut(error.message, 200) if len(error.message) > 200 else error.message}"
+    )
+    return prana_error(ErrorCode.LIMIT_EXCEEDED, message, key, "LimitExceeded")
+
+
 def recorded_size(execution: Any) -> int:
     """What ``execution`` keeps, counted from its records: for a record saved before
     ``kept_size`` existed (or built by hand), once, when it is resumed."""
@@ -150,6 +225,9 @@ def recorded_size(execution: Any) -> int:
             total += _size(run.params)
             if run.status is NodeStatus.COMPLETED:
                 total += _size(run.output)
+            for attempt in run.attempts:
+                if attempt.outcome is AttemptOutcome.FAILED and attempt.error is not None:
+                    total += error_size(attempt.error)
     return total
 
 

@@ -40,7 +40,7 @@ from prana import (
     loads,
     resume_workflow,
 )
-from prana._limits import recorded_size
+from prana._limits import error_size, recorded_size
 from prana.testing import ManualClock
 
 
@@ -182,8 +182,10 @@ def test_what_an_execution_keeps_is_capped_across_reloads() -> None:
         outcome = resume_workflow(loads(text), workflow=wf, registry=registry, clock=clock)
     message = failed_on_a_limit(outcome, "b", "max_record_size")
     assert "would take what this execution keeps to" in message
+    assert isinstance(outcome, Failed)
     assert outcome.execution.kept_size is not None
-    assert outcome.execution.kept_size <= 2_000
+    # the limit's own error is kept (and counted) past it: nothing else is
+    assert outcome.execution.kept_size <= 2_000 + error_size(outcome.error)
 
 
 def test_a_record_saved_before_kept_size_is_counted_when_it_resumes() -> None:
@@ -336,3 +338,57 @@ def test_kept_size_is_what_the_record_holds(values: list[Any], data: Any) -> Non
     outcome = execute_workflow(workflow(*nodes), data, registry=registry)
     assert isinstance(outcome, Completed)
     assert outcome.execution.kept_size == recorded_size(outcome.execution)
+
+
+# --- recorded errors ------------------------------------------------------------------------
+
+
+class _QuotingError(Exception):
+    """An action error quoting its (long) URL in its message and its details, as
+    ``http.request``'s ``HTTPStatusError`` does."""
+
+    def __init__(self, url: str) -> None:
+        self.details = {"status": 503, "url": url, "nested": {"url": url}}
+        super().__init__(f"HTTP 503 from GET {url}")
+
+
+def _failing(url: str) -> Any:
+    def action(params: Any, ctx: ActionContext) -> Any:
+        raise _QuotingError(url)
+
+    return action
+
+
+def test_recorded_errors_count_against_the_record_size_and_are_cut() -> None:
+    """Every retry recorded another copy of the error, uncounted: a 65 KB URL reached a
+    261 MB record after 2,000 attempts while the count stayed at 65,028. Each attempt's
+    error is now cut (message, details) and counted, so the record stops near the limit:
+    the node fails with ``limit_exceeded`` naming ``max_record_size``."""
+    url = "https://a.test/" + "x" * 65_000
+    limit = 400_000
+    registry = Registry(limits=Limits(max_record_size=limit))
+    registry.register("test.failing", _failing(url))
+    policy = RetryPolicy(max_attempts=2_000, backoff="constant", initial_delay=0.001)
+    wf = workflow(Node(key="call", type="test.failing", settings=NodeSettings(retry=policy)))
+    clock = ManualClock(T0)
+    outcome = execute_workflow(wf, registry=registry, clock=clock)
+    attempts = 1
+    while isinstance(outcome, Suspend):
+        assert attempts < 2_000, "the record limit never stopped the retries"
+        execution = loads(dumps(outcome.execution))
+        assert len(dumps(execution)) < 2 * limit
+        clock.advance(1)
+        outcome = resume_workflow(execution, workflow=wf, registry=registry, clock=clock)
+        attempts += 1
+    message = failed_on_a_limit(outcome, "call", "max_record_size")
+    assert "errors count" in message
+    assert len(dumps(outcome.execution)) < 2 * limit
+    assert outcome.execution.kept_size == recorded_size(outcome.execution)
+    (run,) = outcome.execution.node_executions["call"]
+    first = run.attempts[0].error
+    assert first is not None
+    assert len(first.message) < 2_100
+    assert "more characters not kept" in first.message
+    assert isinstance(first.details, dict)
+    assert first.details["status"] == 503  # numbers survive the cut: conditions read them
+    assert len(json.dumps(first.details)) < 4_100
