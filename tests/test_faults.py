@@ -4,7 +4,9 @@ Each test creates flaky executions (a failure script per execution), runs real w
 them, and kills a worker each time an action has just started in it (the action logs a
 line, then holds on for a moment in the worker's own process, so the kill lands inside
 it). The PostgreSQL test also cuts the workers' database connections
-(``pg_terminate_backend``). Then every execution must end exactly as its script says:
+(``pg_terminate_backend``); another restarts and crashes (``kill -9`` of the postmaster) a
+PostgreSQL server of its own under three procrastinate workers. Then every execution must
+end exactly as its script says:
 
 - 0 stuck: all end completed or failed within the deadline;
 - 0 double transitions: each attempt that ended is in the ledger once, numbered 1..n; an
@@ -16,8 +18,9 @@ it). The PostgreSQL test also cuts the workers' database connections
   no two workers run one attempt at once).
 
 Sizes: ``PRANA_FAULT_SIZE=full`` runs the issue's full size (SQLite: 200 executions, 20+
-kills; PostgreSQL: 300 executions, 3 workers, 20+ kills and 10 cuts); the default is a CI
-size. ``PRANA_FAULT_REPORT=path`` appends each run's numbers as a JSON line.
+kills; PostgreSQL: 300 executions, 3 workers, 20+ kills and 10 cuts; the server: 300
+executions, 12 restarts and crashes); the default is a CI size. ``PRANA_FAULT_REPORT=path``
+appends each run's numbers as a JSON line.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import json
 import os
 import random
 import signal
+import threading
+import time
 import uuid
 from collections import Counter
 from datetime import datetime, timezone
@@ -34,6 +39,7 @@ from typing import TYPE_CHECKING
 import attrs
 import pytest
 from processes import ACTIONS, Prana, wait_until
+from servers import PostgresServer
 
 from prana import (
     AttemptOutcome,
@@ -176,6 +182,8 @@ class Report:
     interrupted_in_ledgers: int = 0
     duplicated_side_effects: int = 0
     actions_run: int = 0
+    settle_seconds: float = 0.0
+    """From the last fault until every execution had ended (or the deadline)."""
 
     def publish(self) -> None:
         line = json.dumps(attrs.asdict(self))
@@ -549,3 +557,86 @@ def test_a_live_worker_takes_up_a_parent_stranded_by_a_kill(
         store.close()
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.stderr
+
+
+# -- PostgreSQL restarted and crashed under three procrastinate workers ---------------------
+
+
+CRASHES = (
+    Size(executions=300, kills=12, spread_seconds=90, workers=3, deadline_seconds=60)
+    if FULL
+    else Size(executions=60, kills=4, spread_seconds=30, workers=3, deadline_seconds=60)
+)
+"""``kills`` here: how many times the server goes down (restarted or crashed, in turn)."""
+FAULT_GAP_SECONDS = (4.0, 8.0)
+"""The server goes down every 4 to 8 s (chosen at random, seeded) while the workers run."""
+CRASH_LEASE_SECONDS = 2.0
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this test's own (never the shared one), stopped afterwards."""
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.postgres
+def test_procrastinate_workers_leave_nothing_stuck_after_database_crashes(
+    tmp_path: Path, processes: list[Prana], own_server: PostgresServer
+) -> None:
+    """Three procrastinate workers while their server restarts and crashes (kill -9 of the
+    postmaster) every few seconds: once it is back for good, every execution ends as
+    scripted, within a lease of the workers reconnecting plus the work left."""
+    from scheduling.stores.postgres import PostgresStore
+
+    log = tmp_path / "calls.log"
+    dsn = own_server.dsn
+    store = PostgresStore(dsn)
+    scripts = create(store, log, CRASHES.executions, CRASHES.spread_seconds, random.Random(7))
+    store.close()  # the test's own reads reconnect once the faults are over
+    report = Report(store="postgres-crashes", executions=len(scripts), workers=CRASHES.workers)
+    argv = [
+        "worker",
+        "--postgres",
+        dsn,
+        "--scheduler",
+        "procrastinate",
+        "--actions",
+        ACTIONS,
+        "--poll",
+        "0.5",
+        "--lease",
+        str(CRASH_LEASE_SECONDS),
+        "--max-interruptions",
+        str(NEVER_POISON),
+    ]
+    alive: dict[int, Prana] = {}
+    for _ in range(CRASHES.workers):
+        worker = Prana(argv, cwd=tmp_path)
+        processes.append(worker)
+        assert worker.wait_for_output("worker on "), worker.stderr
+        alive[worker.pid] = worker
+    rng = random.Random(22)
+    while report.kills < CRASHES.kills:
+        threading.Event().wait(rng.uniform(*FAULT_GAP_SECONDS))  # the faults' schedule
+        if report.kills % 2:
+            own_server.crash()
+        else:
+            own_server.restart()
+        report.kills += 1
+    store = PostgresStore(dsn)
+    last_fault = time.monotonic()
+    try:
+        ended = wait_until(lambda: settled(store, scripts), timeout=CRASHES.deadline_seconds)
+        report.settle_seconds = round(time.monotonic() - last_fault, 1)
+        assert ended, stuck_report(store, scripts, dsn)
+    finally:
+        stop_all(alive)
+        check(store, scripts, log, report, set())
+        store.close()
+    assert_clean(report, CRASHES, processes)
+    for worker in alive.values():
+        assert worker.wait() == 0, worker.stderr

@@ -508,16 +508,20 @@ def test_runner_over_postgres_completes_a_retried_execution(env: Env) -> None:
 # -- crashes and lost connections ----------------------------------------------------------
 
 
-def insert_doing_job(env: Env, execution_id: str, *, heartbeat_age_seconds: float) -> int:
-    """A job of ``execution_id`` left ``doing`` by a worker last heard of that long ago."""
+def insert_doing_job(
+    env: Env, execution_id: str, *, heartbeat_age_seconds: float = 0, worker: int | None = None
+) -> int:
+    """A job of ``execution_id`` left ``doing`` by a worker last heard of that long ago
+    (or under ``worker``, an existing one)."""
     options = f"-c search_path={env.schema}"
     key = f"{env.queue}:{execution_id}"
     with psycopg.connect(env.dsn, autocommit=True, options=options) as conn:
-        [worker] = conn.execute(
-            "INSERT INTO procrastinate_workers (last_heartbeat)"
-            " VALUES (now() - make_interval(secs => %s)) RETURNING id",
-            (heartbeat_age_seconds,),
-        ).fetchone() or (None,)
+        if worker is None:
+            [worker] = conn.execute(
+                "INSERT INTO procrastinate_workers (last_heartbeat)"
+                " VALUES (now() - make_interval(secs => %s)) RETURNING id",
+                (heartbeat_age_seconds,),
+            ).fetchone() or (None,)
         [job] = conn.execute(
             "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, queueing_lock, args,"
             " status, scheduled_at, worker_id) VALUES (%s, %s, %s, %s, %s, 'doing', now(), %s)"
@@ -557,6 +561,72 @@ def test_a_dead_workers_job_never_blocks_a_new_alarm_of_its_execution(env: Env) 
     assert fired.wait_for(1)
     assert env.wait_until(lambda: env.jobs() == [])
     assert fired.ids == ["exec-1"]
+
+
+def test_a_job_left_doing_under_a_live_worker_that_does_not_run_it_is_taken_up(
+    env: Env,
+) -> None:
+    """A job ``doing`` under a worker that beats but does not run it no longer holds its
+    execution: the execution's next alarm fires.
+
+    A crash of the server can take back the commit that ended a job while the step's save
+    survives (seen in the fault test: executions stuck for as long as the workers lived).
+    """
+    scheduler = env.scheduler(stalled_after_seconds=0.6)
+    fired = Fired()
+    scheduler.start(fired)
+    assert env.wait_until(
+        lambda: scheduler._worker is not None and scheduler._worker.worker_id is not None
+    )
+    assert scheduler._worker is not None
+    live = scheduler._worker.worker_id
+    insert_doing_job(env, "exec-1", worker=live)
+    scheduler.schedule("exec-1", now())
+    assert fired.wait_for_ids({"exec-1"})
+    assert env.wait_until(lambda: env.jobs() == [])
+    assert fired.ids == ["exec-1"]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_jobs_the_live_worker_runs_are_not_orphans(
+    env: Env, batched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long alarms' jobs, ``doing`` under their live worker for many recovery rounds, are
+    left alone: those procrastinate runs, and those a batch took beside its own."""
+    scheduler = env.scheduler(stalled_after_seconds=0.3, concurrency=1, batch=4)
+    rounds: list[int] = []
+    own_doing = scheduler.own_doing
+
+    def counted(worker_id: int) -> set[int]:
+        rounds.append(worker_id)
+        return own_doing(worker_id)
+
+    monkeypatch.setattr(scheduler, "own_doing", counted)
+    scheduler.setup()
+    ids = {"exec-long-1", "exec-long-2"}
+    for execution_id in sorted(ids):
+        scheduler.schedule(execution_id, now())
+    started, gate = Fired(), threading.Event()
+    held = held_until(gate, started)
+    if batched:
+
+        def held_batch(batch: Sequence[str]) -> None:
+            for execution_id in batch:
+                started(execution_id)
+            gate.wait(3 * TIMEOUT)
+
+        scheduler.start_batched(held, held_batch)
+    else:
+        scheduler.start(held)
+    try:
+        assert started.wait_for_ids(ids if batched else {"exec-long-1"})
+        seen = len(rounds)
+        assert env.wait_until(lambda: len(rounds) >= seen + 4)  # an orphan goes within two
+        doing = [row["status"] for row in env.jobs() if row["status"] == "doing"]
+        assert len(doing) == (2 if batched else 1)
+        assert len(started.ids) == len(set(started.ids))
+    finally:
+        gate.set()
 
 
 def test_a_live_workers_job_is_left_alone(env: Env) -> None:

@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 import psycopg
@@ -26,7 +26,7 @@ from scheduling._errors import StoreError
 from scheduling.adapters._common import SchedulerStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from procrastinate import App
     from procrastinate.app import WorkerOptions
@@ -37,6 +37,7 @@ __all__ = [
     "FIRE_KEY",
     "FIRE_MANY_KEY",
     "SCHEDULER_KEY",
+    "TASK_NAME",
     "ServingMixin",
     "broken",
     "one_line",
@@ -45,10 +46,21 @@ __all__ = [
 
 logger = logging.getLogger("scheduling.adapters.procrastinate")
 
+_T = TypeVar("_T")
+
 FIRE_KEY = "prana_fire"
 """Where the worker's ``additional_context`` holds the fire callback (and the scheduler)."""
 FIRE_MANY_KEY = "prana_fire_many"
 SCHEDULER_KEY = "prana_scheduler"
+
+_OWN_DOING = (
+    "SELECT id, queueing_lock FROM procrastinate_jobs WHERE status = 'doing'"
+    " AND queue_name = %s AND task_name = %s AND worker_id = %s ORDER BY id"
+)
+"""The jobs a worker holds, as the database says (``recover_orphans``)."""
+
+TASK_NAME = "prana_resume"
+"""The name of the one procrastinate task every alarm is a job of."""
 
 _RECONNECT_FIRST_PAUSE_SECONDS = 0.5
 _RECONNECT_MAX_SECONDS = 30.0
@@ -158,9 +170,60 @@ class ServingMixin:
     _wake: asyncio.Event | None
     _stopping: threading.Event
 
+    _batch_held: set[int]
+
     def recover_stalled(self) -> int:
         """Take up the jobs that silent workers left ``doing`` (the scheduler defines it)."""
         raise NotImplementedError
+
+    def _run(self, what: str, body: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``body`` on a connection of the scheduler's pool (the scheduler defines it)."""
+        raise NotImplementedError
+
+    def _on(self, conn: psycopg.Connection[Any], *, own: bool = False) -> Any:
+        """A savepoint that sees the scheduler's tables (the scheduler defines it)."""
+        raise NotImplementedError
+
+    def _take_up(self, conn: psycopg.Connection[Any], jobs: Sequence[Any]) -> int:
+        """Put jobs back to ``todo`` or drop them (the scheduler defines it)."""
+        raise NotImplementedError
+
+    def own_doing(self, worker_id: int) -> set[int]:
+        """The jobs of this queue ``doing`` under ``worker_id`` in the database."""
+
+        def read(conn: psycopg.Connection[Any]) -> set[int]:
+            rows = conn.execute(_OWN_DOING, (self.queue, TASK_NAME, worker_id)).fetchall()
+            return {int(row[0]) for row in rows}
+
+        return self._run("reading this worker's jobs", read)
+
+    def recover_orphans(self, worker_id: int, job_ids: set[int]) -> int:
+        """Take up ``job_ids``: jobs ``doing`` under this live worker that it does not run.
+
+        A crash of the server can take back the commit that ended a job (the worker's
+        bookkeeping commits without waiting for the disk) while the step's save, which
+        waits, survives: the job is ``doing`` again under a worker that reconnected and
+        beats, so ``recover_stalled`` never takes it, and it holds its execution's lock
+        (the next alarm is never fetched) for as long as that worker lives. The worker
+        knows which jobs it runs (``_recover_while`` finds the others): each goes
+        back to ``todo`` or is dropped, as a stalled job is. How many.
+        """
+        if not job_ids:
+            return 0
+
+        def recover(conn: psycopg.Connection[Any]) -> int:
+            with self._on(conn, own=True):
+                rows = conn.execute(_OWN_DOING, (self.queue, TASK_NAME, worker_id)).fetchall()
+            return self._take_up(conn, [row for row in rows if int(row[0]) in job_ids])
+
+        taken = self._run("recovering this worker's orphaned jobs", recover)
+        if taken:
+            logger.warning(
+                "took up %d alarm(s) left running under this worker though it does not run "
+                "them (their end was lost, e.g. in a crash of the database); they fire again",
+                taken,
+            )
+        return taken
 
     def run_worker(self, on_ready: Callable[[], None] | None = None) -> signal.Signals | None:
         """Run the worker in the calling thread until SIGINT, SIGTERM or ``shutdown()``.
@@ -330,7 +393,7 @@ class ServingMixin:
             if self._stopping.is_set():
                 worker.stop()  # type: ignore[no-untyped-call]
             recovering = asyncio.create_task(
-                self._recover_while(run, state), name=f"prana recovery {self.name}"
+                self._recover_while(run, state, worker), name=f"prana recovery {self.name}"
             )
             if ready is not None:
                 ready.set()
@@ -344,8 +407,25 @@ class ServingMixin:
                 with contextlib.suppress(asyncio.CancelledError):
                     await recovering
 
-    async def _recover_while(self, run: asyncio.Task[Any], state: _ServeState) -> None:
-        """Take up stalled jobs as often as the worker beats, until ``run`` ends.
+    def _running(self, worker: Worker) -> set[int]:
+        """The jobs ``worker`` runs now: procrastinate's own, and those its batches took.
+
+        Read on the worker's event loop, where procrastinate changes its running set."""
+        running = {context.job.id for context in worker._running_jobs.values()}
+        with self._lock:
+            running.update(self._batch_held)
+        return {job_id for job_id in running if job_id is not None}
+
+    async def _recover_while(
+        self, run: asyncio.Task[Any], state: _ServeState, worker: Worker
+    ) -> None:
+        """Take up stalled jobs, and this worker's orphans, as often as it beats, until
+        ``run`` ends.
+
+        An orphan is a job ``doing`` under this worker in the database that it does not run
+        (``recover_orphans`` says how one comes about). A job is taken (or ended) in the
+        database a moment before the worker notes it, so only a job found orphaned by two
+        rounds in a row is taken up: the same job cannot be in that moment twice.
 
         A failed round is logged and the next beat tries again: nothing but the worker's
         end stops this loop, or a live worker would never again take up a dead one's jobs.
@@ -355,10 +435,20 @@ class ServingMixin:
         every = self.stalled_after_seconds / 3
         loop = asyncio.get_running_loop()
         thread = ThreadPoolExecutor(1, thread_name_prefix=f"prana-recovery-{self.name}")
+        suspects: set[int] = set()
         try:
             while not run.done():
                 try:
                     await loop.run_in_executor(thread, self.recover_stalled)
+                    worker_id = worker.worker_id
+                    if worker_id is not None:
+                        found = await loop.run_in_executor(thread, self.own_doing, worker_id)
+                        orphans = found - self._running(worker)
+                        confirmed, suspects = orphans & suspects, orphans - suspects
+                        if confirmed:
+                            await loop.run_in_executor(
+                                thread, self.recover_orphans, worker_id, confirmed
+                            )
                 except StoreError as error:
                     logger.warning("the procrastinate worker %s: %s", self.name, error)
                 except Exception:

@@ -77,6 +77,7 @@ from scheduling.adapters._procrastinate_serve import (
     FIRE_KEY,
     FIRE_MANY_KEY,
     SCHEDULER_KEY,
+    TASK_NAME,
     ServingMixin,
     broken,
     one_line,
@@ -95,9 +96,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-TASK_NAME = "prana_resume"
-"""The name of the one procrastinate task every alarm is a job of."""
 
 _REPLACE_ATTEMPTS = 10
 """How often ``schedule`` retries when a concurrent re-arm of the same id wins the race."""
@@ -374,6 +372,8 @@ class ProcrastinateScheduler(ServingMixin):
         self._worker: Worker | None = None
         self._wake: asyncio.Event | None = None
         self._stopping = threading.Event()
+        self._batch_held: set[int] = set()
+        """The jobs a batch took and has not ended yet (``_procrastinate_batch``)."""
         self.stopped_by: signal.Signals | None = None
         """The signal that stopped ``run_worker`` (``None``: ``shutdown()``, or not stopped)."""
 
@@ -674,18 +674,7 @@ class ProcrastinateScheduler(ServingMixin):
                 stalled = conn.execute(
                     _STALLED, (self.queue, TASK_NAME, self.stalled_after_seconds)
                 ).fetchall()
-            taken = 0
-            for job_id, key in stalled:
-                try:
-                    with self._on(conn, own=True):
-                        conn.execute(_LOCK_KEY_BRIEFLY, (_RECOVERY_LOCK_WAIT, key))
-                        if conn.execute(_STILL_DOING, (job_id,)).fetchone() is None:
-                            continue  # its worker finished it after all
-                        queued = conn.execute(self._queued_own, (key,)).fetchone() is not None
-                        conn.execute(_DROP_STALLED if queued else _RETRY_STALLED, (job_id,))
-                        taken += 1
-                except psycopg.errors.LockNotAvailable:
-                    continue  # held elsewhere: the next round takes it up
+            taken = self._take_up(conn, stalled)
             with self._on(conn, own=True):
                 conn.execute(_PRUNE_WORKERS, (self.stalled_after_seconds,))
             return taken
@@ -698,6 +687,23 @@ class ProcrastinateScheduler(ServingMixin):
                 taken,
                 self.stalled_after_seconds,
             )
+        return taken
+
+    def _take_up(self, conn: psycopg.Connection[Any], jobs: Sequence[Any]) -> int:
+        """Put each ``(job id, queueing lock)`` back to ``todo``, or drop it when a newer
+        alarm of its execution is queued; each under its execution's advisory lock."""
+        taken = 0
+        for job_id, key in jobs:
+            try:
+                with self._on(conn, own=True):
+                    conn.execute(_LOCK_KEY_BRIEFLY, (_RECOVERY_LOCK_WAIT, key))
+                    if conn.execute(_STILL_DOING, (job_id,)).fetchone() is None:
+                        continue  # its worker finished it after all
+                    queued = conn.execute(self._queued_own, (key,)).fetchone() is not None
+                    conn.execute(_DROP_STALLED if queued else _RETRY_STALLED, (job_id,))
+                    taken += 1
+            except psycopg.errors.LockNotAvailable:
+                continue  # held elsewhere: the next round takes it up
         return taken
 
     def shutdown(self) -> None:
@@ -803,6 +809,17 @@ class ProcrastinateScheduler(ServingMixin):
                 conn.execute(FINISH, (done, worker_id))
         except (psycopg.Error, ConnectorException) as error:
             self._give_up(f"could not record the end of a job ({error})")
+        finally:
+            self._held(done, held=False)
+
+    def _held(self, job_ids: Sequence[int], *, held: bool) -> None:
+        """Note that this worker's batches run ``job_ids`` (``held``) or have ended them: a
+        job ``doing`` under a live worker that runs none of it is an orphan."""
+        with self._lock:
+            if held:
+                self._batch_held.update(job_ids)
+            else:
+                self._batch_held.difference_update(job_ids)
 
     def _finish_and_take(
         self, done: list[int], worker_id: int, limit: int
@@ -818,12 +835,17 @@ class ProcrastinateScheduler(ServingMixin):
                 self._finish(done, worker_id)
             return []
         params = {"queue": self.queue, "task": TASK_NAME, "worker": worker_id, "limit": limit}
-        with self._connection() as conn, conn.transaction():
-            conn.execute("SET LOCAL synchronous_commit = off")  # bookkeeping: see the module
-            if done:
-                conn.execute(FINISH, (done, worker_id))
-            rows = conn.execute(TAKE, params).fetchall()
-        return [(int(row[0]), execution_id_of(int(row[0]), row[1])) for row in rows]
+        try:
+            with self._connection() as conn, conn.transaction():
+                conn.execute("SET LOCAL synchronous_commit = off")  # bookkeeping: see the module
+                if done:
+                    conn.execute(FINISH, (done, worker_id))
+                rows = conn.execute(TAKE, params).fetchall()
+        finally:
+            self._held(done, held=False)
+        taken = [(int(row[0]), execution_id_of(int(row[0]), row[1])) for row in rows]
+        self._held([job_id for job_id, _ in taken], held=True)
+        return taken
 
     def _give_up(self, trouble: str) -> None:
         """Stop the worker (it starts over): its ``doing`` jobs are then taken up as stalled."""
