@@ -152,6 +152,13 @@ class Flaky:
         return {"ok": True, "attempt": ctx.attempt}
 
 
+def flaky_registry(fails: int) -> Registry:
+    """A registry whose ``test.flaky`` is one ``Flaky(fails)``: every run over it counts calls."""
+    registry = Registry()
+    registry.register("test.flaky", Flaky(fails))
+    return registry
+
+
 def fails_first(params: Any, ctx: ActionContext) -> Any:
     """An action whose attempt 1 raises ``ConnectionError("down")``; a retry returns ``"done"``."""
     if ctx.attempt == 1:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
+from doubles import flaky_registry
 
 from prana import (
     Completed,
@@ -14,7 +14,6 @@ from prana import (
     ExecutionStatus,
     Node,
     NodeSettings,
-    Registry,
     RetryPolicy,
     Workflow,
     execute_workflow,
@@ -23,20 +22,6 @@ from prana.testing import ManualClock
 from scheduling import Runner
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.memory import MemoryStore
-
-
-def _failing(fails: int) -> Registry:
-    registry = Registry()
-    calls = {"n": 0}
-
-    def flaky(params: Any, ctx: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] <= fails:
-            raise ConnectionError(f"down {calls['n']}")
-        return {"ok": True}
-
-    registry.register("test.flaky", flaky)
-    return registry
 
 
 def _workflow(max_attempts: int = 2) -> Workflow:
@@ -74,7 +59,9 @@ def test_an_observer_that_raises_is_logged_at_error(caplog: pytest.LogCaptureFix
     seen: list[str] = []
     with caplog.at_level(logging.ERROR, logger="prana.events"):
         outcome = execute_workflow(
-            _workflow(), registry=_failing(0), observers=[broken, lambda e: seen.append(e.name)]
+            _workflow(),
+            registry=flaky_registry(0),
+            observers=[broken, lambda e: seen.append(e.name)],
         )
     assert isinstance(outcome, Completed)
     assert "execution_completed" in seen  # the next observer still ran
@@ -89,7 +76,7 @@ def test_runner_logs_retries_and_failures_with_fields(caplog: pytest.LogCaptureF
     """A retry at INFO, the exhausted retry and the failed execution at WARNING, fields in extra."""
     clock = ManualClock()
     runner = Runner(
-        registry=_failing(5),
+        registry=flaky_registry(5),
         store=MemoryStore(),
         scheduler=ManualScheduler(clock=clock),
     )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
-from doubles import sub_node, webhook_node
+from doubles import flaky_registry, sub_node, webhook_node
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -49,20 +49,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
     from scheduling.abc import ExecutionStore
-
-
-def _registry(fails: int) -> Registry:
-    registry = Registry()
-    calls = {"n": 0}
-
-    def flaky(params: Any, ctx: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] <= fails:
-            raise ConnectionError(f"down {calls['n']}")
-        return {"ok": True}
-
-    registry.register("test.flaky", flaky)
-    return registry
 
 
 WORKFLOW = Workflow(
@@ -128,7 +114,7 @@ def test_the_core_keeps_the_trace_context_through_every_step() -> None:
     """Given at the start, the trace context survives a retry, a wait, an expiry, a redrive,
     a cancel and the JSON round trip, unchanged; the core never reads it."""
     clock = ManualClock()
-    registry = _registry(1)
+    registry = flaky_registry(1)
     started = execute_workflow(WAITING, registry=registry, clock=clock, trace_context=TRACE)
     assert isinstance(started, Suspend)
     assert started.execution.trace_context == TRACE
@@ -148,7 +134,7 @@ def test_the_core_keeps_the_trace_context_through_every_step() -> None:
 
 def test_a_record_stored_before_trace_contexts_loads_without_one() -> None:
     """A stored execution written without the field reads back with ``trace_context=None``."""
-    outcome = execute_workflow(WORKFLOW, registry=_registry(1), clock=ManualClock())
+    outcome = execute_workflow(WORKFLOW, registry=flaky_registry(1), clock=ManualClock())
     document = orjson.loads(dumps(outcome.execution))
     del document["execution"]["trace_context"]
     old = loads(orjson.dumps(document))
@@ -168,7 +154,7 @@ def test_a_record_stored_before_trace_contexts_loads_without_one() -> None:
 def test_a_bad_trace_context_is_refused_at_the_start(bad: Any) -> None:
     """Anything but a few short string headers is a clear error naming ``trace_context``."""
     with pytest.raises(InvalidSettingsError, match="trace_context"):
-        execute_workflow(WORKFLOW, registry=_registry(0), trace_context=bad)
+        execute_workflow(WORKFLOW, registry=flaky_registry(0), trace_context=bad)
 
 
 # -- scheduling.otel: one trace per execution -----------------------------------------------------
@@ -203,7 +189,7 @@ def test_a_retry_resumed_by_another_runner_lands_in_the_callers_trace(tmp_path: 
     clock = ManualClock()
     first_provider, first_spans = _provider()
     second_provider, second_spans = _provider()
-    registry = _registry(1)  # one flaky service, seen by both runners
+    registry = flaky_registry(1)  # one flaky service, seen by both runners
     request_tracer = first_provider.get_tracer("app")
     with (
         _runner(store, clock, first_provider, registry) as first,
@@ -280,7 +266,7 @@ def test_a_retry_resumed_by_another_process_lands_in_the_callers_trace(tmp_path:
     clock = ManualClock()
     provider, spans = _provider()
     with (
-        _runner(store, clock, provider, _registry(1)) as runner,
+        _runner(store, clock, provider, flaky_registry(1)) as runner,
         provider.get_tracer("app").start_as_current_span("POST /orders") as request,
     ):
         execution_id = runner.start(WORKFLOW, None)
@@ -304,7 +290,7 @@ def test_the_execution_view_shows_the_trace_to_look_up() -> None:
     from scheduling.web._views import execution_view
 
     provider, _ = _provider()
-    with _runner(MemoryStore(), ManualClock(), provider, _registry(1)) as runner:
+    with _runner(MemoryStore(), ManualClock(), provider, flaky_registry(1)) as runner:
         execution_id = runner.start(WORKFLOW, None)
         execution, version = runner.store.load(execution_id)
         view = execution_view(execution, version, WORKFLOW, runner.registry)
@@ -318,7 +304,9 @@ def test_a_start_with_no_current_span_roots_a_new_trace() -> None:
     clock = ManualClock()
     provider, exporter = _provider()
     scheduler = ManualScheduler(clock=clock)
-    with Runner(_registry(1), store, scheduler, observers=[TracingObserver(provider)]) as runner:
+    with Runner(
+        flaky_registry(1), store, scheduler, observers=[TracingObserver(provider)]
+    ) as runner:
         execution_id = runner.start(WORKFLOW, None)
         start = _one(exporter.get_finished_spans(), "prana.start")
         assert start.parent is None
@@ -333,7 +321,7 @@ def test_a_webhook_delivered_inside_a_request_span_links_to_it() -> None:
     the execution's own trace and links that span."""
     provider, exporter = _provider()
     tracer = provider.get_tracer("app")
-    with _runner(MemoryStore(), ManualClock(), provider, _registry(0)) as runner:
+    with _runner(MemoryStore(), ManualClock(), provider, flaky_registry(0)) as runner:
         execution_id = runner.start(
             Workflow(
                 id="hook",
@@ -360,7 +348,7 @@ def test_a_sub_workflow_runs_in_its_parents_trace() -> None:
         nodes=[Node(key="start", type="manual.trigger"), sub_node("child", "sync")],
         connections=[Connection(from_node="start", to_node="sub")],
     )
-    with _runner(MemoryStore(), ManualClock(), provider, _registry(0)) as runner:
+    with _runner(MemoryStore(), ManualClock(), provider, flaky_registry(0)) as runner:
         runner.register_workflow(child)
         execution_id = runner.start(parent, None)
         assert runner.get(execution_id).status is ExecutionStatus.COMPLETED
@@ -377,13 +365,15 @@ def test_an_execution_saved_without_a_trace_context_keeps_the_derived_trace() ->
     derived from its id, as it always did, linking the span current then."""
     store = MemoryStore(serialize=True)
     clock = ManualClock()
-    with Runner(registry=_registry(1), store=store, scheduler=ManualScheduler(clock=clock)) as r:
+    with Runner(
+        registry=flaky_registry(1), store=store, scheduler=ManualScheduler(clock=clock)
+    ) as r:
         execution_id = r.start(WORKFLOW, None)
     assert store.load(execution_id)[0].trace_context is None
     provider, exporter = _provider()
     clock.advance(3)
     with (
-        _runner(store, clock, provider, _registry(0)) as runner,
+        _runner(store, clock, provider, flaky_registry(0)) as runner,
         provider.get_tracer("app").start_as_current_span("worker tick") as tick,
     ):
         runner.run_due()
@@ -400,7 +390,10 @@ def test_a_start_span_is_taken_only_by_the_observer_that_opened_it() -> None:
     opener, other = TracingObserver(first), TracingObserver(second)
     with opener.begin(ManualClock()()) as trace_context:
         outcome = execute_workflow(
-            WORKFLOW, registry=_registry(0), observers=[other, opener], trace_context=trace_context
+            WORKFLOW,
+            registry=flaky_registry(0),
+            observers=[other, opener],
+            trace_context=trace_context,
         )
     mine = _one(first_spans.get_finished_spans(), "prana.start")
     theirs = _one(second_spans.get_finished_spans(), "prana.start")
@@ -415,7 +408,7 @@ def test_a_start_that_is_refused_ends_its_span_with_an_error() -> None:
     """A start refused before its run (bad input) leaves no open span behind."""
     provider, exporter = _provider()
     with (
-        _runner(MemoryStore(), ManualClock(), provider, _registry(0)) as runner,
+        _runner(MemoryStore(), ManualClock(), provider, flaky_registry(0)) as runner,
         pytest.raises(InvalidWorkflowError),
     ):
         runner.start(WORKFLOW, {"not": {"json": object()}})
@@ -428,7 +421,7 @@ def test_tracing_observer_needs_only_the_api(monkeypatch: pytest.MonkeyPatch) ->
     """Without an SDK the observer works on the API's no-op tracer."""
     observer = TracingObserver()
     runner = Runner(
-        registry=_registry(0),
+        registry=flaky_registry(0),
         store=MemoryStore(),
         scheduler=ManualScheduler(clock=ManualClock()),
         observers=[observer],
