@@ -39,9 +39,11 @@ def read_policies(value: Any, *, field: str = "retry") -> tuple[RetryPolicy, ...
     """Turn what users write into a tuple of policies (``None`` stays ``None``).
 
     Accepted: a ``RetryPolicy``; Rappel bracket text; NoETL shorthands (``True``: the
-    default policy, ``False``: retry off, an int N: N attempts in all, the first try
-    included, as NoETL's ``retry: 3`` means "max attempts only"); a mapping of policy
-    fields, where ``backoff_multiplier`` and ``max_retries`` are aliases, or rh_agents'
+    default curve, ``False``: retry off, an int N: N attempts in all, the first try
+    included, as NoETL's ``retry: 3`` means "max attempts only"; every error retries under
+    them, as NoETL has no exception filter); a mapping of policy fields, where
+    ``backoff_multiplier`` and ``max_retries`` are aliases (one with NoETL's keys alone,
+    ``backoff_multiplier`` among them, is NoETL's: every error retries), or rh_agents'
     ``RetryConfig`` (a mapping with one of its own keys); or a non-empty list of these.
     ``field`` names the setting in error messages.
     """
@@ -66,6 +68,8 @@ def _read_one(value: Any, *, field: str, top: bool) -> list[RetryPolicy]:
     if isinstance(value, Mapping):
         if not _RH_AGENTS_KEYS.isdisjoint(value):
             return [rh_agents(value, field=field)]
+        if "backoff_multiplier" in value and _NOETL_KEYS.issuperset(value):
+            return [_mapping(value, field=field, retry_on=CATCH_ALL)]
         return [_mapping(value, field=field)]
     if top and isinstance(value, list | tuple):
         if not value:
@@ -91,7 +95,7 @@ _ALIASES = {
 _FIELDS = frozenset(a.name for a in attrs.fields(RetryPolicy))
 
 
-def _mapping(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
+def _mapping(value: Mapping[Any, Any], *, field: str, **defaults: Any) -> RetryPolicy:
     """A mapping of policy fields, with NoETL's and tenacity's names as aliases."""
     kwargs: dict[str, Any] = {}
     for raw_key, item in value.items():
@@ -108,7 +112,7 @@ def _mapping(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
         if key in kwargs:
             raise InvalidSettingsError(f"{field}: {raw_key!r} given twice (through an alias)")
         kwargs[key] = item
-    return RetryPolicy(**kwargs)
+    return RetryPolicy(**{**defaults, **kwargs})
 
 
 # --- Rappel and Waymark -------------------------------------------------------------------
@@ -185,15 +189,23 @@ def noetl(value: Any, *, field: str = "retry") -> tuple[RetryPolicy, ...]:
     return policies
 
 
+_NOETL_KEYS = frozenset(
+    {"max_attempts", "initial_delay", "max_delay", "backoff_multiplier", "jitter"}
+    | {"retry_when", "stop_when"}
+)
+"""The keys of NoETL's retry mapping (noetl/plugin/runtime/retry.py)."""
+
+
 def _noetl_shorthand(value: bool | int, *, field: str) -> RetryPolicy:
+    """``retry: true`` / ``retry: N``: NoETL has no exception filter, so every error retries."""
     if isinstance(value, bool):
-        return RetryPolicy() if value else RetryPolicy(enabled=False)
+        return RetryPolicy(retry_on=CATCH_ALL) if value else RetryPolicy(enabled=False)
     if value < 0:
         raise InvalidSettingsError(
             f"{field}={value!r}: use a whole number >= 0, the attempts in all with the "
             "first try included (0 or 1 = no retry)"
         )
-    return RetryPolicy(max_attempts=max(value, 1))
+    return RetryPolicy(max_attempts=max(value, 1), retry_on=CATCH_ALL)
 
 
 NOETL_SCOPE: Mapping[str, str] = {

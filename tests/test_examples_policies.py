@@ -117,9 +117,9 @@ def test_rappel_python_policy_equals_its_bracket_text(
 
 
 def test_noetl_blocks(found: dict[str, tuple[RetryPolicy, ...]]) -> None:
-    """retry: true is the default policy, retry: 3 three attempts, the mapping its fields."""
-    assert found["noetl: retry true"] == (RetryPolicy(),)
-    assert found["noetl: retry 3"] == (RetryPolicy(max_attempts=3),)
+    """retry: true is the default curve, every error; retry: 3 three attempts; the mapping."""
+    assert found["noetl: retry true"] == (RetryPolicy(retry_on=("Exception",)),)
+    assert found["noetl: retry 3"] == (RetryPolicy(max_attempts=3, retry_on=("Exception",)),)
     (full,) = found["noetl: full mapping"]
     assert (full.max_attempts, full.initial_delay, full.multiplier, full.max_delay) == (
         5,

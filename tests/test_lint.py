@@ -367,7 +367,7 @@ def test_prana_lint_json_and_mistakes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert [w["code"] for w in entry["warnings"]] == ["unknown_exception"]
     by_node = {p["node"]: p["policies"] for p in entry["policies"]}
     assert [r["typical_delay_s"] for r in by_node["simple"][0]["schedule"]] == [0.5, 0.5]
-    assert by_node["noetl"][0]["describe"].endswith("3 attempts")
+    assert by_node["noetl"][0]["describe"].endswith("3 attempts, on (Exception)")
     broken = tmp_path / "broken.yaml"
     broken.write_text(LINTED.replace("retry: 3}", "retry: {backof: linear}}"))
     assert main(["lint", str(broken)]) == 2

@@ -856,10 +856,11 @@ def test_coerce_accepts_every_shorthand() -> None:
     p = RetryPolicy(max_attempts=5)
     assert coerce_policies(None, field="f") is None
     assert coerce_policies(p, field="f") == (p,)
-    assert coerce_policies(True, field="f") == (RetryPolicy(),)
+    every = ("Exception",)  # NoETL's shorthands: NoETL has no exception filter
+    assert coerce_policies(True, field="f") == (RetryPolicy(retry_on=every),)
     assert coerce_policies(False, field="f") == (RetryPolicy(enabled=False),)
-    assert coerce_policies(3, field="f") == (RetryPolicy(max_attempts=3),)
-    assert coerce_policies(0, field="f") == (RetryPolicy(max_attempts=1),)
+    assert coerce_policies(3, field="f") == (RetryPolicy(max_attempts=3, retry_on=every),)
+    assert coerce_policies(0, field="f") == (RetryPolicy(max_attempts=1, retry_on=every),)
     text = coerce_policies("[retry: 2, backoff: 10s]", field="f")
     assert text is not None
     assert text[0].max_attempts == 3
@@ -921,7 +922,7 @@ def test_node_settings_take_text_and_shorthands() -> None:
     assert NodeSettings(retry="[retry: 1]").retry == (
         RetryPolicy(max_attempts=2, initial_delay=1, max_delay=1, retry_on=("Exception",)),
     )
-    assert NodeSettings(retry=2).retry == (RetryPolicy(max_attempts=2),)
+    assert NodeSettings(retry=2).retry == (RetryPolicy(max_attempts=2, retry_on=("Exception",)),)
 
 
 # --- seam helpers ----------------------------------------------------------------------------

@@ -337,6 +337,25 @@ def test_noetl_status_code_is_read_from_the_exception(
     assert retried is (expected is not None and expected >= 500)
 
 
+@pytest.mark.parametrize(
+    "retry",
+    ["retry: 3", "retry: true", "retry: {max_attempts: 3, backoff_multiplier: 2.0}"],
+)
+@pytest.mark.parametrize("exc", [ValueError("v"), KeyError("k"), TypeError("t"), AttributeError()])
+def test_noetl_forms_retry_every_error(retry: str, exc: Exception) -> None:
+    """NoETL has no exception filter: any error retries under its forms.
+
+    noetl/noetl noetl/plugin/runtime/retry.py: "# Default: retry on error" / "if error or not
+    result.get('success', True): ... return True", with no exception type checked.
+    """
+    step = yaml.safe_load(retry)
+    outcome = run_to_end(
+        one_node(NodeSettings(retry=step["retry"])), always_fails(exc), ManualClock()
+    )
+    assert isinstance(outcome, Failed)
+    assert attempts_of(outcome) == 3
+
+
 # -- Rappel / Waymark ----------------------------------------------------------------------
 
 

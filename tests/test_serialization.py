@@ -1025,7 +1025,7 @@ retry_defaults:
     )
     assert d.settings.retry is not None
     assert d.settings.retry[0].max_attempts == 4
-    assert workflow.retry_defaults == {"*": (RetryPolicy(),)}
+    assert workflow.retry_defaults == {"*": (RetryPolicy(retry_on=("Exception",)),)}  # NoETL's
 
 
 def test_invalid_settings_name_the_field() -> None:
