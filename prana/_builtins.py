@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from prana._durations import HOUR, SECONDS_PER_UNIT, is_aware
 from prana._errors import NonRetryable
+from prana._hooks import PENDING_TOKEN_PREFIX
 from prana._model import (
     MAX_WORKFLOW_VERSION,
     Output,
@@ -27,9 +28,35 @@ from prana._model import (
 if TYPE_CHECKING:
     from prana._registry import ActionContext, Registry
 
-__all__ = ["FOR_EACH_STATE_PREFIX", "SubWorkflowFailed", "register_builtins"]
+__all__ = [
+    "FOR_EACH_STATE_PREFIX",
+    "RESERVED_STATE_PREFIXES",
+    "SubWorkflowFailed",
+    "register_builtins",
+    "reserved_state_key",
+]
 
 FOR_EACH_STATE_PREFIX = "__for_each__:"
+RESERVED_STATE_PREFIXES = (FOR_EACH_STATE_PREFIX, PENDING_TOKEN_PREFIX)
+"""State keys the engine keeps for itself: a loop's progress, a handed-out token's digest."""
+
+
+def reserved_state_key(updates: Mapping[str, Any], node_key: str, node_type: str) -> str | None:
+    """The first key of a state update that only the engine may write, or ``None``.
+
+    A reply copied into the state (``workflow.set_state`` with ``{{ $input.main }}``) wrote
+    ``__webhook__:<wait>``, the digest a later wait takes as its token's, and so resumed
+    that wait with a token of the sender's; ``__for_each__:<node>`` steers a loop. Only a
+    ``core.for_each`` node writes its own loop key.
+    """
+    for key in updates:
+        if key.startswith(RESERVED_STATE_PREFIXES) and not (
+            node_type == "core.for_each" and key == FOR_EACH_STATE_PREFIX + node_key
+        ):
+            return key
+    return None
+
+
 """``core.for_each`` keeps its loop in the shared state under this prefix plus its node key."""
 
 WAIT_MODES: tuple[str, ...] = ("webhook", "interval", "schedule")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from prana._builtins import SubWorkflowFailed, quick_wait_value
+from prana._builtins import SubWorkflowFailed, quick_wait_value, reserved_state_key
 from prana._builtins import _manual_trigger as manual_trigger
 from prana._builtins import _wait_resume as wait_resume
 from prana._checkpoint import CheckpointById
@@ -620,6 +620,15 @@ class Run(Frontier):
                     node_run,
                     prana_error(ErrorCode.OUTPUT_NOT_JSON, message, key, "StateNotJSON"),
                 )
+            reserved = reserved_state_key(updates, key, cn.node.type)
+            if reserved is not None:
+                message = (
+                    f"node {key!r} state update writes {reserved!r}: keys starting with "
+                    "'__for_each__:' or '__webhook__:' are reserved for prana's own "
+                    "bookkeeping; use another key (copy a reply under a key of your own)"
+                )
+                error = prana_error(ErrorCode.NON_RETRYABLE, message, key, "ReservedStateKey")
+                return self.settle_failure(cn, node_run, error)
             size += updated
         if self.kept + size > self.limits.max_record_size or size > self.limits.max_value_size:
             what = "its output" + (" and state update" if updates else "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 from typing import Any
@@ -291,3 +292,76 @@ def test_a_retry_condition_that_raises_quoting_the_error_keeps_no_token(
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "cannot judge" in logged
     assert _TOKEN_IN_TEXT.search(logged) is None
+
+
+# --- the engine's bookkeeping is not the data's to write -----------------------------------
+
+
+def _copy_reply_then_approve() -> tuple[Workflow, Registry]:
+    """A manager's link mailed first; a requester's wait whose reply is copied into the
+    state; then the manager's approval wait."""
+    registry = Registry()
+    registry.register("mail.send", lambda params, ctx: {"sent": True})
+    wait = {"mode": "webhook"}
+    nodes = [
+        Node(key="start", type="manual.trigger"),
+        Node(key="notify", type="mail.send", params={"link": "{{ $webhooks.approve }}"}),
+        Node(key="request", type="wait.wait", params=wait),
+        Node(key="copy", type="workflow.set_state", params={"state": "{{ $input.main }}"}),
+        Node(key="approve", type="wait.wait", params=wait),
+    ]
+    keys = [n.key for n in nodes]
+    workflow = Workflow(
+        id="copy-then-approve",
+        nodes=nodes,
+        connections=[Connection(from_node=a, to_node=b) for a, b in itertools.pairwise(keys)],
+    )
+    return workflow, registry
+
+
+def test_a_sender_cannot_plant_the_digest_of_a_later_wait() -> None:
+    """The requester's reply wrote ``__webhook__:approve`` (the digest of a token of their
+    own) through ``workflow.set_state`` and then resumed the manager's approval with it.
+    A state write of a reserved key now fails the node, and the planted token is refused."""
+    from prana._hooks import mint_token, token_digest
+
+    workflow, registry = _copy_reply_then_approve()
+    store = MemoryStore(serialize=True)
+    scheduler = ManualScheduler(clock=ManualClock())
+    with Runner(registry=registry, store=store, scheduler=scheduler) as runner:
+        execution_id = runner.start(workflow, None)
+        path = runner.hook_path(execution_id)
+        assert path is not None
+        own, secret = mint_token(execution_id)
+        planted = {"__webhook__:approve": token_digest(execution_id, "approve", secret)}
+        runner.deliver_hook(path.rsplit("/", 1)[1], planted)
+        execution = runner.get(execution_id)
+        assert execution.status is ExecutionStatus.FAILED
+        assert execution.error is not None
+        assert "'__webhook__:approve'" in execution.error.message
+        assert "reserved" in execution.error.message
+        with pytest.raises(HookNotFound):
+            runner.deliver_hook(own, {"approved": True})
+        assert runner.get(execution_id).status is ExecutionStatus.FAILED
+
+
+@pytest.mark.parametrize("key", ["__for_each__:loop", "__webhook__:approve"])
+def test_no_state_write_may_use_a_reserved_key(key: str) -> None:
+    """``__for_each__:`` (a loop's progress) and ``__webhook__:`` keys are the engine's:
+    ``workflow.set_state`` (or any action's ``ctx.update_state``) writing one fails its node
+    without retry, naming the key."""
+    workflow = Workflow(
+        id="plant",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="set", type="workflow.set_state", params={"state": {key: {"index": 0}}}),
+        ],
+        connections=[Connection(from_node="start", to_node="set")],
+    )
+    outcome = execute_workflow(workflow, registry=Registry())
+    assert outcome.execution is not None
+    assert outcome.execution.status is ExecutionStatus.FAILED
+    assert key not in outcome.execution.state
+    error = outcome.execution.error
+    assert error is not None
+    assert repr(key) in error.message
