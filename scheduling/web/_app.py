@@ -73,6 +73,10 @@ if TYPE_CHECKING:
     from scheduling._runner import Runner
     from scheduling.abc import ExecutionSummary
 
+    Handler = Callable[[Request], Awaitable[Response]]
+    ListArgs = tuple[str | None, str | None, int, str | None]
+    """A list query's ``status``, ``workflow``, ``limit`` and ``after``."""
+
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
 logger = logging.getLogger("scheduling.web")
@@ -360,6 +364,80 @@ class _SecurityHeaders:
         await self.app(scope, receive, sending)
 
 
+class _Web:
+    """What the app's handlers share, kept on ``app.state.web``: the runner and the settings.
+
+    Handlers are module-level functions that read it from ``request.app.state`` (Starlette's
+    way), so the routes of one app never close over another's runner.
+    """
+
+    __slots__ = (
+        "max_body_bytes",
+        "max_stream_seconds",
+        "max_streams",
+        "open_runner",
+        "operator",
+        "poll_seconds",
+        "runner",
+        "sign_in",
+        "streams",
+        "view",
+    )
+
+    def __init__(
+        self,
+        runner: Runner,
+        token: str | None,
+        *,
+        view: bool,
+        max_body_bytes: int,
+        poll_seconds: float,
+        open_runner: bool,
+        max_streams: int,
+        max_stream_seconds: float,
+    ) -> None:
+        self.runner = runner
+        self.view = view
+        self.max_body_bytes = max_body_bytes
+        self.poll_seconds = poll_seconds
+        self.open_runner = open_runner
+        self.max_streams = max_streams
+        self.max_stream_seconds = max_stream_seconds
+        self.streams = _Streams(max_streams)
+        self.operator = _Operator(token, self.unix_now)
+        self.sign_in = _SignInLimiter(self.unix_now)
+
+    def unix_now(self) -> float:
+        """The runner's clock as unix seconds (cookies, sign-in windows, stream lifetimes)."""
+        return self.runner.clock().timestamp()
+
+
+def _web(request: Request) -> _Web:
+    web: _Web = request.app.state.web
+    return web
+
+
+def _checked_token(token: str | None) -> str | None:
+    """The operator token: the one given, else ``$PRANA_WEB_TOKEN``; refused when short."""
+    source = "create_app(token=...)"
+    if token is None:
+        token = os.environ.get(TOKEN_ENV) or None
+        source = f"${TOKEN_ENV}"
+    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS):
+        raise PranaError(f"{source}: {TOKEN_ADVICE}")
+    return token
+
+
+def _check_whole(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PranaError(f"create_app({name}={value!r}): use a whole number >= 1")
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise PranaError(f"create_app({name}={value!r}): use seconds > 0")
+
+
 def create_app(
     runner: Runner,
     *,
@@ -382,407 +460,419 @@ def create_app(
     ``EventSource`` reconnects). ``open_runner=True`` opens the runner
     when the app starts and closes it when the app stops (``prana serve`` does this).
     """
-    source = "create_app(token=...)"
-    if token is None:
-        token = os.environ.get(TOKEN_ENV) or None
-        source = f"${TOKEN_ENV}"
-    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS):
-        raise PranaError(f"{source}: {TOKEN_ADVICE}")
-    if (
-        isinstance(max_body_bytes, bool)
-        or not isinstance(max_body_bytes, int)
-        or max_body_bytes < 1
-    ):
-        raise PranaError(f"create_app(max_body_bytes={max_body_bytes!r}): use a whole number >= 1")
-    if (
-        isinstance(poll_seconds, bool)
-        or not isinstance(poll_seconds, int | float)
-        or poll_seconds <= 0
-    ):
-        raise PranaError(f"create_app(poll_seconds={poll_seconds!r}): use seconds > 0")
-    if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
-        raise PranaError(f"create_app(max_streams={max_streams!r}): use a whole number >= 1")
-    if (
-        isinstance(max_stream_seconds, bool)
-        or not isinstance(max_stream_seconds, int | float)
-        or not max_stream_seconds > 0
-    ):
-        raise PranaError(f"create_app(max_stream_seconds={max_stream_seconds!r}): use seconds > 0")
-    streams = _Streams(max_streams)
+    token = _checked_token(token)
+    _check_whole("max_body_bytes", max_body_bytes)
+    _check_seconds("poll_seconds", poll_seconds)
+    _check_whole("max_streams", max_streams)
+    _check_seconds("max_stream_seconds", max_stream_seconds)
     redact_access_log()
+    web = _Web(
+        runner,
+        token,
+        view=view,
+        max_body_bytes=max_body_bytes,
+        poll_seconds=poll_seconds,
+        open_runner=open_runner,
+        max_streams=max_streams,
+        max_stream_seconds=max_stream_seconds,
+    )
+    routes = [Route("/hooks/{token}", _hook, methods=["POST"])]
+    if view:
+        routes += _VIEW_ROUTES
+        if token is not None:
+            routes.append(Route("/login", _login, methods=["GET", "POST"]))
+    app = Starlette(routes=routes, lifespan=_lifespan, middleware=[Middleware(_SecurityHeaders)])
+    app.state.web = web
+    app.state.runner = runner
+    app.state.operator_token_configured = token is not None
+    app.state.sign_in_limiter = web.sign_in
+    app.state.event_streams = web.streams
+    return app
 
-    def unix_now() -> float:
-        return runner.clock().timestamp()
 
-    operator = _Operator(token, unix_now)
-    limiter = _SignInLimiter(unix_now)
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    web: _Web = app.state.web
+    if web.view and web.operator.token is None:
+        logger.warning(
+            "no operator token (PRANA_WEB_TOKEN): the view and API answer loopback clients only"
+        )
+    if web.open_runner:
+        await asyncio.to_thread(web.runner.open)
+    try:
+        yield
+    finally:
+        if web.open_runner:
+            await asyncio.to_thread(web.runner.close)
 
-    def root(request: Request) -> str:
-        return str(request.scope.get("root_path", "")).rstrip("/")
 
-    # -- the webhook route ----------------------------------------------------------------
+def _root(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
 
-    async def hook(request: Request) -> Response:
-        resume_token = request.path_params["token"]
-        declared = request.headers.get("content-length")
-        if (
-            declared is not None
-            and declared.isascii()
-            and declared.isdigit()
-            and (not _short_whole(declared) or int(declared) > max_body_bytes)
-        ):
+
+# -- the webhook route --------------------------------------------------------------------
+
+
+async def _hook(request: Request) -> Response:
+    web = _web(request)
+    max_body_bytes = web.max_body_bytes
+    resume_token = request.path_params["token"]
+    declared = request.headers.get("content-length")
+    if (
+        declared is not None
+        and declared.isascii()
+        and declared.isdigit()
+        and (not _short_whole(declared) or int(declared) > max_body_bytes)
+    ):
+        return _error(413, f"the body is over the limit of {max_body_bytes} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_body_bytes:
             return _error(413, f"the body is over the limit of {max_body_bytes} bytes")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body_bytes:
-                return _error(413, f"the body is over the limit of {max_body_bytes} bytes")
-        data: Any = None
-        if body.strip():
-            media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-            if media != "application/json" and not media.endswith("+json"):
-                return _error(
-                    415, f"send JSON with Content-Type: application/json (got {media or 'none'})"
-                )
-            try:
-                data = orjson.loads(bytes(body))
-            except orjson.JSONDecodeError as exc:
-                return _error(422, f"the body is not valid JSON: {exc}")
-        try:
-            outcome = await asyncio.to_thread(runner.deliver_hook, resume_token, data)
-        except HookError as exc:
-            return _error(exc.status, str(exc))
-        except ResumeError as exc:  # the data was refused before anything ran
-            return _error(422, _first_line(exc))
-        except (RecordError, StoreError):
-            logger.exception("a webhook delivery could not read or write its execution")
-            return _error(500, "the execution's stored record could not be read or written")
-        execution = outcome.execution
-        assert execution is not None
-        return JSONResponse(
-            {"ok": True, "execution_id": execution.id, "status": execution.status.value}
-        )
-
-    routes = [Route("/hooks/{token}", hook, methods=["POST"])]
-
-    # -- operator routes -----------------------------------------------------------------
-
-    def guarded(
-        handler: Callable[[Request], Awaitable[Response]], *, html: bool
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            response = await checked(request)
-            response.headers.setdefault("cache-control", NO_STORE)
-            return response
-
-        async def checked(request: Request) -> Response:
-            presented = operator.bearer(request) if operator.token is not None else None
-            client = _client(request) or "-"
-            if presented is not None:
-                refused = limiter.refusal(client)
-                if refused is not None:
-                    return refused
-            if operator.allowed(request):
-                return await handler(request)
-            if presented is not None:
-                limiter.failed(client)
-            if operator.token is None:
-                return _error(
-                    403,
-                    "no operator token is configured: loopback clients only, addressing the "
-                    "app as localhost or a loopback address",
-                )
-            if html:
-                query = urlencode({"next": undecoded_path(request)})
-                return RedirectResponse(f"{root(request)}/login?{query}", status_code=303)
+    data: Any = None
+    if body.strip():
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
             return _error(
-                401,
-                "send the operator token: Authorization: Bearer <token>",
-                **{"WWW-Authenticate": 'Bearer realm="prana"'},
+                415, f"send JSON with Content-Type: application/json (got {media or 'none'})"
             )
-
-        return endpoint
-
-    def list_args(request: Request) -> tuple[str | None, str | None, int, str | None] | Response:
-        query = request.query_params
-        status = query.get("status") or None
-        if status is not None and status not in _html.STATUSES:
-            return _error(400, f"status={status!r}: use one of {', '.join(_html.STATUSES)}")
-        workflow = query.get("workflow") or None
-        after = query.get("after") or None
-        for name, value in (("workflow", workflow), ("after", after)):
-            if value is not None and not value.isprintable():
-                return _error(400, f"{name}={value!r}: control characters name nothing")
         try:
-            limit = int(query.get("limit", "50"))
-        except ValueError:
-            return _error(400, "limit is a whole number")
-        if not 1 <= limit <= MAX_PAGE:
-            return _error(400, f"use 1 <= limit <= {MAX_PAGE}")
-        return status, workflow, limit, after
+            data = orjson.loads(bytes(body))
+        except orjson.JSONDecodeError as exc:
+            return _error(422, f"the body is not valid JSON: {exc}")
+    try:
+        outcome = await asyncio.to_thread(web.runner.deliver_hook, resume_token, data)
+    except HookError as exc:
+        return _error(exc.status, str(exc))
+    except ResumeError as exc:  # the data was refused before anything ran
+        return _error(422, _first_line(exc))
+    except (RecordError, StoreError):
+        logger.exception("a webhook delivery could not read or write its execution")
+        return _error(500, "the execution's stored record could not be read or written")
+    execution = outcome.execution
+    assert execution is not None
+    return JSONResponse(
+        {"ok": True, "execution_id": execution.id, "status": execution.status.value}
+    )
 
-    def list_rows(
-        status: str | None, workflow: str | None, limit: int, after: str | None
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """One page, filtered by the store, and the cursor of the next (``None``: the last)."""
-        wanted = ExecutionStatus(status) if status else None
-        try:
-            rows: Sequence[ExecutionSummary | UnreadableRow] = runner.store.list(
-                wanted, limit=limit + 1, workflow_id=workflow, after=after
-            )
-        except UnreadableRowsError as exc:  # list the rest; the bad rows by id, as unreadable
-            logger.warning("listed as unreadable: %s", "; ".join(exc.problems))
-            rows = exc.rows
-        page = rows[:limit]
-        items = [
-            unreadable_row(row) if isinstance(row, UnreadableRow) else summary_view(row)
-            for row in page
-        ]
-        return items, page[-1].id if len(rows) > limit else None
 
-    async def page_or_400(
-        status: str | None, workflow: str | None, limit: int, after: str | None
-    ) -> tuple[list[dict[str, Any]], str | None] | Response:
-        try:
-            return await asyncio.to_thread(list_rows, status, workflow, limit, after)
-        except ExecutionNotFound:
-            return _error(400, f"after={after!r} names no execution; start from the first page")
-        except StoreError as exc:
-            return _error(500, _first_line(exc))
+# -- operator routes ----------------------------------------------------------------------
 
-    def load_view(execution_id: str) -> dict[str, Any]:
-        execution, version = runner.store.load(execution_id)
-        try:
-            workflow = runner.definition(execution.workflow_id, execution.workflow_version)
-        except WorkflowNotFound:
-            workflow = None
-        return execution_view(execution, version, workflow, runner.registry)
 
-    async def view_or_404(request: Request) -> dict[str, Any] | Response:
-        execution_id = request.path_params["execution_id"]
-        if not execution_id.isprintable():  # PostgreSQL refuses a NUL: it names nothing
-            return _no_execution(execution_id)
-        try:
-            return await asyncio.to_thread(load_view, execution_id)
-        except ExecutionNotFound:
-            return _no_execution(execution_id)
-        except (RecordError, StoreError) as exc:
-            return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
+def _guarded(handler: Handler, *, html: bool) -> Handler:
+    """``handler`` behind the operator credential; every answer says ``no-store``."""
 
-    async def api_list(request: Request) -> Response:
-        args = list_args(request)
-        if isinstance(args, Response):
-            return args
-        status, workflow, limit, after = args
-        found = await page_or_400(status, workflow, limit, after)
-        if isinstance(found, Response):
-            return found
-        items, next_after = found
-        return JSONResponse(
-            {"items": items, "limit": limit, "after": after, "next_after": next_after}
-        )
-
-    async def api_one(request: Request) -> Response:
-        found = await view_or_404(request)
-        return found if isinstance(found, Response) else JSONResponse(found)
-
-    async def page_list(request: Request) -> Response:
-        args = list_args(request)
-        if isinstance(args, Response):
-            return args
-        status, workflow, limit, after = args
-        found = await page_or_400(status, workflow, limit, after)
-        if isinstance(found, Response):
-            return found
-        items, next_after = found
-        return HTMLResponse(
-            _html.list_page(
-                items,
-                root=root(request),
-                status=status,
-                workflow=workflow,
-                limit=limit,
-                after=after,
-                next_after=next_after,
-            )
-        )
-
-    async def page_one(request: Request) -> Response:
-        found = await view_or_404(request)
-        if isinstance(found, Response):
-            return found
-        if request.query_params.get("fragment"):
-            return HTMLResponse(_html.execution_fragment(found))
-        return HTMLResponse(_html.execution_page(found, root=root(request)))
-
-    async def events(request: Request) -> Response:
-        execution_id = request.path_params["execution_id"]
-        if not execution_id.isprintable():
-            return _no_execution(execution_id)
-        try:
-            first = await asyncio.to_thread(load_view, execution_id)
-        except ExecutionNotFound:
-            return _no_execution(execution_id)
-        except (RecordError, StoreError) as exc:
-            return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
-        last_seen = request.headers.get("last-event-id")
-        if not streams.take():
-            return _error(
-                503,
-                f"this app serves at most {max_streams} event streams at once; try again later",
-                **{"Retry-After": "5"},
-            )
-        ends_at = unix_now() + max_stream_seconds
-
-        async def stream() -> AsyncIterator[bytes]:
-            loop = asyncio.get_running_loop()
-            changed = asyncio.Event()
-
-            def heard(saved_id: str) -> None:  # in the runner's saving thread
-                if saved_id == execution_id:
-                    with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
-                        loop.call_soon_threadsafe(changed.set)
-
-            unsubscribe = runner.subscribe(heard)
-            try:
-                view = first
-                sent = last_seen
-                quiet_since = loop.time()
-                while True:
-                    version = str(view["record_version"])
-                    if version != sent:
-                        sent = version
-                        quiet_since = loop.time()
-                        yield _sse("execution", view, version)
-                    if view["status"] in FINAL:
-                        yield _sse("end", {"status": view["status"]}, version)
-                        return
-                    # Woken at once by this runner's saves; the poll finds other processes'.
-                    heartbeat_at = quiet_since + HEARTBEAT_SECONDS
-                    pause = min(poll_seconds, max(0.0, heartbeat_at - loop.time()))
-                    with contextlib.suppress(asyncio.TimeoutError):  # TimeoutError from 3.11
-                        await asyncio.wait_for(changed.wait(), pause)
-                    changed.clear()
-                    if loop.time() >= heartbeat_at:
-                        quiet_since = loop.time()
-                        yield b": keep-alive\n\n"
-                    if await request.is_disconnected():
-                        return
-                    if unix_now() >= ends_at:  # bounded: an idle client cannot hold it for ever
-                        yield b": stream lifetime reached; reconnect\n\n"
-                        return
-                    try:
-                        view = await asyncio.to_thread(load_view, execution_id)
-                    except (RecordError, StoreError):  # gone, or the store failed: end
-                        return
-            finally:
-                unsubscribe()
-
-        return _CountedStream(
-            stream(),
-            streams,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-
-    async def script(request: Request) -> Response:
-        del request
-        return Response(
-            _html.SCRIPT,
-            media_type="text/javascript",
-            headers={"Cache-Control": "public, max-age=3600"},
-        )
-
-    async def home(request: Request) -> Response:
-        return RedirectResponse(f"{root(request)}/executions", status_code=303)
-
-    async def login(request: Request) -> Response:
-        response = await signing_in(request)
+    async def endpoint(request: Request) -> Response:
+        response = await _checked(request, handler, html=html)
         response.headers.setdefault("cache-control", NO_STORE)
         return response
 
-    async def signing_in(request: Request) -> Response:
-        next_path = request.query_params.get("next", "")
-        if request.method == "GET":
-            return HTMLResponse(
-                _html.login_page(root=root(request), next_path=next_path, failed=False)
-            )
-        client = _client(request) or "-"
+    return endpoint
+
+
+async def _checked(request: Request, handler: Handler, *, html: bool) -> Response:
+    web = _web(request)
+    operator, limiter = web.operator, web.sign_in
+    presented = operator.bearer(request) if operator.token is not None else None
+    client = _client(request) or "-"
+    if presented is not None:
         refused = limiter.refusal(client)
         if refused is not None:
             return refused
-        raw = await request.body()
-        if len(raw) > 4096:
-            return _error(413, "the login form is over 4096 bytes")
-        form = parse_qs(raw.decode("utf-8", "replace"))
-        candidate = (form.get("token") or [""])[0]
-        next_path = (form.get("next") or [""])[0]
-        if not next_path.startswith("/") or next_path.startswith("//"):
-            next_path = f"{root(request)}/executions"
-        if not operator.check_token(candidate):
-            limiter.failed(client)
-            logger.warning("operator login refused", extra={"client": _client(request)})
-            return HTMLResponse(
-                _html.login_page(root=root(request), next_path=next_path, failed=True),
-                status_code=401,
-            )
-        response = RedirectResponse(next_path, status_code=303)
-        response.set_cookie(
-            COOKIE,
-            operator.new_cookie(),
-            max_age=SESSION_SECONDS,
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-            path=root(request) or "/",
+    if operator.allowed(request):
+        return await handler(request)
+    if presented is not None:
+        limiter.failed(client)
+    if operator.token is None:
+        return _error(
+            403,
+            "no operator token is configured: loopback clients only, addressing the "
+            "app as localhost or a loopback address",
         )
-        return response
+    if html:
+        query = urlencode({"next": undecoded_path(request)})
+        return RedirectResponse(f"{_root(request)}/login?{query}", status_code=303)
+    return _error(
+        401,
+        "send the operator token: Authorization: Bearer <token>",
+        **{"WWW-Authenticate": 'Bearer realm="prana"'},
+    )
 
-    guarded_page = guarded(page_one, html=True)
-    guarded_json = guarded(api_one, html=False)
-    guarded_events = guarded(events, html=False)
 
-    async def one_execution(request: Request) -> Response:
-        execution_id, stream = execution_path(request)
-        request.path_params["execution_id"] = execution_id
-        return await (guarded_events if stream else guarded_page)(request)
+def _list_args(request: Request) -> ListArgs | Response:
+    query = request.query_params
+    status = query.get("status") or None
+    if status is not None and status not in _html.STATUSES:
+        return _error(400, f"status={status!r}: use one of {', '.join(_html.STATUSES)}")
+    workflow = query.get("workflow") or None
+    after = query.get("after") or None
+    for name, value in (("workflow", workflow), ("after", after)):
+        if value is not None and not value.isprintable():
+            return _error(400, f"{name}={value!r}: control characters name nothing")
+    try:
+        limit = int(query.get("limit", "50"))
+    except ValueError:
+        return _error(400, "limit is a whole number")
+    if not 1 <= limit <= MAX_PAGE:
+        return _error(400, f"use 1 <= limit <= {MAX_PAGE}")
+    return status, workflow, limit, after
 
-    async def one_execution_json(request: Request) -> Response:
-        request.path_params["execution_id"] = execution_path(request, "/api/executions/")[0]
-        return await guarded_json(request)
 
-    if view:
-        routes += [
-            Route("/", guarded(home, html=True)),
-            Route("/assets/view.js", script),
-            Route("/api/executions", guarded(api_list, html=False)),
-            Route("/api/executions/{rest:path}", one_execution_json),
-            Route("/executions", guarded(page_list, html=True)),
-            Route("/executions/{rest:path}", one_execution),
-        ]
-        if token is not None:
-            routes.append(Route("/login", login, methods=["GET", "POST"]))
+def _list_rows(
+    runner: Runner, status: str | None, workflow: str | None, limit: int, after: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page, filtered by the store, and the cursor of the next (``None``: the last)."""
+    wanted = ExecutionStatus(status) if status else None
+    try:
+        rows: Sequence[ExecutionSummary | UnreadableRow] = runner.store.list(
+            wanted, limit=limit + 1, workflow_id=workflow, after=after
+        )
+    except UnreadableRowsError as exc:  # list the rest; the bad rows by id, as unreadable
+        logger.warning("listed as unreadable: %s", "; ".join(exc.problems))
+        rows = exc.rows
+    page = rows[:limit]
+    items = [
+        unreadable_row(row) if isinstance(row, UnreadableRow) else summary_view(row) for row in page
+    ]
+    return items, page[-1].id if len(rows) > limit else None
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if view and token is None:
-            logger.warning(
-                "no operator token (PRANA_WEB_TOKEN): the view and API answer loopback clients only"
-            )
-        if open_runner:
-            await asyncio.to_thread(runner.open)
-        try:
-            yield
-        finally:
-            if open_runner:
-                await asyncio.to_thread(runner.close)
 
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_SecurityHeaders)])
-    app.state.runner = runner
-    app.state.operator_token_configured = token is not None
-    app.state.sign_in_limiter = limiter
-    app.state.event_streams = streams
-    return app
+async def _page_or_400(
+    request: Request,
+) -> tuple[ListArgs, list[dict[str, Any]], str | None] | Response:
+    """The list query's arguments, its page and the next cursor, or the refusal."""
+    args = _list_args(request)
+    if isinstance(args, Response):
+        return args
+    after = args[3]
+    try:
+        items, next_after = await asyncio.to_thread(_list_rows, _web(request).runner, *args)
+    except ExecutionNotFound:
+        return _error(400, f"after={after!r} names no execution; start from the first page")
+    except StoreError as exc:
+        return _error(500, _first_line(exc))
+    return args, items, next_after
+
+
+def _load_view(runner: Runner, execution_id: str) -> dict[str, Any]:
+    execution, version = runner.store.load(execution_id)
+    try:
+        workflow = runner.definition(execution.workflow_id, execution.workflow_version)
+    except WorkflowNotFound:
+        workflow = None
+    return execution_view(execution, version, workflow, runner.registry)
+
+
+async def _view_or_404(request: Request) -> dict[str, Any] | Response:
+    execution_id = request.path_params["execution_id"]
+    if not execution_id.isprintable():  # PostgreSQL refuses a NUL: it names nothing
+        return _no_execution(execution_id)
+    try:
+        return await asyncio.to_thread(_load_view, _web(request).runner, execution_id)
+    except ExecutionNotFound:
+        return _no_execution(execution_id)
+    except (RecordError, StoreError) as exc:
+        return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
+
+
+async def _api_list(request: Request) -> Response:
+    found = await _page_or_400(request)
+    if isinstance(found, Response):
+        return found
+    (_, _, limit, after), items, next_after = found
+    return JSONResponse({"items": items, "limit": limit, "after": after, "next_after": next_after})
+
+
+async def _api_one(request: Request) -> Response:
+    found = await _view_or_404(request)
+    return found if isinstance(found, Response) else JSONResponse(found)
+
+
+async def _page_list(request: Request) -> Response:
+    found = await _page_or_400(request)
+    if isinstance(found, Response):
+        return found
+    (status, workflow, limit, after), items, next_after = found
+    return HTMLResponse(
+        _html.list_page(
+            items,
+            root=_root(request),
+            status=status,
+            workflow=workflow,
+            limit=limit,
+            after=after,
+            next_after=next_after,
+        )
+    )
+
+
+async def _page_one(request: Request) -> Response:
+    found = await _view_or_404(request)
+    if isinstance(found, Response):
+        return found
+    if request.query_params.get("fragment"):
+        return HTMLResponse(_html.execution_fragment(found))
+    return HTMLResponse(_html.execution_page(found, root=_root(request)))
+
+
+async def _events(request: Request) -> Response:
+    web = _web(request)
+    execution_id = request.path_params["execution_id"]
+    if not execution_id.isprintable():
+        return _no_execution(execution_id)
+    try:
+        first = await asyncio.to_thread(_load_view, web.runner, execution_id)
+    except ExecutionNotFound:
+        return _no_execution(execution_id)
+    except (RecordError, StoreError) as exc:
+        return _error(500, f"execution {execution_id!r}: {_first_line(exc)}")
+    if not web.streams.take():
+        return _error(
+            503,
+            f"this app serves at most {web.max_streams} event streams at once; try again later",
+            **{"Retry-After": "5"},
+        )
+    return _CountedStream(
+        _stream(request, web, execution_id, first),
+        web.streams,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _stream(
+    request: Request, web: _Web, execution_id: str, first: dict[str, Any]
+) -> AsyncIterator[bytes]:
+    """The events of one execution: its view at each new version, then ``end`` once final."""
+    ends_at = web.unix_now() + web.max_stream_seconds
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+
+    def heard(saved_id: str) -> None:  # in the runner's saving thread
+        if saved_id == execution_id:
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                loop.call_soon_threadsafe(changed.set)
+
+    unsubscribe = web.runner.subscribe(heard)
+    try:
+        view = first
+        sent = request.headers.get("last-event-id")
+        quiet_since = loop.time()
+        while True:
+            version = str(view["record_version"])
+            if version != sent:
+                sent = version
+                quiet_since = loop.time()
+                yield _sse("execution", view, version)
+            if view["status"] in FINAL:
+                yield _sse("end", {"status": view["status"]}, version)
+                return
+            # Woken at once by this runner's saves; the poll finds other processes'.
+            heartbeat_at = quiet_since + HEARTBEAT_SECONDS
+            pause = min(web.poll_seconds, max(0.0, heartbeat_at - loop.time()))
+            with contextlib.suppress(asyncio.TimeoutError):  # TimeoutError from 3.11
+                await asyncio.wait_for(changed.wait(), pause)
+            changed.clear()
+            if loop.time() >= heartbeat_at:
+                quiet_since = loop.time()
+                yield b": keep-alive\n\n"
+            if await request.is_disconnected():
+                return
+            if web.unix_now() >= ends_at:  # bounded: an idle client cannot hold it for ever
+                yield b": stream lifetime reached; reconnect\n\n"
+                return
+            try:
+                view = await asyncio.to_thread(_load_view, web.runner, execution_id)
+            except (RecordError, StoreError):  # gone, or the store failed: end
+                return
+    finally:
+        unsubscribe()
+
+
+async def _script(request: Request) -> Response:
+    del request
+    return Response(
+        _html.SCRIPT,
+        media_type="text/javascript",
+        headers={"Cache-Control": "public, max-age=3600"},
+    )
+
+
+async def _home(request: Request) -> Response:
+    return RedirectResponse(f"{_root(request)}/executions", status_code=303)
+
+
+async def _login(request: Request) -> Response:
+    response = await _signing_in(request)
+    response.headers.setdefault("cache-control", NO_STORE)
+    return response
+
+
+async def _signing_in(request: Request) -> Response:
+    web = _web(request)
+    next_path = request.query_params.get("next", "")
+    if request.method == "GET":
+        return HTMLResponse(
+            _html.login_page(root=_root(request), next_path=next_path, failed=False)
+        )
+    client = _client(request) or "-"
+    refused = web.sign_in.refusal(client)
+    if refused is not None:
+        return refused
+    raw = await request.body()
+    if len(raw) > 4096:
+        return _error(413, "the login form is over 4096 bytes")
+    form = parse_qs(raw.decode("utf-8", "replace"))
+    candidate = (form.get("token") or [""])[0]
+    next_path = (form.get("next") or [""])[0]
+    if not next_path.startswith("/") or next_path.startswith("//"):
+        next_path = f"{_root(request)}/executions"
+    if not web.operator.check_token(candidate):
+        web.sign_in.failed(client)
+        logger.warning("operator login refused", extra={"client": _client(request)})
+        return HTMLResponse(
+            _html.login_page(root=_root(request), next_path=next_path, failed=True),
+            status_code=401,
+        )
+    response = RedirectResponse(next_path, status_code=303)
+    response.set_cookie(
+        COOKIE,
+        web.operator.new_cookie(),
+        max_age=SESSION_SECONDS,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path=_root(request) or "/",
+    )
+    return response
+
+
+_GUARDED_PAGE = _guarded(_page_one, html=True)
+_GUARDED_JSON = _guarded(_api_one, html=False)
+_GUARDED_EVENTS = _guarded(_events, html=False)
+
+
+async def _one_execution(request: Request) -> Response:
+    execution_id, stream = execution_path(request)
+    request.path_params["execution_id"] = execution_id
+    return await (_GUARDED_EVENTS if stream else _GUARDED_PAGE)(request)
+
+
+async def _one_execution_json(request: Request) -> Response:
+    request.path_params["execution_id"] = execution_path(request, "/api/executions/")[0]
+    return await _GUARDED_JSON(request)
+
+
+_VIEW_ROUTES = [
+    Route("/", _guarded(_home, html=True)),
+    Route("/assets/view.js", _script),
+    Route("/api/executions", _guarded(_api_list, html=False)),
+    Route("/api/executions/{rest:path}", _one_execution_json),
+    Route("/executions", _guarded(_page_list, html=True)),
+    Route("/executions/{rest:path}", _one_execution),
+]
+"""The operator's view and API (``create_app(view=True)``)."""
 
 
 MAX_DIGITS = 18
