@@ -225,6 +225,95 @@ def _check_observers(observers: Any) -> tuple[Callable[[Event], object], ...]:
     return found
 
 
+def _checked_registry(registry: object) -> Registry:
+    """``registry``, or the built-ins' for ``None``; anything else is refused, named."""
+    if registry is None:
+        return Registry()
+    if not isinstance(registry, Registry):
+        raise InvalidSettingsError(
+            f"Runner(registry={registry!r}): pass a prana.Registry (or None for the built-ins)"
+        )
+    return registry
+
+
+def _checked_store(store: object) -> ExecutionStore:
+    """``store``, or a new ``MemoryStore`` for ``None``; anything else is refused, named."""
+    if store is None:
+        from scheduling.stores.memory import MemoryStore
+
+        return MemoryStore()
+    if not isinstance(store, ExecutionStore):
+        raise InvalidSettingsError(
+            f"Runner(store={store!r}): pass an ExecutionStore (MemoryStore, SQLiteStore, "
+            "PostgresStore, or your own with the methods of scheduling.ExecutionStore)"
+        )
+    return store
+
+
+def _check_scheduler(scheduler: object) -> None:
+    if scheduler is not None and not isinstance(scheduler, Scheduler):
+        raise InvalidSettingsError(
+            f"Runner(scheduler={scheduler!r}): pass a Scheduler (APSchedulerAdapter, "
+            "AsyncioScheduler, ManualScheduler..., or your own with start, schedule, "
+            "cancel and shutdown), or None for APScheduler in a background thread"
+        )
+
+
+def _check_env(env: object) -> None:
+    if env is not None and not isinstance(env, Mapping):
+        raise InvalidSettingsError(
+            f"Runner(env={type(env).__name__}): pass a mapping of names to values "
+            "(or None); templates read it as $env"
+        )
+
+
+def _check_recover(recover: object) -> None:
+    if not isinstance(recover, bool):
+        raise InvalidSettingsError(
+            f"Runner(recover={recover!r}): use True (a worker: re-arm what the store holds "
+            "on open) or False (a one-off command: only this runner's own work)"
+        )
+
+
+def _checked_lease(lease_seconds: object) -> float:
+    if (
+        isinstance(lease_seconds, bool)
+        or not isinstance(lease_seconds, int | float)
+        or not math.isfinite(lease_seconds)
+        or lease_seconds <= 0
+    ):
+        raise InvalidSettingsError(
+            f"Runner(lease_seconds={lease_seconds!r}): use a number of seconds > 0 (how "
+            "long a running execution stays its process's before another runner takes "
+            "it up)"
+        )
+    return float(lease_seconds)
+
+
+def _checked_clock(clock: Clock | None, scheduler: object) -> Clock:
+    """The one clock of runner, core and scheduler: ``clock``, else the scheduler's, else
+    the wall clock's; it must read an aware datetime, and agree with the scheduler's."""
+    scheduler_clock = scheduler.clock if isinstance(scheduler, ClockedScheduler) else None
+    if clock is None:
+        clock = scheduler_clock if callable(scheduler_clock) else default_clock
+    elif callable(scheduler_clock) and scheduler_clock is not clock:
+        raise InvalidSettingsError(
+            f"Runner(clock={clock!r}): the scheduler has its own clock {scheduler_clock!r}; "
+            "pass the same clock to both (one clock is shared by runner, core and scheduler)"
+        )
+    if not callable(clock):
+        raise InvalidSettingsError(
+            f"Runner(clock={clock!r}): pass a callable returning an aware datetime"
+        )
+    now = clock()
+    if not is_aware(now):
+        raise InvalidSettingsError(
+            f"Runner(clock=...) returned {now!r}; a clock must return an aware datetime, "
+            "e.g. datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
+        )
+    return clock
+
+
 class Runner(Generic[SchedulerT]):
     """Runs workflows to the end: persists every outcome, arms alarms, resumes when due.
 
@@ -314,71 +403,19 @@ class Runner(Generic[SchedulerT]):
         lease_seconds: float = 30.0,
         max_interruptions: int = 3,
     ) -> None:
-        if registry is not None and not isinstance(registry, Registry):
-            raise InvalidSettingsError(
-                f"Runner(registry={registry!r}): pass a prana.Registry (or None for the built-ins)"
-            )
-        registry = registry if registry is not None else Registry()
-        if store is None:
-            from scheduling.stores.memory import MemoryStore
-
-            store = MemoryStore()
-        elif not isinstance(store, ExecutionStore):
-            raise InvalidSettingsError(
-                f"Runner(store={store!r}): pass an ExecutionStore (MemoryStore, SQLiteStore, "
-                "PostgresStore, or your own with the methods of scheduling.ExecutionStore)"
-            )
-        if scheduler is not None and not isinstance(scheduler, Scheduler):
-            raise InvalidSettingsError(
-                f"Runner(scheduler={scheduler!r}): pass a Scheduler (APSchedulerAdapter, "
-                "AsyncioScheduler, ManualScheduler..., or your own with start, schedule, "
-                "cancel and shutdown), or None for APScheduler in a background thread"
-            )
-        if env is not None and not isinstance(env, Mapping):
-            raise InvalidSettingsError(
-                f"Runner(env={type(env).__name__}): pass a mapping of names to values "
-                "(or None); templates read it as $env"
-            )
+        registry = _checked_registry(registry)
+        store = _checked_store(store)
+        _check_scheduler(scheduler)
+        _check_env(env)
         checked_observers = _check_observers(observers)
-        if not isinstance(recover, bool):
-            raise InvalidSettingsError(
-                f"Runner(recover={recover!r}): use True (a worker: re-arm what the store holds "
-                "on open) or False (a one-off command: only this runner's own work)"
-            )
-        if (
-            isinstance(lease_seconds, bool)
-            or not isinstance(lease_seconds, int | float)
-            or not math.isfinite(lease_seconds)
-            or lease_seconds <= 0
-        ):
-            raise InvalidSettingsError(
-                f"Runner(lease_seconds={lease_seconds!r}): use a number of seconds > 0 (how "
-                "long a running execution stays its process's before another runner takes "
-                "it up)"
-            )
+        _check_recover(recover)
+        lease_seconds = _checked_lease(lease_seconds)
         check_max_interruptions(max_interruptions, "Runner")
-        scheduler_clock = scheduler.clock if isinstance(scheduler, ClockedScheduler) else None
-        if clock is None:
-            clock = scheduler_clock if callable(scheduler_clock) else default_clock
-        elif callable(scheduler_clock) and scheduler_clock is not clock:
-            raise InvalidSettingsError(
-                f"Runner(clock={clock!r}): the scheduler has its own clock {scheduler_clock!r}; "
-                "pass the same clock to both (one clock is shared by runner, core and scheduler)"
-            )
-        if not callable(clock):
-            raise InvalidSettingsError(
-                f"Runner(clock={clock!r}): pass a callable returning an aware datetime"
-            )
+        clock = _checked_clock(clock, scheduler)
         if scheduler is None:
             from scheduling.adapters.apscheduler import APSchedulerAdapter
 
             scheduler = cast("SchedulerT", APSchedulerAdapter())
-        now = clock()
-        if not is_aware(now):
-            raise InvalidSettingsError(
-                f"Runner(clock=...) returned {now!r}; a clock must return an aware datetime, "
-                "e.g. datetime.now(timezone.utc) (prana.testing.ManualClock is one)"
-            )
         self.registry = registry
         self.store: ExecutionStore = store
         self.scheduler = scheduler
@@ -388,8 +425,8 @@ class Runner(Generic[SchedulerT]):
         self._emit: tuple[Callable[[Event], object], ...] = (*checked_observers, log_event)
         """What every run reports to: the observers given, then the log (``scheduling.events``)."""
         self._definitions = Definitions(store)
-        self._leases = Leases(store, clock, float(lease_seconds))
-        self.lease_seconds = float(lease_seconds)
+        self._leases = Leases(store, clock, lease_seconds)
+        self.lease_seconds = lease_seconds
         self.max_interruptions = max_interruptions
         self._stripes = tuple(threading.RLock() for _ in range(_STRIPES))
         self._changed = threading.Condition()

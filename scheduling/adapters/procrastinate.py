@@ -201,6 +201,66 @@ transactions (``schedule_in``) or through the scheduler's own pool (``schedule``
 ``cancel``). Without it each fired alarm waits for two extra disk flushes."""
 
 
+def _checked_dsn(
+    dsn: object, app: object, queue: object, schema: str | None, prefetch: object
+) -> str:
+    """``dsn``; a connection string, app, queue, schema or prefetch that cannot be is
+    refused, by name."""
+    if not isinstance(dsn, str) or not dsn:
+        raise InvalidSettingsError(
+            f"ProcrastinateScheduler(dsn={dsn!r}): pass a connection string such as "
+            "'postgresql://user@host:5432/dbname' (also with app=: jobs are deferred "
+            "through the scheduler's own connections)"
+        )
+    if app is not None and not isinstance(app, App):
+        raise InvalidSettingsError(
+            f"ProcrastinateScheduler(app={app!r}): pass a procrastinate.App, or None"
+        )
+    if not isinstance(queue, str) or not queue:
+        raise InvalidSettingsError(
+            f"ProcrastinateScheduler(queue={queue!r}): use a non-empty string"
+        )
+    if schema is not None:
+        check_schema_name(schema, "ProcrastinateScheduler(schema)")
+    if prefetch is not None and not callable(prefetch):
+        raise InvalidSettingsError(
+            f"ProcrastinateScheduler(prefetch={prefetch!r}): pass a callable taking a list "
+            "of execution ids (PostgresStore.prefetch), or None"
+        )
+    return dsn
+
+
+def _check_seconds(**seconds: object) -> None:
+    for field, value in seconds.items():
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise InvalidSettingsError(
+                f"ProcrastinateScheduler({field}={value!r}): use a number of seconds > 0"
+            )
+
+
+def _check_counts(**counts: object) -> None:
+    for field, count in counts.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidSettingsError(
+                f"ProcrastinateScheduler({field}={count!r}): use a whole number >= 1"
+            )
+
+
+def _queued_statement(schema: str | None) -> str:
+    """``_QUEUED`` naming the jobs table in ``schema`` (``None``: as the search path finds it)."""
+    jobs = (
+        sql.Identifier(schema, "procrastinate_jobs")
+        if schema
+        else sql.Identifier("procrastinate_jobs")
+    )
+    return sql.SQL(_QUEUED).format(jobs=jobs).as_string(None)
+
+
 class ProcrastinateScheduler(ServingMixin):
     """The ``Scheduler`` protocol over a procrastinate job queue in PostgreSQL.
 
@@ -283,43 +343,14 @@ class ProcrastinateScheduler(ServingMixin):
         prefetch: Callable[[Sequence[str]], object] | None = None,
         worker_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(dsn, str) or not dsn:
-            raise InvalidSettingsError(
-                f"ProcrastinateScheduler(dsn={dsn!r}): pass a connection string such as "
-                "'postgresql://user@host:5432/dbname' (also with app=: jobs are deferred "
-                "through the scheduler's own connections)"
-            )
-        if app is not None and not isinstance(app, App):
-            raise InvalidSettingsError(
-                f"ProcrastinateScheduler(app={app!r}): pass a procrastinate.App, or None"
-            )
-        if not isinstance(queue, str) or not queue:
-            raise InvalidSettingsError(
-                f"ProcrastinateScheduler(queue={queue!r}): use a non-empty string"
-            )
-        if schema is not None:
-            check_schema_name(schema, "ProcrastinateScheduler(schema)")
-        for field, value in (
-            ("poll_interval", poll_interval),
-            ("connect_timeout_seconds", connect_timeout_seconds),
-            ("shutdown_timeout", shutdown_timeout),
-            ("stalled_after_seconds", stalled_after_seconds),
-        ):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise InvalidSettingsError(
-                    f"ProcrastinateScheduler({field}={value!r}): use a number of seconds > 0"
-                )
-        counts = {"concurrency": concurrency, "max_connections": max_connections, "batch": batch}
-        for field, count in counts.items():
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise InvalidSettingsError(
-                    f"ProcrastinateScheduler({field}={count!r}): use a whole number >= 1"
-                )
+        dsn = _checked_dsn(dsn, app, queue, schema, prefetch)
+        _check_seconds(
+            poll_interval=poll_interval,
+            connect_timeout_seconds=connect_timeout_seconds,
+            shutdown_timeout=shutdown_timeout,
+            stalled_after_seconds=stalled_after_seconds,
+        )
+        _check_counts(concurrency=concurrency, max_connections=max_connections, batch=batch)
         self.queue = queue
         self.schema = schema
         self.conninfo = _with_search_path(dsn, schema)
@@ -335,32 +366,15 @@ class ProcrastinateScheduler(ServingMixin):
         self.worker_options: dict[str, Any] = dict(worker_options or {})
         self.async_job_commits = bool(async_job_commits)
         self.batch = batch
-        if prefetch is not None and not callable(prefetch):
-            raise InvalidSettingsError(
-                f"ProcrastinateScheduler(prefetch={prefetch!r}): pass a callable taking a list "
-                "of execution ids (PostgresStore.prefetch), or None"
-            )
         self.prefetch = prefetch
-        if app is None:
-            worker_conninfo = self.conninfo
-            if self.async_job_commits:
-                worker_conninfo = _with_option(worker_conninfo, _ASYNC_COMMIT)
-            app = App(connector=PsycopgConnector(conninfo=worker_conninfo))
-        self.app = app
+        self.app = app if app is not None else self._worker_app()
         if TASK_NAME not in self.app.tasks:
             self.app.task(name=TASK_NAME, pass_context=True, queue=queue)(prana_resume)
         # Deferring with connection= runs on that connection only: this connector is never
         # opened, it is procrastinate's query layer (and its AlreadyEnqueued mapping).
         self._jobs = JobManager(connector=SyncPsycopgConnector())
-        jobs = (
-            sql.Identifier(schema, "procrastinate_jobs")
-            if schema
-            else sql.Identifier("procrastinate_jobs")
-        )
-        self._queued_in = sql.SQL(_QUEUED).format(jobs=jobs).as_string(None)
-        self._queued_own = (
-            sql.SQL(_QUEUED).format(jobs=sql.Identifier("procrastinate_jobs")).as_string(None)
-        )
+        self._queued_in = _queued_statement(schema)
+        self._queued_own = _queued_statement(None)
         self.name = f"prana-{queue}-{uuid.uuid4().hex[:8]}"
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
@@ -379,6 +393,14 @@ class ProcrastinateScheduler(ServingMixin):
 
     def __repr__(self) -> str:
         return f"ProcrastinateScheduler(queue={self.queue!r}, schema={self.schema!r})"
+
+    def _worker_app(self) -> App:
+        """The procrastinate app the worker runs on our connection string (with the
+        asynchronous commits of its bookkeeping unless ``async_job_commits=False``)."""
+        conninfo = self.conninfo
+        if self.async_job_commits:
+            conninfo = _with_option(conninfo, _ASYNC_COMMIT)
+        return App(connector=PsycopgConnector(conninfo=conninfo))
 
     # -- keys and connections ----------------------------------------------------------
 
