@@ -26,8 +26,32 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+_SIX_TO_FOUR_RELAY = ipaddress.ip_network("192.88.99.0/24")
+"""The 6to4 relays' anycast network (RFC 3068, deprecated): a gateway, not a public host."""
+_LAST_32_BITS = (
+    ipaddress.ip_network("64:ff9b::/96"),  # NAT64, well-known prefix (RFC 6052)
+    ipaddress.ip_network("64:ff9b:1::/48"),  # NAT64, local use (RFC 8215)
+    ipaddress.ip_network("::/96"),  # IPv4-compatible (deprecated)
+    ipaddress.ip_network("::ffff:0:0/96"),  # IPv4-translated (SIIT)
+)
+"""IPv6 networks whose addresses carry an IPv4 address in their last 32 bits."""
+
+
+def _embedded(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries (6to4, NAT64, compatible), if any."""
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in net for net in _LAST_32_BITS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _kind(address: Address) -> str | None:
-    """Why ``address`` is not public (``"loopback"``, ...), or ``None`` when it is."""
+    """Why ``address`` is not public (``"loopback"``, ...), or ``None`` when it is.
+
+    An IPv6 address carrying an IPv4 one is judged as that IPv4 address too: Python calls
+    ``2002:7f00:1::`` (6to4 of 127.0.0.1) and ``64:ff9b::a9fe:a9fe`` global.
+    """
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return _kind(address.ipv4_mapped)
     for name in ("unspecified", "loopback", "link_local", "multicast", "private", "reserved"):
@@ -35,7 +59,13 @@ def _kind(address: Address) -> str | None:
             return name.replace("_", "-")
     if not address.is_global:
         return "non-global"
-    return None
+    if isinstance(address, ipaddress.IPv4Address):
+        return "6to4-relay" if address in _SIX_TO_FOUR_RELAY else None
+    inner = _embedded(address)
+    if inner is None:
+        return None
+    kind = _kind(inner)
+    return None if kind is None else f"{kind} (it carries {inner})"
 
 
 class EgressPolicy:

@@ -101,6 +101,16 @@ def _allowing(**options: Any) -> Registry:
         "[fe80::1]",
         "[fc00::1]",
         "localhost",
+        # IPv6 carrying an IPv4 address Python calls global: 6to4 (2002::/16) of
+        # 127.0.0.1, 169.254.169.254 and 10.0.0.1, the 6to4 relay, NAT64, IPv4-compatible
+        "[2002:7f00:1::]",
+        "[2002:a9fe:a9fe::1]",
+        "[2002:a00:1::]",
+        "192.88.99.1",
+        "[2002:c058:6301::]",
+        "[64:ff9b::a9fe:a9fe]",
+        "[64:ff9b:1::a00:1]",
+        "[::127.0.0.1]",
     ],
 )
 def test_private_addresses_are_refused_by_default(host: str) -> None:
