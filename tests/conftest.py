@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from processes import Prana
+
     from scheduling.abc import ExecutionStore
     from scheduling.stores.memory import MemoryStore
     from scheduling.stores.postgres import PostgresStore
@@ -89,6 +91,15 @@ def postgres_dsn() -> str:
             pytest.fail(message)
         pytest.skip(message)
     return dsn
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Prana]]:
+    """The ``prana`` processes a test starts (append each); any still running is killed by pid."""
+    started: list[Prana] = []
+    yield started
+    for process in started:
+        process.stop()
 
 
 @pytest.fixture

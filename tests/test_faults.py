@@ -289,15 +289,6 @@ class Killer:
         self.report.kills += 1
 
 
-@pytest.fixture
-def processes() -> Iterator[list[Prana]]:
-    """The worker processes a test starts; any left running afterwards is killed by pid."""
-    started: list[Prana] = []
-    yield started
-    for process in started:
-        process.stop()
-
-
 # -- SQLite, one worker -------------------------------------------------------------------
 
 

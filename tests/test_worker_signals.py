@@ -22,7 +22,6 @@ from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from scheduling.abc import ExecutionStore
@@ -57,15 +56,6 @@ def overdue(store: ExecutionStore, tmp_path: Path) -> str:
     """An execution whose timer fell due an hour ago: the worker runs the gate at once."""
     clock = ManualClock(datetime.now(timezone.utc) - timedelta(hours=1))
     return Runner(load_actions(ACTIONS), store, ManualScheduler(clock)).start(gated(tmp_path))
-
-
-@pytest.fixture
-def processes() -> Iterator[list[Prana]]:
-    """The processes a test starts; any still running afterwards is killed (by pid)."""
-    started: list[Prana] = []
-    yield started
-    for process in started:
-        process.stop()
 
 
 def stop_mid_action(
