@@ -649,6 +649,34 @@ def test_sqlite_file_keeps_data_across_reopen(tmp_path: Path) -> None:
         reopened.close()
 
 
+def test_a_new_sqlite_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """The database holds every execution's input, params and outputs: a new file, and
+    the WAL files SQLite makes beside it, are 0600 under a umask of 022 (they were 0644,
+    readable by every local user); an existing file keeps its mode."""
+    import os
+    import stat
+
+    previous = os.umask(0o022)
+    try:
+        path = tmp_path / "new.sqlite3"
+        store = SQLiteStore(path)
+        try:
+            store.save(retry("e1", at(5)), None)
+            made = [p for p in tmp_path.iterdir() if p.name.startswith("new.sqlite3")]
+            assert {p.name for p in made} >= {"new.sqlite3", "new.sqlite3-wal"}
+            assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in made} == {
+                p.name: 0o600 for p in made
+            }
+        finally:
+            store.close()
+        kept = tmp_path / "kept.sqlite3"
+        kept.touch(mode=0o640)
+        SQLiteStore(kept).close()
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+    finally:
+        os.umask(previous)
+
+
 def test_sqlite_runs_wal_with_the_chosen_synchronous_mode(tmp_path: Path) -> None:
     """The file is in WAL mode, and synchronous is NORMAL by default or FULL when asked."""
     normal = SQLiteStore(tmp_path / "n.sqlite3")

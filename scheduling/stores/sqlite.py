@@ -276,6 +276,20 @@ def _time_or_none(micros: int | None) -> datetime | None:
     return None if micros is None else from_micros(micros)
 
 
+def _create_private(where: Path) -> None:
+    """Create a new database file readable by its owner only (0600): it holds every
+    execution's input, params and outputs. SQLite gives its ``-wal`` and ``-shm`` files the
+    same mode; an existing file keeps the mode it has."""
+    try:
+        os.close(os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreError(
+            f"{where}: cannot create the database: {exc}; check the path and its permissions"
+        ) from exc
+
+
 class SQLiteStore(BaseStore):
     """Executions and definitions in one SQLite database file (``":memory:"`` works).
 
@@ -345,6 +359,7 @@ class SQLiteStore(BaseStore):
                     f"{path}: cannot open the database: the directory {where.parent} does not "
                     "exist; create it first, or pass another path"
                 )
+            _create_private(where)
         try:
             # isolation_level=None: autocommit; each statement commits unless we BEGIN.
             conn = sqlite3.connect(
