@@ -19,7 +19,7 @@ here, in one place, into ``RetryPolicy`` values:
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -66,11 +66,9 @@ def _read_one(value: Any, *, field: str, top: bool) -> list[RetryPolicy]:
     if isinstance(value, str):
         return rappel_brackets(value)
     if isinstance(value, Mapping):
-        if not _RH_AGENTS_KEYS.isdisjoint(value):
-            return [rh_agents(value, field=field)]
-        if "backoff_multiplier" in value and _NOETL_KEYS.issuperset(value):
-            return [_mapping(value, field=field, retry_on=CATCH_ALL)]
-        return [_mapping(value, field=field)]
+        if "dialect" in value:
+            return [_marked(value, field=field)]
+        return [_UNMARKED[reading(value)](value, field)]
     if top and isinstance(value, list | tuple):
         if not value:
             raise InvalidSettingsError(f"{field}: an empty list; give at least one RetryPolicy")
@@ -84,6 +82,70 @@ def _read_one(value: Any, *, field: str, top: bool) -> list[RetryPolicy]:
     )
 
 
+DIALECTS: tuple[str, ...] = ("prana", "noetl", "rh_agents", "rappel")
+"""The values of a retry mapping's ``dialect`` key: which design's form it is written in."""
+
+
+def _marked(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
+    """A mapping with a ``dialect`` key: read in that design's form, with its defaults."""
+    name = value["dialect"]
+    rest = {k: v for k, v in value.items() if k != "dialect"}
+    if name == "prana":
+        return _mapping(rest, field=field)
+    if name == "noetl":
+        return _noetl_mapping(rest, field=field)
+    if name == "rh_agents":
+        return rh_agents(rest, field=field)
+    if name == "rappel":
+        return rappel(**_keywords(rest, field=field))
+    raise InvalidSettingsError(
+        f"{field}: dialect={name!r}: use one of {', '.join(DIALECTS)} (the design whose form "
+        "the mapping is written in), or leave dialect out for prana's own field names"
+    )
+
+
+def reading(value: Mapping[Any, Any]) -> str:
+    """The dialect an unmarked retry mapping is read in (see ``also_reads_as``).
+
+    rh_agents' ``RetryConfig`` when it has one of that design's own keys
+    (``backoff_strategy``, ``retry_on_exceptions``, ``exclude_exceptions``); Rappel's when it
+    has one of Rappel's (``attempts``, ``exception_types``, ``backoff_seconds``); NoETL's
+    when it has NoETL's keys alone, ``backoff_multiplier`` among them; else prana's.
+    """
+    if not _RH_AGENTS_KEYS.isdisjoint(value):
+        return "rh_agents"
+    if not _RAPPEL_KEYS.isdisjoint(value):
+        return "rappel"
+    if "backoff_multiplier" in value and _NOETL_KEYS.issuperset(value):
+        return "noetl"
+    return "prana"
+
+
+def also_reads_as(value: Mapping[Any, Any]) -> tuple[str, ...]:
+    """The other designs whose keys an unmarked mapping also fits, their defaults differing.
+
+    ``{max_attempts: 5}`` reads as prana's form, but is also a NoETL retry mapping and an
+    rh_agents ``RetryConfig``: each of those would jitter it, and retry other errors. A
+    marked mapping (``dialect: ...``) fits only its own.
+    """
+    if "dialect" in value:
+        return ()
+    read = reading(value)
+    fits = {
+        "prana": _FIELDS | _ALIASES.keys() | {"max_retries"},
+        "noetl": _NOETL_KEYS,
+        "rh_agents": _RH_AGENTS_FIELDS | _RH_AGENTS_KEYS | {"backoff_multiplier"},
+    }
+    return tuple(name for name, keys in fits.items() if name != read and keys.issuperset(value))
+
+
+def _keywords(value: Mapping[Any, Any], *, field: str) -> dict[str, Any]:
+    bad = next((k for k in value if not isinstance(k, str)), None)
+    if bad is not None:
+        raise InvalidSettingsError(f"{field}: setting names are text, got {bad!r}")
+    return dict(value)
+
+
 _ALIASES = {
     "backoff_multiplier": "multiplier",
     "delay": "initial_delay",
@@ -93,6 +155,32 @@ _ALIASES = {
     "non_retryable": "exclude",
 }
 _FIELDS = frozenset(a.name for a in attrs.fields(RetryPolicy))
+
+
+def _unmarked_prana(value: Mapping[Any, Any], field: str) -> RetryPolicy:
+    return _mapping(value, field=field)
+
+
+def _unmarked_noetl(value: Mapping[Any, Any], field: str) -> RetryPolicy:
+    return _mapping(value, field=field, retry_on=CATCH_ALL)
+
+
+def _unmarked_rh_agents(value: Mapping[Any, Any], field: str) -> RetryPolicy:
+    return rh_agents(value, field=field)
+
+
+def _unmarked_rappel(value: Mapping[Any, Any], field: str) -> RetryPolicy:
+    return rappel(**_keywords(value, field=field))
+
+
+_UNMARKED: dict[str, Callable[[Mapping[Any, Any], str], RetryPolicy]] = {
+    "prana": _unmarked_prana,
+    "noetl": _unmarked_noetl,
+    "rh_agents": _unmarked_rh_agents,
+    "rappel": _unmarked_rappel,
+}
+"""How an unmarked mapping is read, by ``reading(value)``: an unmarked NoETL mapping keeps
+prana's jitter reading (``jitter: true`` is full jitter) but retries every error."""
 
 
 def _mapping(value: Mapping[Any, Any], *, field: str, **defaults: Any) -> RetryPolicy:
@@ -115,6 +203,15 @@ def _mapping(value: Mapping[Any, Any], *, field: str, **defaults: Any) -> RetryP
     return RetryPolicy(**{**defaults, **kwargs})
 
 
+def _cap_below_initial(kwargs: dict[str, Any], *, field: str) -> None:
+    """NoETL and rh_agents cap every delay, the first too: ``max_delay`` below
+    ``initial_delay`` is the delay (each curve starts at ``initial_delay`` and only grows)."""
+    if "max_delay" in kwargs and "initial_delay" in kwargs:
+        cap = to_seconds(kwargs["max_delay"], field=f"{field}.max_delay")
+        if cap < to_seconds(kwargs["initial_delay"], field=f"{field}.initial_delay"):
+            kwargs["initial_delay"] = cap
+
+
 # --- Rappel and Waymark -------------------------------------------------------------------
 
 
@@ -128,6 +225,7 @@ _RAPPEL_FIELDS = {
     "exception_types": "retry_on",
     "backoff_seconds": "initial_delay",
 }
+_RAPPEL_KEYS = frozenset(_RAPPEL_FIELDS)
 _RAPPEL_DEFAULT_RETRIES = 100
 """Waymark's IR builder: "`RetryPolicy()` (no `attempts`) maps to `max_retries = 100`"."""
 
@@ -177,16 +275,41 @@ def rappel(**settings: Any) -> RetryPolicy:
 
 
 def noetl(value: Any, *, field: str = "retry") -> tuple[RetryPolicy, ...]:
-    """A NoETL step's ``retry:`` value: ``true``, a number of attempts, or the mapping.
+    """A NoETL step's ``retry:`` value, with NoETL's defaults exactly (``dialect: noetl``).
 
-    noetl/noetl docs: "# Integer (max attempts only) retry: 3"; ``true`` is the default
-    policy, ``false`` retry off; the mapping has ``max_attempts``, ``initial_delay``,
-    ``backoff_multiplier``, ``max_delay``, ``jitter``, ``retry_when`` and ``stop_when``.
+    noetl/noetl noetl/plugin/runtime/retry.py: ``max_attempts`` 3, ``initial_delay`` 1,
+    ``max_delay`` 60, ``backoff_multiplier`` 2, ``jitter`` true (the capped delay times
+    0.5 to 1.5), ``retry_when`` and ``stop_when``; every error retries. ``true`` is that
+    policy, ``false`` retry off, a number N is N attempts in all ("# Integer (max attempts
+    only)"), a mapping sets any of those keys (prana's field names work too).
     """
-    policies = read_policies(value, field=field)
-    if policies is None:
-        raise InvalidSettingsError(f"{field}=None: use true, a number of attempts or a mapping")
-    return policies
+    if isinstance(value, bool):
+        return (_noetl_mapping({}, field=field) if value else RetryPolicy(enabled=False),)
+    if isinstance(value, int):
+        if value < 0:
+            _noetl_shorthand(value, field=field)  # the same error as NoETL's shorthand
+        return (_noetl_mapping({"max_attempts": max(value, 1)}, field=field),)
+    if isinstance(value, Mapping):
+        return (_noetl_mapping(value, field=field),)
+    raise InvalidSettingsError(f"{field}={value!r}: use true, a number of attempts or a mapping")
+
+
+_NOETL_JITTER = 0.5
+"""NoETL's jitter: "delay = delay * (0.5 + random.random())", after the cap."""
+
+
+def _noetl_mapping(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
+    kwargs = dict(value)
+    jitter = kwargs.pop("jitter", True)
+    defaults: dict[str, Any] = {"retry_on": CATCH_ALL}
+    if jitter is True:
+        defaults.update(jitter=_NOETL_JITTER, jitter_after_cap=True)
+    else:
+        kwargs["jitter"] = jitter
+    for key, default in (("initial_delay", 1.0), ("max_delay", 60.0)):
+        kwargs.setdefault(key, default)
+    _cap_below_initial(kwargs, field=field)
+    return _mapping(kwargs, field=field, **defaults)
 
 
 _NOETL_KEYS = frozenset(
@@ -197,7 +320,8 @@ _NOETL_KEYS = frozenset(
 
 
 def _noetl_shorthand(value: bool | int, *, field: str) -> RetryPolicy:
-    """``retry: true`` / ``retry: N``: NoETL has no exception filter, so every error retries."""
+    """``retry: true`` / ``retry: N`` unmarked: prana's curve, and every error retries as
+    NoETL has no exception filter (``dialects.noetl`` gives NoETL's jitter too)."""
     if isinstance(value, bool):
         return RetryPolicy(retry_on=CATCH_ALL) if value else RetryPolicy(enabled=False)
     if value < 0:
@@ -276,24 +400,27 @@ _RH_AGENTS_RETRYABLE = ("TimeoutError", "ConnectionError")
 """rh_agents' ``DEFAULT_RETRYABLE_EXCEPTIONS`` (its asyncio and Connection* errors are
 subclasses of these)."""
 _RH_AGENTS_NON_RETRYABLE = (
+    "ValidationError",
     "ValueError",
     "TypeError",
     "KeyError",
     "AttributeError",
-    "AssertionError",
 )
-"""rh_agents' ``DEFAULT_NON_RETRYABLE_EXCEPTIONS``, merged with the config's own exclusions."""
+"""rh_agents' ``DEFAULT_NON_RETRYABLE_EXCEPTIONS`` (docs/RETRY_MECHANISM_SPEC.md), merged
+with the config's own exclusions; ``ValidationError`` is pydantic's, matched by name."""
 _RH_AGENTS_JITTER = 0.25
-"""rh_agents' jitter: "Add ±25% jitter" (``delay * (0.75 + random() * 0.5)``)."""
+"""rh_agents' jitter: "Add ±25% jitter" (``delay * (0.75 + random() * 0.5)``), after the cap."""
 
 
 def rh_agents(config: Mapping[Any, Any], *, field: str = "RetryConfig") -> RetryPolicy:
-    """rh_agents' ``RetryConfig`` (as a mapping) with rh_agents' meaning.
+    """rh_agents' ``RetryConfig`` (as a mapping) with rh_agents' meaning and defaults.
 
-    rhodief/rh-agents rh_agents/core/retry.py: ``max_attempts`` includes the first try;
+    rhodief/rh-agents rh_agents/core/retry.py: ``max_attempts`` (3) includes the first try;
     the linear strategy is ``initial_delay * attempt`` (the multiplier is ignored);
-    ``jitter`` (default true) is +/-25%; without ``retry_on_exceptions`` only timeouts and
-    connection errors retry; ``exclude_exceptions`` adds to its own exclusions.
+    ``jitter`` (default true) is +/-25% of the capped delay, so a delay may pass
+    ``max_delay`` by a quarter; ``max_delay`` below ``initial_delay`` caps every delay;
+    without ``retry_on_exceptions`` only timeouts and connection errors retry;
+    ``exclude_exceptions`` adds to its five exclusions, which are checked first.
     """
     value = config
     rest = {k: v for k, v in value.items() if k not in _RH_AGENTS_KEYS}
@@ -309,6 +436,9 @@ def rh_agents(config: Mapping[Any, Any], *, field: str = "RetryConfig") -> Retry
         kwargs[key] = item
     if kwargs["jitter"] is True:
         kwargs["jitter"] = _RH_AGENTS_JITTER
+    if kwargs["jitter"] == _RH_AGENTS_JITTER:
+        kwargs["jitter_after_cap"] = True
+    _cap_below_initial(kwargs, field=field)
     strategy = value.get("backoff_strategy", "exponential")
     strategy = getattr(strategy, "value", strategy)
     kwargs["backoff"] = strategy
@@ -321,6 +451,11 @@ def rh_agents(config: Mapping[Any, Any], *, field: str = "RetryConfig") -> Retry
         exclude = (exclude,)
     kwargs["exclude"] = (*_RH_AGENTS_NON_RETRYABLE, *exclude)
     return RetryPolicy(**kwargs)
+
+
+def RetryConfig(**settings: Any) -> RetryPolicy:  # noqa: N802 - rh_agents' own class name
+    """rh_agents' ``RetryConfig(...)`` in Python: ``rh_agents(settings)`` (its defaults exactly)."""
+    return rh_agents(settings, field="RetryConfig")
 
 
 # --- Prana (ADR-008) ----------------------------------------------------------------------

@@ -4,7 +4,8 @@ Construction already refuses what is wrong (``InvalidSettingsError``); lint repo
 is legal yet suspicious, before anything runs: jitter clipped by the cap, hints allowed
 past the cap, delays that cannot fit the budget, retrying programming errors, retrying a
 side-effecting action that does not use its idempotency key, and several policies whose
-meaning under prana's first-match rule differs from Waymark's maximum. Past retries, one
+meaning under prana's first-match rule differs from Waymark's maximum; given the data a
+workflow was read from, a retry mapping that several designs' forms fit. Past retries, one
 error-handling setting: ``on_error: continue_error_output`` with no edge leaving the node's
 ``error`` port, which turns the node's failure into the execution's completed output; and
 a built-in's choice param (``wait.wait``'s ``mode``) written as a value its action refuses.
@@ -14,14 +15,15 @@ from __future__ import annotations
 
 import builtins
 import difflib
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from prana import _errors
 from prana._builtins import SUB_WORKFLOW_MODES, WAIT_MODES, WAIT_UNITS
 from prana._decision import check_conditions
+from prana._dialects import also_reads_as, reading
 from prana._durations import format_duration as _fmt
 from prana._model import ErrorInfo
 from prana._policy import (
@@ -49,7 +51,7 @@ class LintWarning:
     ``timeout_exceeds_budget``, ``unbounded_retries``, ``retries_programming_errors``,
     ``side_effects_without_idempotency``, ``first_match_differs_from_max``,
     ``invalid_condition`` (also a validation error), ``unknown_exception``,
-    ``error_output_unconnected``, ``invalid_param``.
+    ``error_output_unconnected``, ``invalid_param``, ``ambiguous_dialect``.
     """
 
     node_key: str
@@ -60,14 +62,19 @@ class LintWarning:
         return f"{self.node_key}: [{self.code}] {self.message}"
 
 
-def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarning]:
+def lint(
+    workflow: Workflow, registry: Registry | None = None, *, source: Any = None
+) -> list[LintWarning]:
     """Every suspicious retry setting of ``workflow``, node by node, in node order.
 
     Each node is checked with the policies it would really use (the precedence on the
     docs' Retry policy page). Without a ``registry`` the actions' own defaults and
-    ``side_effects`` declarations are unknown, so those checks are skipped.
+    ``side_effects`` declarations are unknown, so those checks are skipped. ``source`` is
+    the data the workflow was read from (a file's JSON or YAML, as a mapping): a retry
+    mapping in it without a ``dialect`` key that several designs' forms fit is reported
+    (``ambiguous_dialect``), saying which it was read as (``prana lint`` passes it).
     """
-    warnings: list[LintWarning] = []
+    warnings: list[LintWarning] = _ambiguous_dialects(source)
     known = _known_exception_names(registry)
     error_sources = {c.from_node for c in workflow.connections if c.from_port == "error"}
     for node in workflow.nodes:
@@ -131,6 +138,53 @@ def lint(workflow: Workflow, registry: Registry | None = None) -> list[LintWarni
                 )
             )
     return warnings
+
+
+_DIALECT_NAMES = {"prana": "prana's own form", "noetl": "NoETL's", "rh_agents": "rh_agents'"}
+
+
+def _ambiguous_dialects(source: Any) -> list[LintWarning]:
+    """``ambiguous_dialect`` for each unmarked retry mapping of ``source`` that fits several
+    designs' keys (``prana.dialects.also_reads_as``)."""
+    if not isinstance(source, Mapping):
+        return []
+    document = source.get("workflow", source)
+    if not isinstance(document, Mapping):
+        return []
+    found: list[tuple[str, Any]] = []
+    nodes = document.get("nodes")
+    for node in nodes if isinstance(nodes, list) else ():
+        settings = node.get("settings") if isinstance(node, Mapping) else None
+        if isinstance(settings, Mapping) and "retry" in settings:
+            found.append((str(node.get("key", "?")), settings["retry"]))
+    defaults = document.get("retry_defaults")
+    if isinstance(defaults, Mapping):
+        found += [(f"retry_defaults[{key!r}]", value) for key, value in defaults.items()]
+    out: list[LintWarning] = []
+    for where, retry in found:
+        items = retry if isinstance(retry, list) else [retry]
+        for index, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                continue
+            others = also_reads_as(item)
+            if not others:
+                continue
+            read = reading(item)
+            also = " or ".join(_DIALECT_NAMES.get(name, name) for name in others)
+            place = f"policy {index + 1} " if len(items) > 1 else ""
+            out.append(
+                LintWarning(
+                    node_key=where,
+                    code="ambiguous_dialect",
+                    message=(
+                        f"{place}retry mapping without a dialect key was read as "
+                        f"{_DIALECT_NAMES.get(read, read)}; it is also {also}, whose defaults "
+                        f"differ (jitter, which errors retry): add dialect: {read} to keep "
+                        f"this reading, or dialect: {' / '.join(others)} for theirs"
+                    ),
+                )
+            )
+    return out
 
 
 def _builtin_params(node: Node) -> list[str]:
@@ -271,7 +325,7 @@ def _check_policy(policy: RetryPolicy, node: Node, *, simple: bool) -> list[tupl
     attempts = policy.max_attempts
     retries = min((attempts or 1) - 1, 1000) if attempts is not None else 0
 
-    if isinstance(policy.jitter, float):
+    if isinstance(policy.jitter, float) and not policy.jitter_after_cap:
         clipped = [k for k in range(1, retries + 1) if policy._curve(k) * (1 + policy.jitter) > cap]
         if clipped:
             found.append(

@@ -198,7 +198,12 @@ def _decorrelated_draw(policy: RetryPolicy, _base: float, retry: int, seed: str 
 def _fraction_bounds(policy: RetryPolicy, retry: int) -> tuple[float, float, float]:
     base = policy._curve(retry)
     fraction = float(policy.jitter)
-    return base * (1 - fraction), base, min(base * (1 + fraction), policy.max_delay)
+    high = base * (1 + fraction)
+    return (
+        base * (1 - fraction),
+        base,
+        high if policy.jitter_after_cap else min(high, policy.max_delay),
+    )
 
 
 def _fraction_draw(policy: RetryPolicy, base: float, retry: int, seed: str | None) -> float:
@@ -376,7 +381,9 @@ class RetryPolicy:
     replayed over the last 16 retries; it ignores ``backoff`` and ``multiplier``); or a
     fraction f for uniform in [d(1-f), d(1+f)].
     It is seeded from the execution id, node key, run index and attempt (plus ``seed``),
-    and applied before the cap: no delay ever exceeds ``max_delay``.
+    and applied before the cap: no delay ever exceeds ``max_delay``. With
+    ``jitter_after_cap`` a fraction jitter spreads the capped delay instead, as NoETL and
+    rh_agents do: a delay may pass ``max_delay`` by that fraction.
 
     Which errors retry: ``retry_on`` (classes or type names, matched through the MRO by
     ``__name__`` or ``module.qualname``, so ``"OSError"`` covers ``ConnectionError``);
@@ -419,6 +426,7 @@ class RetryPolicy:
     multiplier: float = attrs.field(default=2.0, converter=_multiplier)
     max_delay: float = attrs.field(default=60.0, converter=_max_delay)
     jitter: str | float = attrs.field(default="none", converter=_jitter)
+    jitter_after_cap: bool = attrs.field(default=False, validator=_bool("jitter_after_cap"))
     seed: str | None = attrs.field(default=None, converter=_opt_str)
     retry_on: tuple[str | type[BaseException], ...] | None = attrs.field(
         default=None, converter=_retry_on
@@ -585,7 +593,7 @@ class RetryPolicy:
         if self.jitter != "none":
             jitter = self.jitter
             parts.append(
-                f"jitter +/-{float(jitter):.0%}"
+                f"jitter +/-{float(jitter):.0%}{' after the cap' if self.jitter_after_cap else ''}"
                 if isinstance(jitter, float)
                 else f"{jitter} jitter"
             )

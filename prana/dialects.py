@@ -18,26 +18,34 @@ and ``Registry.register(..., retry=...)`` read their value with.
 
 from prana._bracket import CATCH_ALL
 from prana._dialects import (
+    DIALECTS,
     NOETL_NAMES,
     NOETL_SCOPE,
+    RetryConfig,
+    also_reads_as,
     noetl,
     noetl_names,
     prana_simple,
     rappel,
     rappel_brackets,
     read_policies,
+    reading,
     rh_agents,
 )
 
 __all__ = [
     "CATCH_ALL",
+    "DIALECTS",
     "NOETL_NAMES",
     "NOETL_SCOPE",
+    "RetryConfig",
+    "also_reads_as",
     "noetl",
     "noetl_names",
     "prana_simple",
     "rappel",
     "rappel_brackets",
     "read_policies",
+    "reading",
     "rh_agents",
 ]

@@ -8,10 +8,12 @@ and Prana's ADR-008 (bluzky/prana, the Elixir project prana is modelled on).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import yaml
 
@@ -30,6 +32,7 @@ from prana import (
     RetryPolicy,
     Suspend,
     Workflow,
+    dialects,
     dumps_workflow,
     execute_workflow,
     lint,
@@ -592,6 +595,181 @@ def test_rh_agents_defaults_per_actor_type_are_registered_defaults() -> None:
     own = RetryPolicy(max_attempts=5)
     mine = one_node(NodeSettings(retry=own), node_type="agent.call")
     assert resolve(mine.nodes[1], mine, agent.retry) == (own,)
+
+
+class ValidationError(Exception):
+    """Stands for pydantic's ``ValidationError``, matched by name as rh_agents lists it."""
+
+
+RH_AGENTS_EXAMPLE_3 = """
+retry:
+  dialect: rh_agents
+  max_attempts: 5
+  initial_delay: 2.0
+  backoff_multiplier: 3.0
+"""
+"""rh_agents' docs/RETRY_MECHANISM_SPEC.md Example 3 ("aggressive per-event"), marked."""
+
+
+def test_rh_agents_marker_gives_retry_config_defaults_exactly() -> None:
+    """``RetryConfig()`` is written ``{dialect: rh_agents}`` (or ``dialects.RetryConfig()``).
+
+    rhodief/rh-agents docs/RETRY_MECHANISM_SPEC.md: "max_attempts: int = Field(default=3",
+    "backoff_strategy: BackoffStrategy = Field(default=BackoffStrategy.EXPONENTIAL)",
+    "initial_delay: float = Field(default=1.0", "max_delay: float = Field(default=60.0",
+    "backoff_multiplier: float = Field(default=2.0", "jitter: bool = Field(default=True".
+    """
+    (marked,) = coerce_policies({"dialect": "rh_agents"}, field="retry") or ()
+    assert marked == dialects.RetryConfig()
+    assert (marked.max_attempts, marked.backoff, marked.initial_delay) == (3, "exponential", 1.0)
+    assert (marked.multiplier, marked.max_delay, marked.jitter) == (2.0, 60.0, 0.25)
+    assert marked.jitter_after_cap
+    assert decide_retry([marked], failed_view(RuntimeError()), seed=SEED) is None
+    assert decide_retry([marked], failed_view(TimeoutError()), seed=SEED) is not None
+    retry = yaml.safe_load(RH_AGENTS_EXAMPLE_3)["retry"]
+    (example,) = NodeSettings(retry=retry).retry or ()
+    assert example == dialects.RetryConfig(
+        max_attempts=5, initial_delay=2.0, backoff_multiplier=3.0
+    )
+    assert [row.typical_delay for row in example.schedule()] == [2.0, 6.0, 18.0, 54.0]
+    assert decide_retry([example], failed_view(RuntimeError()), seed=SEED) is None
+    with pytest.raises(InvalidSettingsError, match=r"dialect='rh-agent'.*rh_agents"):
+        coerce_policies({"dialect": "rh-agent"}, field="retry")
+
+
+def test_rh_agents_jitter_comes_after_the_cap() -> None:
+    """rh_agents jitters the capped delay: a delay may pass ``max_delay`` by up to 25%.
+
+    rhodief/rh-agents rh_agents/core/retry.py: "# Apply max delay cap / delay = min(delay,
+    self.max_delay)" then "# Apply jitter if enabled (±25% jitter) / jitter_factor = 0.75 +
+    (random.random() * 0.5)".
+    """
+    policy = dialects.RetryConfig(max_attempts=8, initial_delay=1.0, max_delay=4.0)
+    rows = policy.schedule()
+    assert [(r.min_delay, r.typical_delay, r.max_delay) for r in rows][3:] == [(3.0, 4.0, 5.0)] * 4
+    delays = [policy.delay_for(6, seed=f"e-{i}:call:0") for i in range(200)]
+    assert max(delays) > 4.0
+    assert all(3.0 <= d <= 5.0 for d in delays)
+
+
+def test_rh_agents_max_delay_below_initial_delay_caps() -> None:
+    """rh_agents caps every delay at ``max_delay``, even one below ``initial_delay``.
+
+    rhodief/rh-agents docs/RETRY_MECHANISM_SPEC.md: "max_delay: float = Field(default=60.0,
+    ge=0" (no check against ``initial_delay``) and "delay = min(delay, self.max_delay)".
+    """
+    policy = dialects.RetryConfig(
+        backoff_strategy="constant", initial_delay=10.0, max_delay=5.0, jitter=False
+    )
+    assert [row.max_delay for row in policy.schedule()] == [5.0, 5.0]
+    (read,) = (
+        coerce_policies(
+            {"backoff_strategy": "linear", "initial_delay": 10, "max_delay": 5}, field="c"
+        )
+        or ()
+    )
+    assert read.max_delay == 5.0
+
+
+def test_rh_agents_default_exclusions_are_its_five() -> None:
+    """Exactly rh_agents' five default exclusions; a whitelisted AssertionError retries.
+
+    rhodief/rh-agents docs/RETRY_MECHANISM_SPEC.md: "DEFAULT_NON_RETRYABLE_EXCEPTIONS = [
+    ValidationError, ValueError, TypeError, KeyError, AttributeError," with "# Check
+    exclusions first" and "If whitelist is set, exception must be in it".
+    """
+    everything = dialects.RetryConfig(retry_on_exceptions=[Exception])
+    for excluded in (ValidationError(), ValueError(), TypeError(), KeyError(), AttributeError()):
+        assert decide_retry([everything], failed_view(excluded), seed=SEED) is None, excluded
+    for retried in (AssertionError(), RuntimeError(), IndexError()):
+        assert decide_retry([everything], failed_view(retried), seed=SEED) is not None, retried
+    asserted = dialects.RetryConfig(retry_on_exceptions=[AssertionError])
+    assert decide_retry([asserted], failed_view(AssertionError()), seed=SEED) is not None
+
+
+def test_noetl_marker_gives_noetl_defaults_exactly() -> None:
+    """``{dialect: noetl}`` (or ``dialects.noetl(...)``) is NoETL's policy, jitter included.
+
+    noetl/noetl noetl/plugin/runtime/retry.py: "self.max_attempts = retry_config.get(
+    'max_attempts', 3)", "initial_delay', 1.0", "max_delay', 60.0", "backoff_multiplier',
+    2.0", "self.jitter = retry_config.get('jitter', True)", and "delay = min(...,
+    self.max_delay)" then "delay = delay * (0.5 + random.random())"; no exception filter.
+    """
+    (policy,) = coerce_policies({"dialect": "noetl"}, field="retry") or ()
+    assert policy == dialects.noetl({})[0]
+    assert (policy.max_attempts, policy.initial_delay, policy.multiplier) == (3, 1.0, 2.0)
+    assert (policy.max_delay, policy.jitter, policy.jitter_after_cap) == (60.0, 0.5, True)
+    assert decide_retry([policy], failed_view(ValueError()), seed=SEED) is not None
+    assert dialects.noetl(3)[0] == attrs.evolve(policy, max_attempts=3)
+    (plain,) = dialects.noetl({"jitter": False, "max_attempts": 2})
+    assert (plain.jitter, plain.max_attempts) == ("none", 2)
+
+
+def test_rappel_marker_and_its_python_names_in_data() -> None:
+    """Rappel's Python names read in data too, marked or by their own keys.
+
+    piercefreeman/rappel docs/Action-Retries.md: "retry=RetryPolicy(attempts=3,
+    exception_types=[\"NetworkError\"], backoff_seconds=60)".
+    """
+    expected = dialects.rappel(attempts=3, exception_types=["NetworkError"], backoff_seconds=60)
+    mapping = {"attempts": 3, "exception_types": ["NetworkError"], "backoff_seconds": 60}
+    assert coerce_policies({"dialect": "rappel", **mapping}, field="retry") == (expected,)
+    assert coerce_policies(mapping, field="retry") == (expected,)
+
+
+LINT_DIALECTS = """
+id: dialects
+nodes:
+  - {key: start, type: manual.trigger}
+  - key: example3
+    type: http.request
+    params: {url: "http://x"}
+    settings:
+      retry: {max_attempts: 5, initial_delay: 2.0, backoff_multiplier: 3.0}
+  - key: bare
+    type: http.request
+    params: {url: "http://x"}
+    settings:
+      retry: {max_attempts: 5}
+  - key: marked
+    type: http.request
+    params: {url: "http://x"}
+    settings:
+      retry: {dialect: rh_agents, max_attempts: 5}
+  - key: own
+    type: http.request
+    params: {url: "http://x"}
+    settings:
+      retry: {max_attempts: 5, retry_on: [ConnectionError]}
+connections:
+  - {from_node: start, to_node: example3}
+"""
+
+
+def test_lint_says_which_dialect_an_ambiguous_mapping_was_read_as(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``prana lint`` names the reading of an unmarked mapping that fits several designs.
+
+    rhodief/rh-agents docs/RETRY_MECHANISM_SPEC.md's Example 3 ("max_attempts=5,
+    initial_delay=2.0, backoff_multiplier=3.0") is also a NoETL retry mapping.
+    """
+    from scheduling._cli import main
+
+    path = tmp_path / "dialects.yaml"
+    path.write_text(LINT_DIALECTS)
+    assert main(["lint", str(path), "--json"]) == 1
+    (entry,) = json.loads(capsys.readouterr().out)["files"]
+    notes = {w["node"]: w["message"] for w in entry["warnings"] if w["code"] == "ambiguous_dialect"}
+    assert set(notes) == {"example3", "bare"}
+    assert "read as NoETL's" in notes["example3"]
+    assert "rh_agents" in notes["example3"]
+    assert "dialect:" in notes["example3"]
+    assert "read as prana's" in notes["bare"]
+    found = lint(
+        loads_workflow(yaml.safe_load(LINT_DIALECTS)), source=yaml.safe_load(LINT_DIALECTS)
+    )
+    assert {w.node_key for w in found if w.code == "ambiguous_dialect"} == {"example3", "bare"}
 
 
 # -- Prana ADR-008 -------------------------------------------------------------------------

@@ -147,6 +147,23 @@ def load_workflow_file(path: str | os.PathLike[str]) -> Workflow:
         raise CLIError(f"{file}: {one_line(exc)}") from None
 
 
+def load_workflow_source(path: str | os.PathLike[str]) -> Any:
+    """The data a workflow file holds, as read (``None`` if it cannot be read again).
+
+    ``prana lint`` passes it to ``lint(..., source=...)``: which design's form an unmarked
+    retry mapping was read in is known only from the data. Call after
+    ``load_workflow_file``, which has checked the file's size and nesting.
+    """
+    file = Path(path)
+    try:
+        text = read_bounded(file, str(file))
+        if file.suffix.lower() in (".yaml", ".yml"):
+            return load_yaml(text, str(file))
+        return json.loads(text)
+    except Exception:  # noqa: BLE001 - the workflow loaded; the source is a hint for lint
+        return None
+
+
 def load_actions(module_name: str | None) -> Registry:
     """The registry for a run: built-ins, plus what ``module_name`` registers.
 

@@ -12,6 +12,7 @@ from scheduling._cli._common import (
     check_actions,
     load_actions,
     load_workflow_file,
+    load_workflow_source,
 )
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     found: list[dict[str, Any]] = []
     for file, workflow in zip(args.files, definitions, strict=True):
         validate(workflow, registry)  # an invalid workflow is an error (exit 2), not a warning
-        warnings = lint(workflow, registry)
+        warnings = lint(workflow, registry, source=load_workflow_source(file))
         found.append(
             {
                 "file": file,
