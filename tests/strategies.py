@@ -26,12 +26,16 @@ from prana import (
     NonRetryable,
     Registry,
     RetryAfter,
+    RetryData,
     RetryPolicy,
     Suspend,
+    TimerData,
+    WebhookData,
     Workflow,
 )
 from prana._model import OnError
 from prana._policy import CURVES, JITTER_KINDS, Backoff
+from prana.testing import ManualClock
 
 ErrorKind = Literal["connection", "value", "non_retryable", "retry_after"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("connection", "value", "non_retryable", "retry_after")
@@ -92,6 +96,39 @@ class Scenario:
     input: Any
     execution_id: str
     expire_plan: tuple[bool, ...] = ()
+
+
+@attrs.define
+class Answers:
+    """How a drive of a ``Scenario`` answers each pause, moving ``clock`` to the answer's time.
+
+    Retries and timers resume when due; a webhook is delivered one second later, or left to
+    expire at ``expires_at`` where the scenario's ``expire_plan`` says so; an approval is
+    answered one second later.
+    """
+
+    scenario: Scenario
+    clock: ManualClock
+    webhooks: int = 0
+
+    def answer(self, data: Any, step: int) -> tuple[bool, Any]:
+        """(whether the webhook wait expires, the resume data) for pause ``data``, the
+        ``step``-th pause of the drive."""
+        clock = self.clock
+        if isinstance(data, RetryData | TimerData):
+            clock.set(max(clock(), data.resume_at))
+            return False, None
+        if isinstance(data, WebhookData):
+            plan = self.scenario.expire_plan
+            expire = bool(plan) and plan[self.webhooks % len(plan)] and data.expires_at is not None
+            self.webhooks += 1
+            if expire and data.expires_at is not None:
+                clock.set(data.expires_at)
+                return True, None
+            clock.advance(1)
+            return False, {"hook": self.webhooks}
+        clock.advance(1)
+        return False, {"approved": step}
 
 
 # -- the deterministic test actions -------------------------------------------------------

@@ -15,6 +15,7 @@ from strategies import (
     MERGE_PORTS,
     STEP,
     TRIGGER,
+    Answers,
     Scenario,
     make_registry,
     scenarios,
@@ -35,8 +36,6 @@ from prana import (
     RetryData,
     RetryPolicy,
     Suspend,
-    TimerData,
-    WebhookData,
     Workflow,
     WorkflowExecution,
     dumps,
@@ -97,28 +96,12 @@ def drive(
             checkpoint=None if checkpoint is None else checkpoint(),
         )
         trace = [Step(outcome, clock())]
-        webhooks = 0
+        answers = Answers(scenario, clock)
         while isinstance(outcome, Suspend):
             assert len(trace) < MAX_STEPS, "the run never ends"
             assert outcome.execution is not None
             execution = loads(dumps(outcome.execution)) if reload else outcome.execution
-            data = outcome.data
-            resume_data: Any = None
-            expire = False
-            if isinstance(data, RetryData | TimerData):
-                clock.set(max(clock(), data.resume_at))
-            elif isinstance(data, WebhookData):
-                plan = scenario.expire_plan
-                expire = bool(plan) and plan[webhooks % len(plan)] and data.expires_at is not None
-                webhooks += 1
-                if expire and data.expires_at is not None:
-                    clock.set(data.expires_at)
-                else:
-                    clock.advance(1)
-                    resume_data = {"hook": webhooks}
-            else:
-                clock.advance(1)
-                resume_data = {"approved": len(trace)}
+            expire, resume_data = answers.answer(outcome.data, len(trace))
             snapshot = loads(dumps(execution)) if check_untouched else None
             if snapshot is not None:
                 assert snapshot == execution, "dumps/loads must round-trip before resuming"

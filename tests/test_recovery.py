@@ -15,7 +15,7 @@ import pytest
 from doubles import T0, workflow
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import Scenario, make_registry, scenarios
+from strategies import Answers, Scenario, make_registry, scenarios
 from test_properties import PROPERTY_SETTINGS, drive
 
 from prana import (
@@ -32,11 +32,8 @@ from prana import (
     Outcome,
     Registry,
     ResumeError,
-    RetryData,
     RetryPolicy,
     Suspend,
-    TimerData,
-    WebhookData,
     WorkflowExecution,
     aexecute_workflow,
     dumps,
@@ -326,27 +323,12 @@ def drive_dying_at(scenario: Scenario, death: int) -> Outcome:
                 wf, scenario.input, execution_id=scenario.execution_id, **common
             )
         )
-        webhooks = 0
+        answers = Answers(scenario, clock)
         for outcomes in range(1, 400):
             if not isinstance(outcome, Suspend):
                 return outcome
-            execution, data = outcome.execution, outcome.data
-            resume_data: Any = None
-            expire = False
-            if isinstance(data, RetryData | TimerData):
-                clock.set(max(clock(), data.resume_at))
-            elif isinstance(data, WebhookData):
-                plan = scenario.expire_plan
-                expire = bool(plan) and plan[webhooks % len(plan)] and data.expires_at is not None
-                webhooks += 1
-                if expire and data.expires_at is not None:
-                    clock.set(data.expires_at)
-                else:
-                    clock.advance(1)
-                    resume_data = {"hook": webhooks}
-            else:
-                clock.advance(1)
-                resume_data = {"approved": outcomes}  # as test_properties.drive does
+            execution = outcome.execution
+            expire, resume_data = answers.answer(outcome.data, outcomes)
             if expire:
                 outcome = guarded(lambda e=execution: expire_webhook(e, workflow=wf, **common))
             else:
