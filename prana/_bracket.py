@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from prana._durations import to_seconds
 from prana._errors import DurationError, InvalidSettingsError
+from prana._jsoncheck import MAX_INT
 
 # --- Rappel bracket text ------------------------------------------------------------------
 
@@ -22,6 +23,7 @@ CATCH_ALL: tuple[str, ...] = ("Exception",)
 docs), programming errors included; ``NonRetryable`` still stops at once."""
 
 _KEYS = ("retry", "backoff", "timeout")
+_MAX_DIGITS = len(str(MAX_INT))
 _NAME = re.compile(r"[A-Za-z_][\w.]*")
 _VALUE = re.compile(r"[^\s,\]\[]+")
 
@@ -154,9 +156,12 @@ class _Parser:
         token = match.group()
         self.pos = match.end()
         if key == "retry":
-            if not token.isdigit() or int(token) > 1000:
+            # No bound of its own: Limits.max_attempts caps the attempts that run; this is
+            # only the most a stored definition holds (max_attempts = N + 1 <= MAX_INT).
+            if not token.isdigit() or len(token) > _MAX_DIGITS or int(token) >= MAX_INT:
                 self.fail(
-                    f"expected a whole number of retries (0 to 1000) after 'retry:', got {token!r}",
+                    f"expected a whole number of retries (0 to {MAX_INT - 1:,}) after "
+                    f"'retry:', got {token[:40]!r}",
                     at,
                 )
             return int(token)
@@ -201,8 +206,8 @@ class _Parser:
         policies = []
         for filters, retries, backoff in shapes:
             try:
-                largest = backoff * 2.0 ** max(retries - 1, 0)
-            except OverflowError:  # pragma: no cover - retries is at most 1000
+                largest = backoff * 2.0 ** max(retries - 1, 0) if backoff else 0.0
+            except OverflowError:  # thousands of doublings: no cap below the last is "none"
                 largest = sys.float_info.max
             policies.append(
                 {

@@ -80,7 +80,7 @@ INVALID: list[tuple[str, str]] = [
     ("[retry: ]", "at column 9: expected a value after 'retry:', got ']'"),
     ("[retry: three]", "at column 9: expected a whole number of retries"),
     ("[retry: -1]", "at column 9: expected a whole number of retries"),
-    ("[retry: 1001]", "at column 9: expected a whole number of retries"),
+    ("[retry: 18446744073709551615]", "at column 9: expected a whole number of retries"),
     ("[retry: 3, backoff: 3x]", "at column 21: cannot read '3x' as a duration"),
     ("[retry: 3, backof: 3]", "at column 12: unknown setting 'backof'"),
     ("[retry: 3, retry: 4]", "at column 12: 'retry' given twice"),

@@ -25,6 +25,7 @@ from prana import (
     Failed,
     InvalidSettingsError,
     InvalidWorkflowError,
+    Limits,
     Node,
     NodeSettings,
     Registry,
@@ -417,6 +418,30 @@ def test_rappel_python_spelling_without_types_catches_all() -> None:
     for types in choices:
         policy = make(attempts=2, exception_types=types, backoff_seconds=5)
         assert decide_retry([policy], failed_view(KeyError("k")), seed=SEED) is not None
+
+
+def test_rappel_bracket_retry_count_has_no_limit_of_its_own() -> None:
+    """``[retry: N]`` takes any N; ``Limits.max_attempts`` alone caps the attempts that run.
+
+    piercefreeman/rappel docs/Action-Retries.md: "`retry: N` - Maximum retry attempts
+    before permanent failure", with no bound of its own.
+    """
+    (policy,) = RetryPolicy.parse("[retry: 5000, backoff: 0]")
+    assert policy.max_attempts == 5001
+    registry = Registry(limits=Limits(max_attempts=4))
+
+    def call(params: Any, ctx: ActionContext) -> Any:
+        raise ConnectionError("down")
+
+    registry.register("test.call", call)
+    outcome = run_to_end(
+        one_node(NodeSettings(retry="[retry: 5000, backoff: 0]")), registry, ManualClock()
+    )
+    assert isinstance(outcome, Failed)
+    assert attempts_of(outcome) == 4
+    assert "Limits.max_attempts=4" in outcome.error.message
+    with pytest.raises(InvalidSettingsError, match="whole number of retries"):
+        RetryPolicy.parse(f"[retry: {2**64}]")
 
 
 def test_waymark_max_over_matching_brackets_is_flagged_by_lint() -> None:
