@@ -409,3 +409,31 @@ def test_the_dead_letter_view_shows_where_why_and_how_often(
     assert (failure["type"], failure["message"]) == ("ConnectionError", "down")
     assert failure["failed_at"] is not None
     assert row.split()[6] == failure["failed_at"][:10]
+
+
+def test_list_and_show_read_while_another_process_holds_the_write_lock(
+    site: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Read-only ``list`` and ``show`` never need SQLite's write lock: with another
+    connection holding it (``BEGIN IMMEDIATE``), they answer (they waited ``busy_timeout``
+    and exited 5, "check the path and its permissions", while opening the store took it)."""
+    import sqlite3
+
+    code, _, _ = cli(site, capsys, "run", f"{site['dir']}/flaky.json", *actions(site))
+    assert code == 0
+    writer = sqlite3.connect(site["db"], isolation_level=None, timeout=0)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # holds the write lock until the end
+        other = sqlite3.connect(site["db"], isolation_level=None, timeout=0)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            other.execute("BEGIN IMMEDIATE")  # the lock is held indeed
+        other.close()
+        code, out, err = cli(site, capsys, "list", "--json")
+        assert (code, err) == (0, "")
+        (row,) = json.loads(out)["executions"]
+        code, out, err = cli(site, capsys, "show", row["id"], "--json")
+        assert (code, err) == (0, "")
+        assert json.loads(out)["status"] == "completed"
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

@@ -693,6 +693,36 @@ def test_sqlite_runs_wal_with_the_chosen_synchronous_mode(tmp_path: Path) -> Non
         full.close()
 
 
+def test_sqlite_wal_shrinks_back_to_its_limit_once_readers_let_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The WAL is bounded (``journal_size_limit``): grown past the limit while a reader held
+    it back, it is cut back to the limit at the next checkpoint, instead of keeping its
+    size for ever (on a small volume it alone filled the disk, with no way back)."""
+    import scheduling.stores.sqlite as sqlite_module
+
+    limit = 64 * 1024
+    monkeypatch.setattr(sqlite_module, "WAL_SIZE_LIMIT_BYTES", limit, raising=False)
+    path = tmp_path / "wal.sqlite3"
+    store = SQLiteStore(path)
+    reader = sqlite3.connect(path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM prana_executions").fetchone()  # holds a snapshot
+        big = {"pad": "x" * 4000}
+        for n in range(300):
+            store.save(retry(f"e{n}", at(5), state=big), None)
+        wal = tmp_path / "wal.sqlite3-wal"
+        assert wal.stat().st_size > 16 * limit  # the reader kept every frame
+        reader.execute("COMMIT")
+        for n in range(3):  # a checkpoint, then the WAL starts over at its head
+            store.save(retry(f"e{n}", at(6)), 1)
+        assert wal.stat().st_size <= limit
+    finally:
+        reader.close()
+        store.close()
+
+
 def test_sqlite_refuses_an_unknown_synchronous_mode(tmp_path: Path) -> None:
     """An unknown synchronous mode is refused at construction, naming the choices."""
     with pytest.raises(InvalidSettingsError, match="NORMAL, FULL, EXTRA"):

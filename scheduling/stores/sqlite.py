@@ -72,6 +72,10 @@ if TYPE_CHECKING:
 __all__ = ["SQLiteStore"]
 
 SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
+WAL_SIZE_LIMIT_BYTES = 8 << 20
+"""The WAL file is cut back to this size at each checkpoint (``journal_size_limit``): twice
+what the automatic checkpoint lets it reach (1,000 pages of 4 KiB), so a WAL a long reader
+made grow gives its disk back, and one that never grew past it is never cut."""
 
 # Times are whole microseconds since the epoch (UTC): exact, and they sort as time does.
 # ``seq`` (the rowid) is creation order: ``list`` is newest first by it, ties in due
@@ -290,6 +294,17 @@ def _create_private(where: Path) -> None:
         ) from exc
 
 
+def _stored_version(conn: sqlite3.Connection) -> int | None:
+    """The schema version the database records, read without a write lock (``None``: none)."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'prana_schema_version'"
+    ).fetchone()
+    if found is None:
+        return None
+    row = conn.execute("SELECT MAX(version) FROM prana_schema_version").fetchone()
+    return None if row[0] is None else int(row[0])
+
+
 class SQLiteStore(BaseStore):
     """Executions and definitions in one SQLite database file (``":memory:"`` works).
 
@@ -375,6 +390,7 @@ class SQLiteStore(BaseStore):
             ) from exc
         try:
             conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA journal_size_limit = {int(WAL_SIZE_LIMIT_BYTES)}")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             self._migrate(conn)
         except (SchemaTooNewError, SchemaBehindError):
@@ -396,7 +412,14 @@ class SQLiteStore(BaseStore):
         return conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Bring the schema to ``SCHEMA_VERSION`` in one transaction, or refuse (_migrations)."""
+        """Bring the schema to ``SCHEMA_VERSION`` in one transaction, or refuse (_migrations).
+
+        A database at ``SCHEMA_VERSION`` is only read: opening it takes no write lock, so a
+        reader (``prana list``, ``prana show``) opens while another process writes.
+        """
+        if _stored_version(conn) == SCHEMA_VERSION:
+            self.schema_version = SCHEMA_VERSION
+            return
         conn.execute(
             "CREATE TABLE IF NOT EXISTS prana_schema_version (version INTEGER PRIMARY KEY,"
             " description TEXT NOT NULL, applied_at TEXT NOT NULL)"
