@@ -14,15 +14,20 @@ from typing import TYPE_CHECKING, Any
 
 from prana import (
     ActionContext,
+    Completed,
     Connection,
     ErrorInfo,
     Event,
+    Failed,
     Node,
     NodeSettings,
     Registry,
+    RetryData,
     RetryPolicy,
     Suspend,
     Workflow,
+    execute_workflow,
+    resume_workflow,
 )
 from prana.testing import ManualClock
 from scheduling import Runner
@@ -112,6 +117,23 @@ def sub_node(child: str, mode: str, **params: Any) -> Node:
         type="workflow.execute_workflow",
         params={"workflow_id": child, "mode": mode, **params},
     )
+
+
+def run_to_end(
+    workflow: Workflow, registry: Registry, clock: ManualClock | None = None
+) -> Completed | Failed | Suspend:
+    """Run ``workflow`` on ``{}``, resuming every retry when it falls due, until it ends (or
+    pauses for something other than a retry)."""
+    clock = clock if clock is not None else ManualClock()
+    outcome = execute_workflow(workflow, {}, registry=registry, clock=clock)
+    while isinstance(outcome, Suspend) and isinstance(outcome.data, RetryData):
+        data = outcome.data
+        assert outcome.execution is not None
+        clock.set(max(clock(), data.resume_at))
+        outcome = resume_workflow(
+            outcome.execution, None, workflow=workflow, registry=registry, clock=clock
+        )
+    return outcome
 
 
 # -- actions --------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from doubles import run_to_end
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,14 +34,11 @@ from prana import (
     NodeSettings,
     RecordError,
     Registry,
-    RetryData,
     RetryPolicy,
-    Suspend,
     Workflow,
     dumps_workflow,
     execute_workflow,
     loads_workflow,
-    resume_workflow,
 )
 from prana.testing import ManualClock
 from scheduling import Runner
@@ -211,19 +209,6 @@ def polling_registry() -> Registry:
         return not output["ready"]
 
     return registry
-
-
-def run_to_end(workflow: Workflow, registry: Registry) -> Any:
-    clock = ManualClock()
-    outcome = execute_workflow(workflow, {}, registry=registry, clock=clock)
-    while isinstance(outcome, Suspend):
-        assert outcome.execution is not None
-        assert isinstance(outcome.data, RetryData)
-        clock.advance(outcome.data.retry_delay_ms / 1000)
-        outcome = resume_workflow(
-            outcome.execution, workflow=workflow, registry=registry, clock=clock
-        )
-    return outcome
 
 
 def test_a_condition_registered_by_name_is_used_by_name_in_data() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import pytest
 import yaml
+from doubles import run_to_end
 
 from prana import (
     ActionContext,
@@ -38,7 +39,6 @@ from prana import (
     execute_workflow,
     lint,
     loads_workflow,
-    resume_workflow,
     validate,
 )
 from prana._decision import (
@@ -80,21 +80,6 @@ def one_node(settings: NodeSettings, node_type: str = "test.call") -> Workflow:
         ],
         connections=[Connection(from_node="start", to_node="call")],
     )
-
-
-def run_to_end(
-    workflow: Workflow, registry: Registry, clock: ManualClock
-) -> Completed | Failed | Suspend:
-    """Run ``workflow``, resuming every retry when it falls due, until it ends."""
-    outcome = execute_workflow(workflow, {}, registry=registry, clock=clock)
-    while isinstance(outcome, Suspend) and isinstance(outcome.data, RetryData):
-        data = outcome.data
-        assert outcome.execution is not None
-        clock.set(max(clock(), data.resume_at))
-        outcome = resume_workflow(
-            outcome.execution, None, workflow=workflow, registry=registry, clock=clock
-        )
-    return outcome
 
 
 def attempts_of(outcome: Completed | Failed | Suspend, key: str = "call") -> int:
