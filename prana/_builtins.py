@@ -8,10 +8,11 @@ action's docstring.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from prana._durations import HOUR, SECONDS_PER_UNIT, is_aware
 from prana._errors import NonRetryable
@@ -557,6 +558,29 @@ def register_builtins(registry: Registry) -> None:
         _execute_workflow_resume,
         output_ports=("main",),
     )
-    from prana._http import register_http
+    if http_available():
+        registry.register("http.request", _http_request, **HTTP_SPEC)
 
-    register_http(registry)
+
+HTTP_SPEC: Final[dict[str, Any]] = {
+    "output_ports": ("main",),
+    "side_effects": True,
+    "uses_idempotency_key": True,
+}
+"""How ``http.request`` is registered, here and by ``prana.http.register_http``."""
+
+
+@functools.cache
+def http_available() -> bool:
+    """Whether httpx is installed (checked once, without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("httpx") is not None
+
+
+def _http_request(params: Any, ctx: ActionContext) -> Any:
+    """``http.request`` as ``Registry()`` has it: ``prana._http``'s default action, whose
+    module (sockets, address checks) is imported when such a node first runs."""
+    from prana._http import default_action
+
+    return default_action()(params, ctx)

@@ -7,7 +7,6 @@ workflow again costs a dictionary lookup.
 
 from __future__ import annotations
 
-import difflib
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -311,6 +310,8 @@ def storable_policy_problems(where: str, policies: Iterable[RetryPolicy] | None)
 
 def closest_types(name: str, registry: Registry) -> list[str]:
     """The registered (and built-in) action types closest to ``name``, best first."""
+    import difflib  # only for a mistake's suggestion
+
     return difflib.get_close_matches(name, registry.types(), n=3, cutoff=0.6)
 
 

@@ -14,11 +14,6 @@ the executor returns; the execution's own record never holds it.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
-import secrets
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,18 +42,28 @@ REDACTED = "[webhook-token]"
 _MAX_TOKEN_CHARS = 2048
 
 
+# base64, hashlib, hmac and secrets are imported where a token is minted or checked: a run
+# without a webhook wait pays no import for them.
+
+
 def _b64(raw: bytes) -> str:
+    import base64
+
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 def mint_token(execution_id: str) -> tuple[str, str]:
     """A fresh token for a wait of ``execution_id``: ``(token, secret)``."""
+    import secrets
+
     secret = _b64(secrets.token_bytes(SECRET_BYTES))
     return f"{_b64(execution_id.encode())}.{secret}", secret
 
 
 def token_digest(execution_id: str, node_key: str, secret: str) -> str:
     """What the record keeps: SHA-256 (hex) over execution id, node key and secret."""
+    import hashlib
+
     material = "\x00".join(("prana-webhook-v1", execution_id, node_key, secret))
     return hashlib.sha256(material.encode()).hexdigest()
 
@@ -70,6 +75,9 @@ def parse_token(token: str) -> tuple[str, str] | None:
     head, sep, secret = token.rpartition(".")
     if not sep or not head or len(secret) < 22:  # 22 base64 characters carry 128 bits
         return None
+    import base64
+    import binascii
+
     try:
         raw = base64.urlsafe_b64decode(head + "=" * (-len(head) % 4))
         execution_id = raw.decode()
@@ -85,6 +93,8 @@ def verify(token_digest_stored: str | None, execution_id: str, node_key: str, se
     if not token_digest_stored:
         return False
     expected = token_digest(execution_id, node_key, secret)
+    import hmac
+
     return hmac.compare_digest(expected, token_digest_stored)
 
 

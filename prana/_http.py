@@ -1,7 +1,8 @@
 """``http.request``: the built-in HTTP action, on httpx (the ``http`` extra).
 
-It is registered in every ``Registry()`` when httpx is installed, and httpx is imported
-only when such a node runs, so the core does no I/O (and pays no import) until then.
+It is registered in every ``Registry()`` when httpx is installed (``prana._builtins``), and
+this module and httpx are imported only when such a node runs, so the core does no I/O
+(and pays no import) until then.
 
 The action turns an HTTP exchange into prana's retry vocabulary, so a node needs no
 status-code handling of its own:
@@ -35,7 +36,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import functools
-import importlib.util
 import json
 import math
 import socket
@@ -47,6 +47,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from prana._builtins import HTTP_SPEC, http_available
 from prana._egress import EgressPolicy
 from prana._errors import NonRetryable, RetryAfter, rebuilt_exception
 
@@ -119,12 +120,6 @@ class HTTPRetryAfter(RetryAfter):
         super().__init__(retry_after, f"{error} (Retry-After {shown})", now=now)
 
 
-@functools.cache
-def http_available() -> bool:
-    """Whether httpx is installed (checked once, without importing it)."""
-    return importlib.util.find_spec("httpx") is not None
-
-
 def register_http(
     registry: Registry,
     *,
@@ -141,17 +136,18 @@ def register_http(
     choice is the application's: nothing in a workflow definition can make it.
     """
     if http_available():
-        registry.register(
-            "http.request",
-            HTTPRequestAction(
-                transport=transport,
-                allow_private_hosts=allow_private_hosts,
-                allow_networks=allow_networks,
-            ),
-            output_ports=("main",),
-            side_effects=True,
-            uses_idempotency_key=True,
+        action = HTTPRequestAction(
+            transport=transport,
+            allow_private_hosts=allow_private_hosts,
+            allow_networks=allow_networks,
         )
+        registry.register("http.request", action, **HTTP_SPEC)
+
+
+@functools.cache
+def default_action() -> HTTPRequestAction:
+    """The action ``Registry()`` registers: the network, public addresses only."""
+    return HTTPRequestAction()
 
 
 # --- params ---------------------------------------------------------------------------------
