@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from prana._config import testing_state
-from prana._dialects import NOETL_NAMES, NOETL_SCOPE, noetl_names
+from prana._dialects import BUILTIN_CONDITIONS, NOETL_NAMES, NOETL_SCOPE, noetl_names
 from prana._durations import to_seconds
 from prana._errors import DurationError, InvalidSettingsError, NonRetryable, RetryAfter
 from prana._model import NEVER_RETRY_CODES, ErrorCode, ErrorInfo, _fast_constructor
@@ -68,7 +68,9 @@ def check_conditions(
     """The policies ``node`` uses with condition names resolved, and every problem found.
 
     A template is compiled against ``CONDITION_SCOPE``; a name is looked up among the
-    conditions registered on ``registry`` (skipped without one, as ``lint`` may be). Each
+    conditions registered on ``registry``, then the built-in ones
+    (``prana.dialects.BUILTIN_CONDITIONS``; an unknown name is skipped without a registry,
+    as ``lint`` may be). Each
     problem reads ``"<where>.<field>: <why>"``, ``<where>`` being where the policy was set
     (``settings.retry[1]``, ``retry_defaults['http.request']``...). Validation runs this,
     so a condition that could never hold, or that names code nobody registered, is an
@@ -104,13 +106,13 @@ def check_conditions(
             except TemplateError as exc:
                 problems.append(str(exc))
             continue
-        if registry is None:
-            continue
-        fn = registry.get_condition(text)
+        fn = registry.get_condition(text) if registry is not None else None
         if fn is None:
-            problems.append(f"{place}.{field}: {_unknown_condition(text, registry)}")
-        else:
+            fn = BUILTIN_CONDITIONS.get(text)
+        if fn is not None:
             resolved.setdefault(index, {})[field] = fn
+        elif registry is not None:
+            problems.append(f"{place}.{field}: {_unknown_condition(text, registry)}")
     if resolved and not problems:
         policies = tuple(
             attrs.evolve(policy, **resolved[i]) if i in resolved else policy

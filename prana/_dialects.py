@@ -10,6 +10,7 @@ here, in one place, into ``RetryPolicy`` values:
   through it;
 - ``rappel(attempts=3, exception_types=[...], backoff_seconds=60)``: Rappel's Python
   ``RetryPolicy``; ``rappel_brackets(text)``: its bracket text (``RetryPolicy.parse``);
+  ``waymark(...)``: the same, a returned exception-shaped payload failing the attempt;
 - ``noetl(value)``: a NoETL step's ``retry:`` value; ``noetl_names(view)``: the names
   NoETL's ``retry_when`` / ``stop_when`` templates read;
 - ``rh_agents(config)``: rh_agents' ``RetryConfig`` as a mapping;
@@ -82,7 +83,7 @@ def _read_one(value: Any, *, field: str, top: bool) -> list[RetryPolicy]:
     )
 
 
-DIALECTS: tuple[str, ...] = ("prana", "noetl", "rh_agents", "rappel")
+DIALECTS: tuple[str, ...] = ("prana", "noetl", "rh_agents", "rappel", "waymark")
 """The values of a retry mapping's ``dialect`` key: which design's form it is written in."""
 
 
@@ -98,6 +99,8 @@ def _marked(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
         return rh_agents(rest, field=field)
     if name == "rappel":
         return rappel(**_keywords(rest, field=field))
+    if name == "waymark":
+        return waymark(**_keywords(rest, field=field))
     raise InvalidSettingsError(
         f"{field}: dialect={name!r}: use one of {', '.join(DIALECTS)} (the design whose form "
         "the mapping is written in), or leave dialect out for prana's own field names"
@@ -269,6 +272,36 @@ def rappel(**settings: Any) -> RetryPolicy:
             largest = sys.float_info.max
         out["max_delay"] = max(largest, seconds)
     return RetryPolicy(**out)
+
+
+WAYMARK_PAYLOAD = "waymark.exception_payload"
+"""The built-in condition for ``retry_on_result``: a payload shaped like an exception."""
+
+
+def exception_payload(output: Any) -> bool:
+    """Whether ``output`` looks like an exception object: a mapping with text ``type`` and
+    ``message`` (Waymark: "Action result is treated as failure if payload looks like an
+    exception object (`type` / `message`)")."""
+    return (
+        isinstance(output, Mapping)
+        and isinstance(output.get("type"), str)
+        and isinstance(output.get("message"), str)
+    )
+
+
+BUILTIN_CONDITIONS: Mapping[str, Callable[..., Any]] = {WAYMARK_PAYLOAD: exception_payload}
+"""Conditions every workflow may name without registering them (a registry's own wins)."""
+
+
+def waymark(**settings: Any) -> RetryPolicy:
+    """Waymark's ``RetryPolicy(attempts, exception_types, backoff_seconds)``, read as
+    Waymark's runner reads an action's result: a returned payload shaped like an exception
+    (``type`` and ``message``) is a failed attempt (``retry_on_result`` is
+    ``"waymark.exception_payload"``). Otherwise ``rappel(...)``: Waymark is Rappel's
+    successor and takes the same spelling.
+    """
+    settings.setdefault("retry_on_result", WAYMARK_PAYLOAD)
+    return rappel(**settings)
 
 
 # --- NoETL --------------------------------------------------------------------------------

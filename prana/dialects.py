@@ -8,6 +8,7 @@ that design's meaning (docs: Coming from Rappel, Waymark, NoETL, rh_agents or Pr
 
     dialects.rappel(attempts=3, exception_types=["NetworkError"], backoff_seconds=60)
     dialects.rappel_brackets("[NetworkError -> retry: 5, backoff: 2m]")
+    dialects.waymark(attempts=3)  # a returned {"type", "message"} payload is a failure
     dialects.noetl({"max_attempts": 5, "backoff_multiplier": 2.0, "jitter": True})
     dialects.rh_agents({"max_attempts": 3, "backoff_strategy": "linear"})
     dialects.prana_simple(max_retries=3, retry_delay_ms=1000)
@@ -18,6 +19,7 @@ and ``Registry.register(..., retry=...)`` read their value with.
 
 from prana._bracket import CATCH_ALL
 from prana._dialects import (
+    BUILTIN_CONDITIONS,
     DIALECTS,
     NOETL_NAMES,
     NOETL_SCOPE,
@@ -31,9 +33,11 @@ from prana._dialects import (
     read_policies,
     reading,
     rh_agents,
+    waymark,
 )
 
 __all__ = [
+    "BUILTIN_CONDITIONS",
     "CATCH_ALL",
     "DIALECTS",
     "NOETL_NAMES",
@@ -48,4 +52,5 @@ __all__ = [
     "read_policies",
     "reading",
     "rh_agents",
+    "waymark",
 ]

@@ -429,6 +429,51 @@ def test_rappel_bracket_retry_count_has_no_limit_of_its_own() -> None:
         RetryPolicy.parse(f"[retry: {2**64}]")
 
 
+def returns_exception_payloads(failures: int) -> Registry:
+    """A registry whose ``test.call`` returns an exception-shaped payload ``failures`` times."""
+    registry = Registry()
+
+    def call(params: Any, ctx: ActionContext) -> Any:
+        if ctx.attempt <= failures:
+            return {"type": "NetworkError", "message": "connection reset"}
+        return {"rows": 3}
+
+    registry.register("test.call", call)
+    return registry
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [
+        {"dialect": "waymark", "attempts": 3, "backoff_seconds": 1},
+        {"max_attempts": 3, "retry_on_result": "waymark.exception_payload"},
+    ],
+)
+def test_waymark_exception_payload_is_a_failure_when_asked(retry: dict[str, Any]) -> None:
+    """A returned payload shaped like an exception fails the attempt under Waymark's reading.
+
+    piercefreeman/waymark docs/_internal/Action-Retries.md: "Action result is treated as
+    failure if payload looks like an exception object (`type` / `message`)."
+    """
+    outcome = run_to_end(
+        one_node(NodeSettings(retry=retry)), returns_exception_payloads(2), ManualClock()
+    )
+    assert isinstance(outcome, Completed)
+    assert outcome.execution is not None
+    record = outcome.execution.node("call")
+    assert record is not None
+    assert len(record.attempts) == 3
+    assert record.output == {"rows": 3}
+    if "dialect" in retry:
+        assert NodeSettings(retry=retry).retry == (dialects.waymark(attempts=3, backoff_seconds=1),)
+    # prana's own reading keeps a returned value as the output
+    plain = run_to_end(
+        one_node(NodeSettings(retry="[retry: 2]")), returns_exception_payloads(2), ManualClock()
+    )
+    assert isinstance(plain, Completed)
+    assert attempts_of(plain) == 1
+
+
 def test_waymark_max_over_matching_brackets_is_flagged_by_lint() -> None:
     """Brackets that overlap with different counts are flagged: Waymark takes the maximum.
 
