@@ -89,6 +89,24 @@ def workflow_of(*nodes: Node, **fields: Any) -> Workflow:
     return Workflow(id="w", nodes=nodes, connections=[], **fields)
 
 
+HTTP_RETRY = RetryPolicy(max_attempts=3, initial_delay=1, max_delay=60)
+"""The retry policy of ``http_workflow``'s call."""
+
+
+def http_workflow(params: dict[str, Any], retry: RetryPolicy | None = HTTP_RETRY) -> Workflow:
+    """A trigger, then ``call``: an ``http.request`` with ``params``, retried per ``retry``."""
+    return Workflow(
+        id="http",
+        nodes=[
+            trigger(),
+            Node(
+                key="call", type="http.request", params=params, settings=NodeSettings(retry=retry)
+            ),
+        ],
+        connections=[conn("start", "call")],
+    )
+
+
 def if_node(key: str, condition: Any) -> Node:
     """A ``logic.if_condition`` node on ``condition``."""
     return Node(key=key, type="logic.if_condition", params={"condition": condition})

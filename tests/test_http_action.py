@@ -15,21 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from doubles import detail
+from doubles import detail, http_workflow
 from servers import serve
 
 from prana import (
     Completed,
-    Connection,
     Failed,
-    Node,
-    NodeSettings,
     Registry,
     RetryAfter,
     RetryData,
     RetryPolicy,
     Suspend,
-    Workflow,
     WorkflowExecution,
     aexecute_workflow,
     execute_workflow,
@@ -40,21 +36,6 @@ from prana.testing import ManualClock
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-
-POLICY = RetryPolicy(max_attempts=3, initial_delay=1, max_delay=60)
-
-
-def _workflow(params: dict[str, Any], retry: RetryPolicy | None = POLICY) -> Workflow:
-    return Workflow(
-        id="http",
-        nodes=[
-            Node(key="start", type="manual.trigger"),
-            Node(
-                key="call", type="http.request", params=params, settings=NodeSettings(retry=retry)
-            ),
-        ],
-        connections=[Connection(from_node="start", to_node="call")],
-    )
 
 
 def _execution(outcome: Suspend) -> WorkflowExecution:
@@ -98,7 +79,7 @@ def test_success_outputs_status_headers_and_json() -> None:
         return httpx.Response(201, json={"id": 7}, headers={"X-Thing": "yes"})
 
     params = {"url": "https://api.test/items", "method": "post", "json": {"name": "a"}}
-    outcome = execute_workflow(_workflow(params), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow(params), registry=_mock(handler))
     assert isinstance(outcome, Completed)
     assert outcome.output["status"] == 201
     assert outcome.output["json"] == {"id": 7}
@@ -118,7 +99,7 @@ def test_text_body_and_text_output() -> None:
         return httpx.Response(200, text="got " + request.content.decode())
 
     params = {"url": "https://api.test/", "method": "PUT", "body": "plain"}
-    outcome = execute_workflow(_workflow(params), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow(params), registry=_mock(handler))
     assert isinstance(outcome, Completed)
     assert outcome.output["text"] == "got plain"
     assert "json" not in outcome.output
@@ -134,14 +115,14 @@ def test_idempotency_key_can_be_switched_off_or_given() -> None:
 
     registry = _mock(handler)
     execute_workflow(
-        _workflow({"url": "https://a.test/", "idempotency_key": False}), registry=registry
+        http_workflow({"url": "https://a.test/", "idempotency_key": False}), registry=registry
     )
     execute_workflow(
-        _workflow({"url": "https://a.test/", "headers": {"Idempotency-Key": "mine"}}),
+        http_workflow({"url": "https://a.test/", "headers": {"Idempotency-Key": "mine"}}),
         registry=registry,
     )
     execute_workflow(
-        _workflow({"url": "https://a.test/", "idempotency_key": "k1"}), registry=registry
+        http_workflow({"url": "https://a.test/", "idempotency_key": "k1"}), registry=registry
     )
     assert "idempotency-key" not in seen[0].headers
     assert seen[1].headers["idempotency-key"] == "mine"
@@ -155,7 +136,7 @@ def test_retryable_statuses_retry(status: int) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, text="busy")
 
-    outcome = execute_workflow(_workflow({"url": "https://a.test/x"}), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow({"url": "https://a.test/x"}), registry=_mock(handler))
     assert isinstance(outcome, Suspend)
     assert outcome.kind == "retry"
     assert isinstance(outcome.data, RetryData)
@@ -172,7 +153,7 @@ def test_other_client_errors_do_not_retry(status: int) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, text="no  such\nthing " + "x" * 500)
 
-    outcome = execute_workflow(_workflow({"url": "https://a.test/x"}), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow({"url": "https://a.test/x"}), registry=_mock(handler))
     assert isinstance(outcome, Failed)
     error = outcome.error
     assert error.code == "non_retryable"
@@ -189,7 +170,7 @@ def test_retry_after_seconds_becomes_the_delay() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(429, headers={"Retry-After": "7"})
 
-    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow({"url": "https://a.test/"}), registry=_mock(handler))
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
     assert outcome.data.retry_delay_ms == 7000
@@ -205,7 +186,7 @@ def test_retry_after_http_date_is_read_against_the_clock() -> None:
         return httpx.Response(503, headers={"Retry-After": when})
 
     outcome = execute_workflow(
-        _workflow({"url": "https://a.test/"}), registry=_mock(handler), clock=clock
+        http_workflow({"url": "https://a.test/"}), registry=_mock(handler), clock=clock
     )
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
@@ -222,7 +203,7 @@ def test_retry_after_is_read_as_the_core_reads_it(header: str, delay_ms: int) ->
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(503, headers={"Retry-After": header})
 
-    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow({"url": "https://a.test/"}), registry=_mock(handler))
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
     assert outcome.data.retry_delay_ms == delay_ms
@@ -237,7 +218,7 @@ def test_an_unreadable_retry_after_is_ignored_and_says_why() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(429, headers={"Retry-After": "soon-ish"})
 
-    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow({"url": "https://a.test/"}), registry=_mock(handler))
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
     assert outcome.data.retry_delay_ms == 1000  # the policy's initial_delay
@@ -256,7 +237,7 @@ def test_retry_after_is_capped_by_the_policy() -> None:
 
     policy = RetryPolicy(max_attempts=2, initial_delay=1, max_delay=10)
     outcome = execute_workflow(
-        _workflow({"url": "https://a.test/"}, retry=policy), registry=_mock(handler)
+        http_workflow({"url": "https://a.test/"}, retry=policy), registry=_mock(handler)
     )
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
@@ -275,7 +256,7 @@ def test_connection_errors_and_timeouts_retry() -> None:
 
     clock = ManualClock()
     registry = _mock(handler)
-    workflow = _workflow({"url": "https://a.test/"})
+    workflow = http_workflow({"url": "https://a.test/"})
     outcome = execute_workflow(workflow, registry=registry, clock=clock)
     types = []
     while isinstance(outcome, Suspend):
@@ -304,7 +285,7 @@ def test_same_idempotency_key_on_every_attempt() -> None:
 
     clock = ManualClock()
     registry = _mock(handler)
-    workflow = _workflow({"url": "https://a.test/"})
+    workflow = http_workflow({"url": "https://a.test/"})
     outcome = execute_workflow(workflow, registry=registry, clock=clock)
     while isinstance(outcome, Suspend):
         clock.advance(60)
@@ -337,7 +318,7 @@ def test_bad_params_fail_once_naming_the_param(params: dict[str, Any], field: st
     def handler(request: httpx.Request) -> httpx.Response:  # pragma: no cover - never called
         raise AssertionError("no request for bad params")
 
-    outcome = execute_workflow(_workflow(params), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow(params), registry=_mock(handler))
     assert isinstance(outcome, Failed)
     assert outcome.error.code == "non_retryable"
     assert f"params.{field}" in outcome.error.message
@@ -354,7 +335,9 @@ def test_async_run_uses_the_async_client() -> None:
     async def main() -> Any:
         registry = Registry()
         register_http(registry, transport=httpx.MockTransport(handler))
-        outcome = await aexecute_workflow(_workflow({"url": "https://a.test/"}), registry=registry)
+        outcome = await aexecute_workflow(
+            http_workflow({"url": "https://a.test/"}), registry=registry
+        )
         return outcome, asyncio.get_running_loop()
 
     outcome, loop = asyncio.run(main())
@@ -415,11 +398,11 @@ def real_server() -> Iterator[str]:
 
 def test_real_server_success_sync_and_async(real_server: str) -> None:
     """A real GET and POST over the loopback, sync and async."""
-    workflow = _workflow({"url": real_server + "/ok"})
+    workflow = http_workflow({"url": real_server + "/ok"})
     outcome = execute_workflow(workflow, registry=_loopback())
     assert isinstance(outcome, Completed)
     assert outcome.output["json"] == {"hello": "world"}
-    posted = _workflow({"url": real_server + "/echo", "method": "POST", "json": {"n": 1}})
+    posted = http_workflow({"url": real_server + "/echo", "method": "POST", "json": {"n": 1}})
     done = asyncio.run(aexecute_workflow(posted, registry=_loopback()))
     assert isinstance(done, Completed)
     assert done.output["json"] == {"method": "POST", "body": {"n": 1}}
@@ -428,7 +411,7 @@ def test_real_server_success_sync_and_async(real_server: str) -> None:
 def test_real_server_retries_until_success(real_server: str) -> None:
     """Two 503s then a 200: two retries, one idempotency key seen three times by the server."""
     clock = ManualClock()
-    workflow = _workflow({"url": real_server + "/flaky"})
+    workflow = http_workflow({"url": real_server + "/flaky"})
     outcome = execute_workflow(workflow, clock=clock, registry=_loopback())
     while isinstance(outcome, Suspend):
         clock.advance(60)
@@ -442,11 +425,15 @@ def test_real_server_retries_until_success(real_server: str) -> None:
 
 def test_real_server_retry_after_and_not_found(real_server: str) -> None:
     """A real 429 with Retry-After gives a 5 s hint; a real 404 fails without retry."""
-    limited = execute_workflow(_workflow({"url": real_server + "/limited"}), registry=_loopback())
+    limited = execute_workflow(
+        http_workflow({"url": real_server + "/limited"}), registry=_loopback()
+    )
     assert isinstance(limited, Suspend)
     assert isinstance(limited.data, RetryData)
     assert limited.data.retry_delay_ms == 5000
-    missing = execute_workflow(_workflow({"url": real_server + "/missing"}), registry=_loopback())
+    missing = execute_workflow(
+        http_workflow({"url": real_server + "/missing"}), registry=_loopback()
+    )
     assert isinstance(missing, Failed)
     assert detail(missing.error, "status") == 404
     assert detail(missing.error, "body") == "not here"
@@ -461,7 +448,7 @@ def test_real_connection_refused_retries() -> None:
     port = sock.getsockname()[1]
     sock.close()  # bound then closed: nothing listens there now
     outcome = execute_workflow(
-        _workflow({"url": f"http://127.0.0.1:{port}/", "timeout": 5}), registry=_loopback()
+        http_workflow({"url": f"http://127.0.0.1:{port}/", "timeout": 5}), registry=_loopback()
     )
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
@@ -485,7 +472,7 @@ def test_a_huge_response_body_fails_the_node_instead_of_filling_memory() -> None
         return httpx.Response(200, content=bomb, headers=headers)
 
     outcome = execute_workflow(
-        _workflow({"url": "https://example.test/big"}, retry=None), registry=_mock(handler)
+        http_workflow({"url": "https://example.test/big"}, retry=None), registry=_mock(handler)
     )
     if not isinstance(outcome, Failed):  # (no assert: its message would print the body)
         pytest.fail(f"{type(outcome).__name__}: the whole body was kept in the output")
@@ -503,11 +490,11 @@ def test_the_body_cap_is_a_param_with_a_ceiling() -> None:
 
     registry = _mock(handler)
     kept = execute_workflow(
-        _workflow({"url": "https://a.test/", "max_response_bytes": 100}), registry=registry
+        http_workflow({"url": "https://a.test/", "max_response_bytes": 100}), registry=registry
     )
     assert isinstance(kept, Completed)
     assert kept.output["text"] == "x" * 100
-    small = _workflow({"url": "https://a.test/", "max_response_bytes": 99}, retry=None)
+    small = http_workflow({"url": "https://a.test/", "max_response_bytes": 99}, retry=None)
     for outcome in (
         execute_workflow(small, registry=registry),
         asyncio.run(aexecute_workflow(small, registry=registry)),
@@ -515,7 +502,7 @@ def test_the_body_cap_is_a_param_with_a_ceiling() -> None:
         assert isinstance(outcome, Failed)
         assert "over max_response_bytes=99" in outcome.error.message
     refused = execute_workflow(
-        _workflow({"url": "https://a.test/", "max_response_bytes": 2**26 + 1}, retry=None),
+        http_workflow({"url": "https://a.test/", "max_response_bytes": 2**26 + 1}, retry=None),
         registry=registry,
     )
     assert isinstance(refused, Failed)
@@ -535,7 +522,7 @@ def test_an_error_status_reads_only_its_excerpt() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(503, content=chunks())
 
-    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow({"url": "https://a.test/"}), registry=_mock(handler))
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
     error = outcome.data.original_error
@@ -565,7 +552,7 @@ def test_a_gzip_bomb_is_inflated_no_further_than_the_cap(mode: str) -> None:
     1,000,000-byte cap allocates a few MiB (httpx inflated the whole chunk: 64 MiB)."""
     registry = _mock(_streamed(BOMB, **{"content-encoding": "gzip"}))
     params = {"url": "https://a.test/bomb", "max_response_bytes": 1_000_000}
-    workflow = _workflow(params, retry=None)
+    workflow = http_workflow(params, retry=None)
     tracemalloc.start()
     try:
         if mode == "sync":
@@ -599,7 +586,7 @@ def test_a_streamed_body_within_the_cap_is_decoded_as_before(
     handler = _streamed(
         encode(body), **{"content-encoding": encoding, "content-type": "application/json"}
     )
-    workflow = _workflow({"url": "https://a.test/", "max_response_bytes": len(body)})
+    workflow = http_workflow({"url": "https://a.test/", "max_response_bytes": len(body)})
     if mode == "sync":
         outcome = execute_workflow(workflow, registry=_mock(handler))
     else:
@@ -612,7 +599,7 @@ def test_a_corrupt_gzip_body_is_a_decoding_error() -> None:
     """A body that is not the gzip it claims fails the attempt as httpx would (retryable)."""
     handler = _streamed(b"not gzip at all", **{"content-encoding": "gzip"})
     outcome = execute_workflow(
-        _workflow({"url": "https://a.test/"}, retry=None), registry=_mock(handler)
+        http_workflow({"url": "https://a.test/"}, retry=None), registry=_mock(handler)
     )
     assert isinstance(outcome, Failed)
     assert outcome.error.type == "DecodingError"
@@ -647,7 +634,7 @@ def test_stacked_gzip_layers_are_each_inflated_no_further_than_the_cap(mode: str
     bomb = gzip.compress(gzip.compress(b"\0" * (64 * 2**20)))
     assert len(bomb) < 4096
     with serve(_encoded_app(bomb, "gzip, gzip")) as url:
-        workflow = _workflow({"url": url + "/", "max_response_bytes": 1024}, retry=None)
+        workflow = http_workflow({"url": url + "/", "max_response_bytes": 1024}, retry=None)
         tracemalloc.start()
         try:
             if mode == "sync":
@@ -668,7 +655,7 @@ def test_stacked_codings_within_the_cap_are_undone_in_order(mode: str) -> None:
     text = "stacked " * 20_000
     body = gzip.compress(zlib.compress(text.encode()))
     with serve(_encoded_app(body, "deflate, gzip")) as url:
-        workflow = _workflow({"url": url + "/", "max_response_bytes": len(text)}, retry=None)
+        workflow = http_workflow({"url": url + "/", "max_response_bytes": len(text)}, retry=None)
         if mode == "sync":
             outcome = execute_workflow(workflow, registry=_loopback())
         else:
@@ -707,7 +694,7 @@ def test_a_coding_prana_does_not_inflate_itself_fails_the_node_unread(
         monkeypatch.setitem(httpx._decoders.SUPPORTED_DECODERS, name, _BombDecoder)
     app = _encoded_app(b"\x1b\xff\xff" * 500, encoding)
     with serve(app) as url:
-        workflow = _workflow({"url": url + "/"})
+        workflow = http_workflow({"url": url + "/"})
         if mode == "sync":
             outcome = execute_workflow(workflow, registry=_loopback())
         else:
@@ -722,7 +709,7 @@ def test_a_coding_prana_does_not_inflate_itself_fails_the_node_unread(
 def test_an_error_status_in_an_unread_coding_still_retries() -> None:
     """A 503 whose body is in ``br`` keeps its status's meaning (retry), with no excerpt."""
     with serve(_encoded_app(b"\x1b\xff", "br", status=503)) as url:
-        workflow = _workflow({"url": url + "/"})
+        workflow = http_workflow({"url": url + "/"})
         outcome = execute_workflow(workflow, registry=_loopback())
     assert isinstance(outcome, Suspend)
     assert isinstance(outcome.data, RetryData)
@@ -741,14 +728,14 @@ def test_an_accept_encoding_given_in_the_params_is_sent_as_given() -> None:
         return httpx.Response(204)
 
     params = {"url": "https://a.test/", "headers": {"accept-encoding": "identity"}}
-    execute_workflow(_workflow(params), registry=_mock(handler))
+    execute_workflow(http_workflow(params), registry=_mock(handler))
     assert seen[0].headers["accept-encoding"] == "identity"
 
 
 def test_a_body_in_a_quadratic_charset_is_read_as_utf8() -> None:
     """``charset=punycode`` (whose decoder is quadratic) is not used to decode the body."""
     handler = _streamed("é".encode() * 10, **{"content-type": "text/plain; charset=punycode"})
-    outcome = execute_workflow(_workflow({"url": "https://a.test/"}), registry=_mock(handler))
+    outcome = execute_workflow(http_workflow({"url": "https://a.test/"}), registry=_mock(handler))
     assert isinstance(outcome, Completed)
     assert outcome.output["text"] == "é" * 10
 
@@ -758,7 +745,7 @@ def test_a_json_body_too_deep_for_the_parser_is_text() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     handler = _streamed(deep, **{"content-type": "application/json"})
     outcome = execute_workflow(
-        _workflow({"url": "https://a.test/", "max_response_bytes": len(deep)}, retry=None),
+        http_workflow({"url": "https://a.test/", "max_response_bytes": len(deep)}, retry=None),
         registry=_mock(handler),
     )
     assert isinstance(outcome, Completed)

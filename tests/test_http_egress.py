@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from doubles import http_workflow
 from servers import serve
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -17,16 +18,11 @@ from starlette.routing import Route
 
 from prana import (
     Completed,
-    Connection,
     Failed,
     InvalidSettingsError,
-    Node,
-    NodeSettings,
     Registry,
     RetryData,
-    RetryPolicy,
     Suspend,
-    Workflow,
     aexecute_workflow,
     execute_workflow,
 )
@@ -36,21 +32,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from starlette.requests import Request
-
-POLICY = RetryPolicy(max_attempts=3, initial_delay=1, max_delay=60)
-
-
-def _workflow(params: dict[str, Any]) -> Workflow:
-    return Workflow(
-        id="egress",
-        nodes=[
-            Node(key="start", type="manual.trigger"),
-            Node(
-                key="call", type="http.request", params=params, settings=NodeSettings(retry=POLICY)
-            ),
-        ],
-        connections=[Connection(from_node="start", to_node="call")],
-    )
 
 
 class Seen:
@@ -115,7 +96,7 @@ def _allowing(**options: Any) -> Registry:
 )
 def test_private_addresses_are_refused_by_default(host: str) -> None:
     """Loopback, link-local (cloud metadata), private, shared, multicast: no retry, no request."""
-    outcome = execute_workflow(_workflow({"url": f"http://{host}:9/latest/meta-data/"}))
+    outcome = execute_workflow(http_workflow({"url": f"http://{host}:9/latest/meta-data/"}))
     assert isinstance(outcome, Failed), outcome
     assert outcome.error.type == "NonRetryable"
     assert "public addresses only" in outcome.error.message
@@ -129,7 +110,7 @@ def test_async_refuses_the_same(local: tuple[str, Seen]) -> None:
     url, seen = local
     before = len(seen.paths)
     outcome = asyncio.run(
-        aexecute_workflow(_workflow({"url": url.replace("127.0.0.1", "localhost") + "/ok"}))
+        aexecute_workflow(http_workflow({"url": url.replace("127.0.0.1", "localhost") + "/ok"}))
     )
     assert isinstance(outcome, Failed)
     assert "loopback address" in outcome.error.message
@@ -147,7 +128,7 @@ def test_the_address_connected_to_is_checked_too(local: tuple[str, Seen]) -> Non
             else httpx.HTTPTransport()
         )
         outcome = run(
-            _workflow({"url": url.replace("127.0.0.1", "localhost") + "/ok"}), registry=registry
+            http_workflow({"url": url.replace("127.0.0.1", "localhost") + "/ok"}), registry=registry
         )
         assert isinstance(outcome, Failed), outcome
         assert "localhost (127.0.0.1) is a loopback address" in outcome.error.message
@@ -162,18 +143,20 @@ def test_the_application_may_allow_private_hosts(local: tuple[str, Seen]) -> Non
         _allowing(allow_networks=["127.0.0.0/8"]),
         _allowing(allow_networks=["127.0.0.1"]),
     ):
-        outcome = execute_workflow(_workflow({"url": url + "/ok"}), registry=registry)
+        outcome = execute_workflow(http_workflow({"url": url + "/ok"}), registry=registry)
         assert isinstance(outcome, Completed), outcome
         assert outcome.output["json"] == {"hello": "world"}
     other = execute_workflow(
-        _workflow({"url": url + "/ok"}), registry=_allowing(allow_networks=["10.0.0.0/8"])
+        http_workflow({"url": url + "/ok"}), registry=_allowing(allow_networks=["10.0.0.0/8"])
     )
     assert isinstance(other, Failed)
 
 
 def test_a_definition_cannot_allow_itself_more() -> None:
     """The opt-in is not a param: a definition naming it fails, naming the params there are."""
-    outcome = execute_workflow(_workflow({"url": "http://127.0.0.1/", "allow_private_hosts": True}))
+    outcome = execute_workflow(
+        http_workflow({"url": "http://127.0.0.1/", "allow_private_hosts": True})
+    )
     assert isinstance(outcome, Failed)
     assert "params.allow_private_hosts: unknown param" in outcome.error.message
 
@@ -190,7 +173,7 @@ def test_bad_allow_networks_is_one_clear_error() -> None:
 def test_other_schemes_are_refused(url: str) -> None:
     """Only http:// and https:// URLs are fetched."""
     outcome = execute_workflow(
-        _workflow({"url": url}), registry=_allowing(allow_private_hosts=True)
+        http_workflow({"url": url}), registry=_allowing(allow_private_hosts=True)
     )
     assert isinstance(outcome, Failed)
     assert "params.url" in outcome.error.message
@@ -200,7 +183,7 @@ def test_redirects_are_not_followed(local: tuple[str, Seen]) -> None:
     """A 302 is the output: a public URL cannot bounce the worker to a private one."""
     url, seen = local
     outcome = execute_workflow(
-        _workflow({"url": url + "/hop"}), registry=_allowing(allow_private_hosts=True)
+        http_workflow({"url": url + "/hop"}), registry=_allowing(allow_private_hosts=True)
     )
     assert isinstance(outcome, Completed)
     assert outcome.output["status"] == 302
@@ -267,7 +250,7 @@ def test_a_slow_drip_cannot_outlive_the_attempts_timeout(in_headers: bool, mode:
     """A byte every 20 ms keeps each read alive, yet the attempt ends at its 1 s timeout."""
     registry = _allowing(allow_networks=["127.0.0.1"])
     with Drip(in_headers=in_headers) as drip:
-        workflow = _workflow({"url": drip.url, "timeout": 1})
+        workflow = http_workflow({"url": drip.url, "timeout": 1})
         if mode == "sync":
             outcome = execute_workflow(workflow, registry=registry)
         else:
