@@ -42,7 +42,9 @@ from prana._failure import settle_failure
 from prana._frontier import Frontier, Pending, check_pending, new_pending
 from prana._graph import CompiledGraph, CompiledNode
 from prana._hooks import (
+    NO_SECRETS,
     NO_TOKENS,
+    SECRET_KEY,
     redact_tokens,
 )
 from prana._jsoncheck import json_problem, json_size
@@ -140,6 +142,7 @@ class Run(Frontier):
         "observers",
         "parent",
         "runs",
+        "secrets",
         "started_at",
         "state",
         "status",
@@ -187,9 +190,12 @@ class Run(Frontier):
         self.variables = graph.workflow.variables
         self.workflow_id = graph.workflow.id
         self.issued: dict[str, str] = NO_TOKENS
-        """Resume tokens ``$webhooks`` minted in this call, by wait node (memory only).
-        Rule: a run that mints none shares ``NO_TOKENS``, which nothing writes
+        """Resume tokens ``$webhooks`` minted in this call, by wait node (memory only), and
+        the application's secrets (``use_secrets``): every value is redacted from what the
+        record keeps. Rule: a run with none shares ``NO_TOKENS``, which nothing writes
         (``$webhooks`` gives the run its own dict first; a test holds it empty)."""
+        self.secrets: Mapping[str, str] = NO_SECRETS
+        """``$secrets``: the registry's secrets (``Registry(secrets=...)``)."""
         self.trace_context = trace_context
         """The execution's trace (opaque W3C headers): carried, never read."""
         self.checkpoint: Checkpoint | None = None
@@ -200,6 +206,13 @@ class Run(Frontier):
         """What the execution keeps so far, as ``Limits`` counts it (``kept_size``)."""
         self.input_size = -1
         """The workflow input's size as ``Limits`` counts it, when the entry check knows it."""
+
+    def use_secrets(self, secrets: Mapping[str, str]) -> None:
+        """Give templates ``$secrets`` and redact each value wherever the record would keep
+        it (params, outputs, state updates, errors, suspension data), as tokens are."""
+        if secrets:
+            self.secrets = secrets
+            self.issued = {SECRET_KEY + name: value for name, value in secrets.items()}
 
     # -- loading and freezing ------------------------------------------------------------
 
@@ -653,9 +666,9 @@ class Run(Frontier):
                 )
                 return self.settle_failure(cn, node_run, error, output=output)
         if self.issued:
-            output = redact_tokens(output, self.issued.values())
+            output = redact_tokens(output, self.issued)
             if updates:
-                updates = redact_tokens(updates, self.issued.values())
+                updates = redact_tokens(updates, self.issued)
         if updates:
             self.state.update(updates)
         self.kept += size

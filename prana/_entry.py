@@ -416,6 +416,7 @@ def new_run(
         checked_trace,
         limits,
     )
+    run.use_secrets(checked_registry.secrets)
     run.kept = run.input_size = size
     run.now_hint = now
     return run
@@ -478,6 +479,7 @@ def loaded_run(
         observers=checked_observers,
         limits=checked_registry.limits,
     )
+    run.use_secrets(checked_registry.secrets)
     run.now_hint = now
     return run
 

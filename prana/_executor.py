@@ -168,7 +168,9 @@ def _recovering_run(
         clock=check_clock(checked_clock),
         env=checked_env,
         observers=checked_observers,
+        limits=checked_registry.limits,
     )
+    run.use_secrets(checked_registry.secrets)
     if checkpoint is not None:  # a run starts with none
         run.checkpoint = check_checkpoint(checkpoint)
     return run, key

@@ -66,7 +66,7 @@ def settle_failure(
     number = node_run.attempt_number
     exhausted = False
     if run.issued:
-        error = redacted_error(error, run.issued.values())
+        error = redacted_error(error, run.issued)
     error, size = kept_error(error)  # after redacting: a cut never leaves part of a token
     if run.kept + size > run.limits.max_record_size and error.code != _LIMIT_EXCEEDED:
         error = record_full(key, number, error, size, run.kept, run.limits)
@@ -105,7 +105,7 @@ def settle_failure(
                 # the condition may quote the raw exception, so its text is redacted too
                 text = explanation.text
                 if run.issued:
-                    text = redact_tokens(text, run.issued.values())
+                    text = redact_tokens(text, run.issued)
                 error = kept_error(with_detail(error, "retry_condition_failed", text))[0]
                 _retry_log.warning(
                     "execution %s: node %r: %s (attempt %d); the attempt does not retry",

@@ -14,14 +14,19 @@ the executor returns; the execution's own record never holds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 __all__ = [
     "HOOK_PATH_PREFIX",
+    "NO_SECRETS",
     "PENDING_TOKEN_PREFIX",
     "REDACTED",
     "SECRET_BYTES",
+    "SECRET_KEY",
+    "SECRET_REDACTED",
     "mint_token",
     "parse_token",
     "redact_tokens",
@@ -98,26 +103,81 @@ def verify(token_digest_stored: str | None, execution_id: str, node_key: str, se
     return hmac.compare_digest(expected, token_digest_stored)
 
 
-def redact_tokens(value: Any, tokens: Iterable[str]) -> Any:
-    """``value`` with every occurrence of ``tokens`` in its strings replaced by ``REDACTED``.
+SECRET_KEY = "\x00secret:"  # noqa: S105 - a key prefix, not a secret
+"""``Run.issued`` holds the application's secrets under this prefix plus their name."""
+SECRET_REDACTED = "[secret]"  # noqa: S105 - the marker, not a secret
+"""What a ``$secrets`` value is replaced with in what the record keeps."""
+NO_SECRETS: Mapping[str, str] = MappingProxyType({})
+"""``Run.secrets`` of a run whose registry has none."""
+_MIN_NEEDLE = 8
+"""An encoded form shorter than this is not searched for (it would match ordinary text)."""
+
+
+def redact_tokens(value: Any, issued: Mapping[str, str]) -> Any:
+    """``value`` with every token and secret of ``issued`` (``Run.issued``) in its strings
+    replaced by ``REDACTED`` (or ``SECRET_REDACTED``), in the encodings ``_encodings`` names.
 
     Builds new containers where something changed; the original is left as it was (the
     action still gets the real token).
     """
-    found = tuple(tokens)
-    if not found:
+    if not issued:
         return value
-    return _redact(value, found)
+    return _redact(value, _needles(tuple(issued.items())))
 
 
-def _redact(value: Any, tokens: tuple[str, ...]) -> Any:
+@functools.lru_cache(maxsize=256)
+def _needles(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """What to look for, longest first, and what replaces it: each token whole, then the
+    secret part of a token (a secret value whole), each in every encoding of ``_encodings``."""
+    found: dict[str, str] = {}
+    for key, text in items:
+        mark = SECRET_REDACTED if key.startswith(SECRET_KEY) else REDACTED
+        found.setdefault(text, mark)
+        core = text if mark == SECRET_REDACTED else text.rpartition(".")[2]
+        for needle in _encodings(core):
+            if len(needle) >= _MIN_NEEDLE:
+                found.setdefault(needle, mark)
+    return tuple(sorted(found.items(), key=lambda pair: -len(pair[0])))
+
+
+def _encodings(text: str) -> set[str]:
+    """``text`` as it appears written in the encodings an action's output commonly holds:
+    itself, percent-encoded (``quote``, ``quote_plus``), HTML- and JSON-escaped, hex (both
+    cases), and base64 (standard and URL-safe) at each of the three offsets it may start at
+    inside a longer encoded text, the characters it shares with its neighbours left out.
+    Not matched (the action's duty): base64 broken into lines (MIME bodies), quoted-printable,
+    compression, encryption, or the text cut or transformed."""
+    import base64
+    import html
+    import json
+    import urllib.parse
+
+    raw = text.encode()
+    hexed = raw.hex()
+    forms = {
+        text,
+        urllib.parse.quote(text, safe=""),
+        urllib.parse.quote_plus(text),
+        html.escape(text),
+        json.dumps(text)[1:-1],
+        hexed,
+        hexed.upper(),
+    }
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        for shift in range(3):
+            coded = encode(b"\0" * shift + raw).decode()
+            forms.add(coded[-(-shift * 8 // 6) : (shift + len(raw)) * 8 // 6])
+    return forms
+
+
+def _redact(value: Any, needles: tuple[tuple[str, str], ...]) -> Any:
     if isinstance(value, str):
-        for token in tokens:
-            if token in value:
-                value = value.replace(token, REDACTED)
+        for needle, mark in needles:
+            if needle in value:
+                value = value.replace(needle, mark)
         return value
     if isinstance(value, dict):
-        return {_redact(k, tokens): _redact(v, tokens) for k, v in value.items()}
+        return {_redact(k, needles): _redact(v, needles) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact(v, tokens) for v in value]
+        return [_redact(v, needles) for v in value]
     return value

@@ -7,7 +7,7 @@ what went wrong into the ``ErrorInfo`` those records keep.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -260,11 +260,12 @@ def with_detail(error: ErrorInfo, key: str, value: Any) -> ErrorInfo:
     )
 
 
-def redacted_error(error: ErrorInfo, tokens: Iterable[str]) -> ErrorInfo:
-    """``error`` without the resume ``tokens`` minted in this call (an action's error often
-    quotes its params, e.g. ``HTTP 400 from POST <url>``); the record keeps no token."""
-    message = redact_tokens(error.message, tokens)
-    details = redact_tokens(error.details, tokens)
+def redacted_error(error: ErrorInfo, issued: Mapping[str, str]) -> ErrorInfo:
+    """``error`` without the resume tokens minted in this call and the secrets (``issued``:
+    an action's error often quotes its params, e.g. ``HTTP 400 from POST <url>``); the
+    record keeps neither."""
+    message = redact_tokens(error.message, issued)
+    details = redact_tokens(error.details, issued)
     if message == error.message and details == error.details:
         return error
     return new_error_info(error.code, error.type, error.module, message, details, error.node_key)

@@ -73,7 +73,7 @@ def settle_suspend(run: Run, cn: CompiledNode, node_run: NodeRun, value: Suspend
     elif run.issued and kind not in _SUSPEND_TYPES:
         # An action's own data (a link it was given): the caller gets it as given, the
         # record without the tokens minted in this call.
-        redacted = redact_tokens(data, run.issued.values())
+        redacted = redact_tokens(data, run.issued)
         if redacted != data:
             given, data = data, redacted
     suspension = Suspend(kind, data)

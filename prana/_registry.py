@@ -68,7 +68,13 @@ class Registry:
     each execution run with it may run and keep (``prana.Limits``; defaults without it).
     """
 
-    def __init__(self, *, builtins: bool = True, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        builtins: bool = True,
+        limits: Limits | None = None,
+        secrets: Mapping[str, str] | None = None,
+    ) -> None:
         if limits is not None and not isinstance(limits, Limits):
             raise InvalidSettingsError(
                 f"Registry(limits={limits!r}): use prana.Limits(...), or leave it out for "
@@ -76,6 +82,11 @@ class Registry:
             )
         self.limits: Limits = DEFAULT_LIMITS if limits is None else limits
         """What one execution run with this registry may run and keep (``prana.Limits``)."""
+        self._secrets: dict[str, str] = {}
+        self.secrets: Mapping[str, str] = MappingProxyType(self._secrets)
+        """``$secrets`` for templates: values redacted wherever a record would keep them."""
+        if secrets is not None:
+            self.add_secrets(secrets)
         self._specs: dict[str, ActionSpec] = {}
         self._exceptions: dict[str, type[BaseException]] = {}
         self._conditions: dict[str, Callable[..., Any]] = {}
@@ -85,6 +96,34 @@ class Registry:
             from prana._builtins import register_builtins
 
             register_builtins(self)
+
+    def add_secrets(self, secrets: Mapping[str, str]) -> None:
+        """Add (or replace) secrets templates read as ``$secrets.<name>``.
+
+        Each value is redacted, as written and in common encodings (percent-encoded,
+        base64, hex, HTML- and JSON-escaped), from everything the
+        executor records of every execution run with this registry: params, outputs, state
+        updates, errors and suspension data. The action still gets the real value. A value
+        must be text of at least 8 characters (a shorter one would redact ordinary text).
+        """
+        if not isinstance(secrets, Mapping):
+            raise InvalidSettingsError(
+                f"Registry secrets: {type(secrets).__name__}; use a mapping of names to text"
+            )
+        checked: dict[str, str] = {}
+        for name, value in secrets.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise InvalidSettingsError(
+                    f"Registry secrets: name {name!r}; use a name templates can write as "
+                    "$secrets.<name> (letters, digits, _)"
+                )
+            if not isinstance(value, str) or len(value) < 8:
+                raise InvalidSettingsError(
+                    f"Registry secrets: {name}: use text of at least 8 characters (a shorter "
+                    "value would be redacted wherever it appears in ordinary text)"
+                )
+            checked[name] = value
+        self._secrets.update(checked)
 
     def register(
         self,

@@ -131,7 +131,7 @@ def prepare_params(
             size = json_size(recorded)
         node_run.params = recorded
         if run.issued:
-            node_run.params = redact_tokens(node_run.params, run.issued.values())
+            node_run.params = redact_tokens(node_run.params, run.issued)
     else:
         node_run.params = params
         size = cn.params_size
@@ -166,4 +166,5 @@ def template_scope(run: Run, ctx: ActionContext) -> dict[str, Any]:
         "workflow": {"id": workflow.id, "name": workflow.name, "version": workflow.version},
         "now": ctx.now,
         "webhooks": _WebhooksView(run),
+        "secrets": run.secrets,
     }

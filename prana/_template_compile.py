@@ -42,6 +42,7 @@ ROOTS: tuple[str, ...] = (
     "workflow",
     "now",
     "webhooks",
+    "secrets",
 )
 """The scope roots a template may name, each written with a ``$``."""
 

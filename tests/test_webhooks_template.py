@@ -365,3 +365,144 @@ def test_no_state_write_may_use_a_reserved_key(key: str) -> None:
     error = outcome.execution.error
     assert error is not None
     assert repr(key) in error.message
+
+
+# --- redaction: encodings and $secrets ------------------------------------------------------
+
+
+def _decodes_to(text: str, needle: str) -> bool:
+    """Whether any base64 run of ``text``, at any alignment, decodes to hold ``needle``."""
+    import base64
+    import binascii
+
+    for run in re.findall(r"[A-Za-z0-9+/_-]{8,}", text):
+        for start in range(4):
+            chunk = run[start:]
+            chunk = chunk[: len(chunk) - len(chunk) % 4]
+            for alt in (b"+/", b"-_"):
+                try:
+                    decoded = base64.b64decode(chunk, altchars=alt)
+                except (binascii.Error, ValueError):
+                    continue
+                if needle.encode() in decoded:
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("prefix", ["", "x", "xy"])  # each of base64's three alignments
+def test_a_token_in_an_encoded_output_is_redacted_too(prefix: str) -> None:
+    """An action output holding the link base64-encoded (an e-mail's raw body), hex or
+    percent-encoded let a read-only operator take the token from the record and resume the
+    wait; the record now holds none of those forms."""
+    import base64
+    import urllib.parse
+
+    registry = Registry()
+
+    def send(params: Any, ctx: Any) -> Any:
+        body = f"{prefix}Subject: approve\r\n\r\nPlease open {params['link']} today".encode()
+        return {
+            "raw": base64.b64encode(body).decode(),
+            "urlsafe": base64.urlsafe_b64encode(body).decode(),
+            "hex": body.hex(),
+            "query": "https://mail.test/?next=" + urllib.parse.quote(params["link"], safe=""),
+        }
+
+    registry.register("mail.send", send)
+    workflow = Workflow(
+        id="encoded",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="notify", type="mail.send", params={"link": "{{ $webhooks.approve }}"}),
+            Node(key="approve", type="wait.wait", params={"mode": "webhook"}),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="notify"),
+            Connection(from_node="notify", to_node="approve"),
+        ],
+    )
+    outcome = execute_workflow(workflow, registry=registry)
+    assert isinstance(outcome, Suspend)
+    assert isinstance(outcome.data, WebhookData)
+    assert outcome.data.token is not None
+    secret = outcome.data.token.rpartition(".")[2]
+    text = dumps(outcome.execution)
+    assert secret not in text
+    assert secret.encode().hex() not in text.lower()
+    assert not _decodes_to(text, secret)
+    assert REDACTED in text
+
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_secrets_reach_the_action_and_never_the_record() -> None:
+    """``$secrets.<name>`` (the registry's) renders the real value for the action; the
+    params, output, state, errors and their encoded forms in the record hold ``[secret]``
+    instead. ``$env`` values are kept as rendered: that is what ``$secrets`` is for."""
+    import base64
+
+    from prana import ExecutionStatus as Status
+    from prana._hooks import SECRET_REDACTED
+
+    seen: list[str] = []
+    registry = Registry(secrets={"API_KEY": SECRET})
+
+    def call(params: Any, ctx: Any) -> Any:
+        seen.append(params["auth"])
+        ctx.update_state({"last": params["auth"]})
+        if len(seen) == 1:
+            raise ConnectionError(f"refused with {params['auth']}")
+        return {"echo": params["auth"], "b64": base64.b64encode(params["auth"].encode()).decode()}
+
+    registry.register("api.call", call)
+    policy = RetryPolicy(max_attempts=2, initial_delay=0)
+    workflow = Workflow(
+        id="secret",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="call",
+                type="api.call",
+                params={"auth": "Bearer {{ $secrets.API_KEY }}"},
+                settings=NodeSettings(retry=policy),
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+    clock = ManualClock()
+    outcome = execute_workflow(workflow, registry=registry, clock=clock)
+    from prana import resume_workflow
+
+    while isinstance(outcome, Suspend):
+        assert outcome.execution is not None
+        outcome = resume_workflow(
+            outcome.execution, workflow=workflow, registry=registry, clock=clock
+        )
+    assert outcome.execution is not None
+    assert outcome.execution.status is Status.COMPLETED
+    assert seen == [f"Bearer {SECRET}"] * 2
+    text = dumps(outcome.execution)
+    assert SECRET not in text
+    assert not _decodes_to(text, SECRET)
+    run = outcome.execution.node("call")
+    assert run is not None
+    assert run.params == {"auth": f"Bearer {SECRET_REDACTED}"}
+    assert run.output is not None
+    assert run.output["echo"] == f"Bearer {SECRET_REDACTED}"
+    assert outcome.execution.state == {"last": f"Bearer {SECRET_REDACTED}"}
+    error = run.attempts[0].error
+    assert error is not None
+    assert error.message == f"refused with Bearer {SECRET_REDACTED}"
+
+
+@pytest.mark.parametrize(
+    "secrets",
+    [{"short": "1234"}, {"not a name": "long enough value"}, {"k": 12345678}],
+)
+def test_a_secret_the_registry_cannot_redact_safely_is_refused(secrets: Any) -> None:
+    """A secret must be text of 8 characters or more, under a name ``$secrets.<name>`` reads."""
+    from prana import InvalidSettingsError
+
+    with pytest.raises(InvalidSettingsError, match="Registry secrets"):
+        Registry(secrets=secrets)
