@@ -95,9 +95,11 @@ from scheduling._errors import (
     HookGone,
     HookNotFound,
     StaleVersionError,
+    StoreError,
     WorkflowNotFound,
 )
 from scheduling._eventlog import HeldEvents, log_event, wanted
+from scheduling._health import StoreHealth
 from scheduling._leases import Claim, Leases
 from scheduling._records import (
     child_execution_id,
@@ -448,6 +450,13 @@ class Runner(Generic[SchedulerT]):
         """The observer that keeps each execution in one trace (``scheduling.otel``), if any."""
         self.recover = recover
         self._open = False
+        self._store_health = StoreHealth(
+            logger,
+            "the store is failing (%s): due alarms stay in the store and fire again; further "
+            "failures are counted, not logged",
+            "the store works again, after %d failed %s",
+            "alarms",
+        )
         self._repair_at: datetime | None = None
         """When ``rearm_due`` next looks for stranded parents (``_repair_parents``)."""
         for workflow in workflows:
@@ -1294,9 +1303,20 @@ class Runner(Generic[SchedulerT]):
     def _fire(self, execution_id: str) -> Any:
         """The scheduler's callback; inside an event loop it hands the step to a thread."""
         if asyncio._get_running_loop() is None:  # the no-raise form: this is the hot path
-            self._on_alarm(execution_id)
+            self._on_alarm_fired(execution_id)
             return None
-        return asyncio.to_thread(self._on_alarm, execution_id)
+        return asyncio.to_thread(self._on_alarm_fired, execution_id)
+
+    def _on_alarm_fired(self, execution_id: str) -> None:
+        """``_on_alarm`` for a scheduler: a failing store is said once, then counted
+        (``StoreHealth``), never raised into the scheduler (which logged each one)."""
+        try:
+            self._on_alarm(execution_id)
+        except StoreError as error:
+            self._store_health.failed(error)
+            return
+        if self._store_health.failures:
+            self._store_health.worked()
 
     def _fire_many(self, execution_ids: Sequence[str]) -> Any:
         """A ``BatchingScheduler``'s callback: alarms due at one instant, as one batch."""
@@ -1309,8 +1329,13 @@ class Runner(Generic[SchedulerT]):
         """``_on_alarm``, logging what it raises unexpectedly (one of a batch fails alone)."""
         try:
             self._on_alarm(execution_id)
+        except StoreError as error:
+            self._store_health.failed(error)
         except Exception:
             logger.exception("the alarm of execution %r failed; it stays as stored", execution_id)
+        else:
+            if self._store_health.failures:
+                self._store_health.worked()
 
     def _sub_workflow_alarm_logged(self, parent: WorkflowExecution) -> None:
         try:
@@ -1711,6 +1736,8 @@ class Runner(Generic[SchedulerT]):
                             self._settle_ready(batch)
                     local.batch = None
                     batch.commit()
+            except StoreError as error:  # its executions resume from what is stored
+                self._store_health.failed(error)
             except Exception:
                 logger.exception(
                     "a batch of %d alarms stopped: its last saves were not committed; their "

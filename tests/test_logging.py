@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from doubles import flaky_registry
+from doubles import Harness, flaky_node, flaky_registry, workflow
 
 from prana import (
     Completed,
@@ -16,10 +16,11 @@ from prana import (
     NodeSettings,
     RetryPolicy,
     Workflow,
+    WorkflowExecution,
     execute_workflow,
 )
 from prana.testing import ManualClock
-from scheduling import Runner
+from scheduling import Runner, StoreError
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.memory import MemoryStore
 
@@ -101,3 +102,83 @@ def test_runner_logs_retries_and_failures_with_fields(caplog: pytest.LogCaptureF
     assert by_event["execution_started"].levelno == logging.INFO
     assert "node_started" not in by_event  # DEBUG, below the captured level
     assert len([r for r in records if r.prana_event == "node_retry_scheduled"]) == 1  # type: ignore[attr-defined]
+
+
+class _FailingStore(MemoryStore):
+    """A memory store whose reads fail with ``StoreError`` while ``failing`` (a full disk)."""
+
+    failing = False
+
+    def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
+        if self.failing:
+            raise StoreError("database or disk is full")
+        return super().load(execution_id)
+
+
+def test_a_failing_store_is_logged_once_per_change_with_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Alarms that fail because the store does are not one ERROR each, at every poll (954
+    lines in 21 s): the store failing is one ERROR, its working again one WARNING with the
+    count; the alarms stay due and complete once it works."""
+    store = _FailingStore()
+    h = Harness(store, fails=3)
+    with h.runner:
+        ids = [h.runner.start(workflow(flaky_node()), execution_id=f"e{n}") for n in range(3)]
+        assert all(h.runner.get(eid).status is ExecutionStatus.SUSPENDED for eid in ids)
+        store.failing = True
+        with caplog.at_level(logging.DEBUG, logger="scheduling"):
+            for _ in range(2):  # two polls: every due execution armed again, each failing
+                for eid in ids:
+                    h.scheduler.schedule(eid, h.clock())
+                assert sorted(h.scheduler.advance(5)) == ids
+            failing = [r for r in caplog.records if r.levelno >= logging.ERROR]
+            said = (
+                "the store is failing (database or disk is full): due alarms stay in the store "
+                "and fire again; further failures are counted, not logged"
+            )
+            assert [r.getMessage() for r in failing] == [said]
+            caplog.clear()
+            store.failing = False
+            for eid in ids:
+                h.scheduler.schedule(eid, h.clock())
+            h.scheduler.advance(5)
+            h.scheduler.advance(5)
+        assert [h.runner.get(eid).status for eid in ids] == [ExecutionStatus.COMPLETED] * 3
+        back = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert back == ["the store works again, after 6 failed alarms"]
+
+
+def test_a_worker_whose_rearming_fails_says_so_once_then_once_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker's re-arming rounds (every ``--poll``) against a failing store: one ERROR,
+    one WARNING with the count once a round works (a WARNING every round before)."""
+    import threading
+
+    from scheduling._cli.worker import rearm_until
+
+    stop = threading.Event()
+    rounds: list[int] = []
+
+    class Rearming:
+        def rearm_due(self) -> int:
+            rounds.append(len(rounds))
+            if len(rounds) <= 3:
+                raise StoreError("could not connect to the database")
+            if len(rounds) == 5:
+                stop.set()
+            return 0
+
+    with caplog.at_level(logging.DEBUG, logger="scheduling.worker"):
+        rearm_until(Rearming(), stop, 0)  # type: ignore[arg-type]
+    assert len(rounds) == 5
+    failed = (
+        "re-arming due executions failed: could not connect to the database; trying again "
+        "every 0s (further failures are counted, not logged)"
+    )
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [
+        ("ERROR", failed),
+        ("WARNING", "re-arming due executions works again, after 3 failed rounds"),
+    ]

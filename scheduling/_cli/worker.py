@@ -42,6 +42,7 @@ from scheduling._cli._common import (
     where,
 )
 from scheduling._errors import StoreError
+from scheduling._health import StoreHealth
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -309,14 +310,24 @@ def _say_running() -> None:
 def rearm_until(runner: Runner, stop: threading.Event, every: float) -> None:
     """Re-arm due executions every ``every`` seconds until ``stop`` is set.
 
-    A store error (the database went away) is logged in one line and the next round tries
-    again; anything else is logged with its traceback (a bug), and the loop goes on.
+    A store error (the database went away) is logged once, the rounds failing after it
+    counted, and said once more with the count when a round works again; anything else is
+    logged with its traceback (a bug), and the loop goes on.
     """
     logger = logging.getLogger("scheduling.worker")
+    health = StoreHealth(
+        logger,
+        f"re-arming due executions failed: %s; trying again every {every:g}s (further "
+        "failures are counted, not logged)",
+        "re-arming due executions works again, after %d failed %s",
+        "rounds",
+    )
     while not stop.wait(every):
         try:
             runner.rearm_due()
         except StoreError as error:
-            logger.warning("re-arming due executions failed: %s; trying again in %gs", error, every)
+            health.failed(error)
         except Exception:
             logger.exception("re-arming due executions failed")
+        else:
+            health.worked()
