@@ -267,6 +267,8 @@ class RetryExplanation:
     decision: RetryDecision | None
     reason: RetryReason
     text: str
+    max_attempts: int | None = None
+    """The attempts the matched policy allows (testing caps it), when one matched."""
 
 
 # Fast constructors (``prana._model``'s, positional, in field order) for what the engine
@@ -285,8 +287,8 @@ FAST_BUILT: dict[type[Any], Callable[..., Any]] = {
 """The classes above built by fast constructors (see the rule)."""
 
 
-def _no(reason: RetryReason, text: str) -> RetryExplanation:
-    return _new_explanation(None, reason, text)
+def _no(reason: RetryReason, text: str, limit: int | None = None) -> RetryExplanation:
+    return _new_explanation(None, reason, text, limit)
 
 
 def _failed(field: str, exc: Exception) -> str:
@@ -329,7 +331,7 @@ def explain_retry(
     if testing and testing_attempts is not None:
         limit = testing_attempts if limit is None else min(limit, testing_attempts)
     if limit is not None and view.attempt >= limit:
-        return _no(RetryReason.EXHAUSTED, f"attempts exhausted ({view.attempt} of {limit})")
+        return _no(RetryReason.EXHAUSTED, f"attempts exhausted ({view.attempt} of {limit})", limit)
 
     chosen: float | None = None
     if policy.stop_when is not None:
@@ -371,8 +373,9 @@ def explain_retry(
             RetryReason.BUDGET,
             f"retry_timeout: {view.elapsed_seconds:g}s elapsed + {delay:g}s delay{timed} > "
             f"{policy.retry_timeout:g}s",
+            limit,
         )
-    return _new_explanation(_new_decision(delay, limit, policy, index), _RETRY, "retry")
+    return _new_explanation(_new_decision(delay, limit, policy, index), _RETRY, "retry", limit)
 
 
 # --- the common case, without the view ---------------------------------------------------

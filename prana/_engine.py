@@ -530,7 +530,11 @@ class Run(Frontier):
         node_run.attempt_due = due_at
         if self.observers:
             self.event(
-                EventType.NODE_STARTED, node_key=key, run_index=node_run.run_index, attempt=number
+                EventType.NODE_STARTED,
+                node_key=key,
+                run_index=node_run.run_index,
+                attempt=number,
+                max_attempts=cn.max_attempts,
             )
         pending = self.pending.get(key)
         input_data: dict[str, Any] | None = None

@@ -61,7 +61,8 @@ class Event:
     """One transition of an execution, as plain data.
 
     Node events carry ``node_key``, ``run_index`` and ``attempt``; retry events also carry
-    ``delay_ms``, ``max_attempts`` and the ``error``; suspension events carry ``kind``.
+    ``delay_ms``, ``max_attempts`` and the ``error`` (``node_started`` its node's
+    ``max_attempts`` too); suspension events carry ``kind``.
     """
 
     type: EventType

@@ -178,6 +178,7 @@ def settle_failure(
             node_key=key,
             run_index=node_run.run_index,
             attempt=number,
+            max_attempts=explanation.max_attempts if explanation is not None else None,
             error=error,
         )
     if run.observers:

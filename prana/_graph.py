@@ -31,6 +31,7 @@ class CompiledNode:
         "checks_results",
         "in_ports",
         "key",
+        "max_attempts",
         "node",
         "outgoing",
         "params_size",
@@ -54,6 +55,9 @@ class CompiledNode:
         self.in_ports: dict[str, list[tuple[str, str]]] = {}
         self.policies: tuple[RetryPolicy, ...] = resolve_policies(node, workflow, spec.retry)
         self.checks_results = any(p.retry_on_result is not None for p in self.policies)
+        first = self.policies[0] if self.policies else None
+        self.max_attempts = (first.max_attempts if first.enabled else 1) if first else 1
+        """The attempts the node's first policy allows (events say it; ``None``: unlimited)."""
         """A policy may turn a successful output into a failed attempt (``retry_on_result``)."""
         policy_timeout = attempt_timeout(self.policies)
         self.timeout = policy_timeout if policy_timeout is not None else node.settings.timeout

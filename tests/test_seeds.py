@@ -39,6 +39,7 @@ from prana import (
     execute_workflow,
     lint,
     loads_workflow,
+    resume_workflow,
     validate,
 )
 from prana._decision import (
@@ -343,6 +344,38 @@ def test_noetl_forms_retry_every_error(retry: str, exc: Exception) -> None:
     )
     assert isinstance(outcome, Failed)
     assert attempts_of(outcome) == 3
+
+
+def test_noetl_events_carry_max_attempts() -> None:
+    """``node_started`` and ``node_retry_exhausted`` say how many attempts the node may make.
+
+    noetl/noetl docs (retry implementation summary): "`max_attempts` extracted from retry
+    config (bool/int/dict formats)" and "Dynamic max_attempts passed to queue INSERT": each
+    job, and each event about it, carries its ``max_attempts``.
+    """
+    events: list[Any] = []
+    workflow = one_node(NodeSettings(retry=yaml.safe_load("retry: 3")["retry"]))
+    registry = always_fails(ConnectionError("down"))
+    clock = ManualClock()
+    outcome = execute_workflow(
+        workflow, {}, registry=registry, clock=clock, observers=[events.append]
+    )
+    while isinstance(outcome, Suspend) and isinstance(outcome.data, RetryData):
+        assert outcome.execution is not None
+        clock.set(max(clock(), outcome.data.resume_at))
+        outcome = resume_workflow(
+            outcome.execution,
+            None,
+            workflow=workflow,
+            registry=registry,
+            clock=clock,
+            observers=[events.append],
+        )
+    assert isinstance(outcome, Failed)
+    started = [e for e in events if e.name == "node_started" and e.node_key == "call"]
+    assert [(e.attempt, e.max_attempts) for e in started] == [(1, 3), (2, 3), (3, 3)]
+    (exhausted,) = [e for e in events if e.name == "node_retry_exhausted"]
+    assert (exhausted.attempt, exhausted.max_attempts) == (3, 3)
 
 
 # -- Rappel / Waymark ----------------------------------------------------------------------
