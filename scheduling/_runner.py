@@ -316,6 +316,36 @@ def _checked_clock(clock: Clock | None, scheduler: object) -> Clock:
     return clock
 
 
+def _token_parts(token: str) -> tuple[str, str]:
+    """``(execution_id, secret)`` of a resume token; ``HookNotFound`` if it is not one."""
+    parsed = parse_token(token)
+    if parsed is None:
+        raise HookNotFound("no webhook wait answers to this token")
+    return parsed
+
+
+def _check_hook(execution: WorkflowExecution, execution_id: str, secret: str) -> None:
+    """Refuse a token whose secret does not verify against the wait ``execution`` holds now.
+
+    The secret is verified before anything else is said: a caller without it learns
+    nothing about the execution its token names, not even that it exists.
+    """
+    suspension = execution.suspension
+    data = suspension.data if suspension is not None else None
+    if (
+        suspension is None
+        or suspension.kind != "webhook"
+        or not isinstance(data, WebhookData)
+        or not verify_token(data.token_digest, execution_id, execution.suspended_node or "", secret)
+    ):
+        raise HookNotFound("no webhook wait answers to this token")
+    if execution.status is not ExecutionStatus.SUSPENDED:
+        raise HookGone(
+            f"this wait is over: the execution is {execution.status.value} and waits "
+            "for no webhook delivery"
+        )
+
+
 class Runner(Generic[SchedulerT]):
     """Runs workflows to the end: persists every outcome, arms alarms, resumes when due.
 
@@ -663,30 +693,10 @@ class Runner(Generic[SchedulerT]):
         expired wait is failed with ``WebhookTimeout`` first); ``HookConflict`` (409) when a
         cancel, an expiry or another delivery saved first. Nothing changes on any of them.
         """
-        parsed = parse_token(token)
-        if parsed is None:
-            raise HookNotFound("no webhook wait answers to this token")
-        execution_id, secret = parsed
+        execution_id, secret = _token_parts(token)
 
         def check(execution: WorkflowExecution) -> None:
-            # The secret is verified before anything else is said: a caller without it
-            # learns nothing about the execution its token names, not even that it exists.
-            suspension = execution.suspension
-            data = suspension.data if suspension is not None else None
-            if (
-                suspension is None
-                or suspension.kind != "webhook"
-                or not isinstance(data, WebhookData)
-                or not verify_token(
-                    data.token_digest, execution_id, execution.suspended_node or "", secret
-                )
-            ):
-                raise HookNotFound("no webhook wait answers to this token")
-            if execution.status is not ExecutionStatus.SUSPENDED:
-                raise HookGone(
-                    f"this wait is over: the execution is {execution.status.value} and waits "
-                    "for no webhook delivery"
-                )
+            _check_hook(execution, execution_id, secret)
 
         try:
             return self._deliver(execution_id, resume_data, check)
@@ -697,6 +707,17 @@ class Runner(Generic[SchedulerT]):
                 "a cancel, an expiry or another delivery changed this execution first; "
                 "nothing was delivered"
             ) from None
+
+    def check_hook(self, token: str) -> None:
+        """Raise as ``deliver_hook`` would for ``token`` (``HookNotFound``, ``HookGone``),
+        delivering nothing: ``POST /hooks/{token}`` asks before it reads the body, so a
+        caller without the secret gets its 404 before a byte of its body is parsed."""
+        execution_id, secret = _token_parts(token)
+        try:
+            execution = self.store.load(execution_id)[0]
+        except ExecutionNotFound:
+            raise HookNotFound("no webhook wait answers to this token") from None
+        _check_hook(execution, execution_id, secret)
 
     def hook_path(self, execution_id: str) -> str | None:
         """The resume path (``/hooks/<token>``) of the webhook wait this runner saw begin.

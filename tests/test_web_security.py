@@ -407,3 +407,89 @@ def test_a_content_length_no_whole_number_reads_is_answered_not_a_crash(
 
     status = asyncio.run(main())
     assert status == (413 if len(declared) > 1 else 200)
+
+
+# --- /hooks checks the token before it reads or parses the body -----------------------------
+
+
+class _CountingJSON:
+    """Stands for orjson in the app module: counts the bodies it parses."""
+
+    JSONDecodeError = __import__("orjson").JSONDecodeError
+    parsed = 0
+
+    @classmethod
+    def loads(cls, data: bytes) -> Any:
+        import orjson
+
+        cls.parsed += 1
+        return orjson.loads(data)
+
+    dumps = staticmethod(__import__("orjson").dumps)
+
+
+def test_a_body_is_read_and_parsed_only_for_a_token_that_verifies(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a token, or with a forged one, 1 MiB of ``[[],...]`` was read and parsed
+    before the secret was checked (150 clients took ``prana serve`` to 2 GiB). Now the
+    answer is 404 before the body is read: the stream is never pulled, nothing is parsed."""
+    import scheduling.web._app as app_module
+
+    monkeypatch.setattr(_CountingJSON, "parsed", 0)
+    monkeypatch.setattr(app_module, "orjson", _CountingJSON)
+    waiting_id, path = waiting(runner)
+    body = b"[" + b"[]," * 300_000 + b"[]]"
+    pulled: list[int] = []
+
+    async def stream() -> Any:
+        for start in range(0, len(body), 65536):
+            pulled.append(start)
+            yield body[start : start + 65536]
+
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> list[int]:
+        async with _asgi(app) as client:
+            statuses = []
+            for token in ("not-a-token", _forged(waiting_id), _forged("missing")):
+                answer = await client.post(
+                    f"/hooks/{token}",
+                    content=stream(),
+                    headers={"content-type": "application/json"},
+                )
+                statuses.append(answer.status_code)
+            ok = await client.post(path, json={"approved": True})
+            statuses.append(ok.status_code)
+            return statuses
+
+    assert asyncio.run(main()) == [404, 404, 404, 200]
+    assert _CountingJSON.parsed == 1  # the verified delivery's body only
+    assert pulled == []
+    assert runner.get(waiting_id).status is ExecutionStatus.COMPLETED
+
+
+def test_deliveries_past_the_cap_get_503_and_change_nothing(runner: Runner) -> None:
+    """At most ``MAX_DELIVERIES`` verified bodies are read, parsed and delivered at once:
+    past it the answer is 503 with Retry-After, and the wait stays as it was."""
+    from scheduling.web._app import MAX_DELIVERIES
+
+    waiting_id, path = waiting(runner)
+    app = create_app(runner, token=OPERATOR)
+    app.state.web.deliveries = MAX_DELIVERIES
+
+    async def main() -> httpx.Response:
+        async with _asgi(app) as client:
+            return await client.post(path, json={"approved": True})
+
+    answer = asyncio.run(main())
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "1"
+    assert runner.get(waiting_id).status is ExecutionStatus.SUSPENDED
+    app.state.web.deliveries = 0
+
+    async def again() -> httpx.Response:
+        async with _asgi(app) as client:
+            return await client.post(path, json={"approved": True})
+
+    assert asyncio.run(again()).status_code == 200

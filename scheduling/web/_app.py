@@ -83,6 +83,8 @@ logger = logging.getLogger("scheduling.web")
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 """The largest webhook body accepted (1 MiB); larger is 413."""
+MAX_DELIVERIES = 32
+"""Webhook bodies (of verified tokens) read, parsed and delivered at once; past it, 503."""
 MAX_PAGE = 200
 """The most rows one list request returns."""
 HEARTBEAT_SECONDS = 15.0
@@ -372,6 +374,7 @@ class _Web:
     """
 
     __slots__ = (
+        "deliveries",
         "max_body_bytes",
         "max_stream_seconds",
         "max_streams",
@@ -406,6 +409,8 @@ class _Web:
         self.streams = _Streams(max_streams)
         self.operator = _Operator(token, self.unix_now)
         self.sign_in = _SignInLimiter(self.unix_now)
+        self.deliveries = 0
+        """Webhook bodies being read, parsed or delivered now (``MAX_DELIVERIES``)."""
 
     def unix_now(self) -> float:
         """The runner's clock as unix seconds (cookies, sign-in windows, stream lifetimes)."""
@@ -514,6 +519,10 @@ def _root(request: Request) -> str:
 
 
 async def _hook(request: Request) -> Response:
+    """Cheap checks first (the body's declared size), then the token against the wait its
+    execution holds, and only then the body: a caller without the secret gets its 404
+    before a byte of its body is read or parsed. At most ``MAX_DELIVERIES`` bodies are
+    read, parsed and delivered at once (503 past it)."""
     web = _web(request)
     max_body_bytes = web.max_body_bytes
     resume_token = request.path_params["token"]
@@ -525,6 +534,25 @@ async def _hook(request: Request) -> Response:
         and (not _short_whole(declared) or int(declared) > max_body_bytes)
     ):
         return _error(413, f"the body is over the limit of {max_body_bytes} bytes")
+    try:
+        await asyncio.to_thread(web.runner.check_hook, resume_token)
+    except HookError as exc:
+        return _error(exc.status, str(exc))
+    except (RecordError, StoreError):
+        logger.exception("a webhook delivery could not read its execution")
+        return _error(500, "the execution's stored record could not be read or written")
+    if web.deliveries >= MAX_DELIVERIES:
+        return _error(503, "too many deliveries at once; try again", **{"retry-after": "1"})
+    web.deliveries += 1
+    try:
+        return await _deliver_body(request, web, resume_token)
+    finally:
+        web.deliveries -= 1
+
+
+async def _deliver_body(request: Request, web: _Web, resume_token: str) -> Response:
+    """Read, parse and deliver the body of a delivery whose token verified."""
+    max_body_bytes = web.max_body_bytes
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
