@@ -884,6 +884,50 @@ def test_prana_max_retries_counts_retries_and_max_attempts_counts_every_attempt(
 # -- the policy reference ------------------------------------------------------------------
 
 
+def test_coming_from_page_lists_each_remaining_difference_with_the_way_back() -> None:
+    """Each difference that remains has a row saying how to get the design's own behaviour.
+
+    piercefreeman/waymark docs/_internal/Action-Retries.md: "Retry backoff delay (`backoff`)
+    is not applied before requeue." and "Timeout policy (`timeout`) is not enforced";
+    rhodief/rh-agents docs/RETRY_MECHANISM_SPEC.md: "DEFAULT_NON_RETRYABLE_EXCEPTIONS = [
+    ValidationError, ValueError, TypeError, KeyError, AttributeError,".
+    """
+    text = (DOCS / "coming-from" / "retry-designs.md").read_text()
+    table = re.search(r"## Where the readings differ\n\n(?:.*?\n\n)?(\|.*?)\n\n", text, re.DOTALL)
+    assert table is not None
+    header, _rule, *rows = table.group(1).splitlines()
+    assert header.split("|")[1:-1] == [
+        " Difference ",
+        " The design ",
+        " prana ",
+        " To get the design's behaviour ",
+    ]
+    assert len(rows) >= 12
+    for row in rows:
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        assert len(cells) == 4, row
+        assert all(cells), row
+    body = "\n".join(rows)
+    for topic in (
+        "0-based",
+        "ledger",
+        "Waymark's runner",
+        "retrying",
+        "timeout_retry_limit",
+        "jitter",
+        "first match",
+        "`attempt`",
+    ):
+        assert topic in body, topic
+    rh_row = next(line for line in text.splitlines() if line.startswith("| rh_agents |"))
+    assert "AssertionError" not in rh_row
+    assert "ValidationError" in rh_row
+    brackets = next(
+        line for line in text.splitlines() if line.startswith("| Rappel / Waymark brackets")
+    )
+    assert "Waymark's runner" in brackets
+
+
 def test_policy_reference_has_a_coming_from_table() -> None:
     """The docs' policy reference points to a table stating each seed's counting rule."""
     reference = (DOCS / "reference" / "retry-policy.md").read_text()
