@@ -20,10 +20,10 @@ Shape of the converter (cattrs' ``preconf/orjson`` plus):
 - primitives are strict: ``"3"`` is not an int and ``2.5`` is not silently truncated;
 - unknown keys are refused, so a typo in a hand-written workflow is an error, not a no-op.
 
-Reading is two-speed: the generated reader (node runs as ``prana._compact``'s rows, the
-records an execution holds by the dozen through hand-tuned hooks) structures first; only
-when it fails does a converter with ``detailed_validation`` run again, so
-``cattrs.transform_error`` can name every bad field in a ``RecordError``.
+Reading is two-speed: the generated reader (the execution's body and its node runs as
+``prana._compact``'s rows) structures first; only when it fails does a converter with
+``detailed_validation`` run again, so ``cattrs.transform_error`` can name every bad field
+in a ``RecordError``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ from prana._errors import InvalidSettingsError, PranaError, RecordError
 from prana._fast_hooks import (
     DATETIMES,
     FieldError,
-    register_hand_tuned,
     union_args,
 )
 from prana._model import (
@@ -71,7 +70,6 @@ from prana._model import (
     WebhookData,
     Workflow,
     WorkflowExecution,
-    new_suspend,
 )
 from prana._policy import CONDITION_NAME, RetryPolicy
 from prana._registry import Registry, condition_name
@@ -430,38 +428,6 @@ def _structure_suspend(conv: OrjsonConverter) -> Callable[[Any, Any], Suspend]:
     return structure
 
 
-def _structure_suspend_fast(
-    conv: OrjsonConverter, general: Callable[[Any, Any], Suspend]
-) -> Callable[[Any, Any], Suspend]:
-    """``general``'s reading of the usual suspension, without its checks' containers.
-
-    Rule: a ``dict`` of exactly ``kind`` (non-empty text) and ``data`` is what ``general``
-    reads without an error list: it structures a built-in kind's data with its class's
-    hook (``conv.structure`` dispatches to the same one), anything else as it is. Any
-    other shape, and any failure, is ``general``'s (the fast converter's failures send
-    ``loads`` to the detailed converter, which explains them). The ``Suspend`` is built by
-    its fast constructor: the only check its ``__init__`` makes, a non-empty text kind, is
-    the one just made (``Suspend`` is a hot record: no validators, see ``HOT_RECORDS``).
-    """
-    hooks: dict[str, Callable[[Any, Any], Any]] = {}
-
-    def structure(obj: Any, t: Any) -> Suspend:
-        if obj.__class__ is dict and len(obj) == 2 and "data" in obj:
-            kind = obj.get("kind")
-            if kind.__class__ is str and kind:
-                data = obj["data"]
-                cls = BUILTIN_SUSPEND_DATA.get(kind)
-                if cls is not None and data is not None:
-                    hook = hooks.get(kind)
-                    if hook is None:  # looked up at first use: every hook is registered
-                        hook = hooks[kind] = conv.get_structure_hook(cls)
-                    data = hook(data, cls)
-                return new_suspend(kind, data, None)
-        return general(obj, t)
-
-    return structure
-
-
 def _note(exc: Exception, name: str, t: Any = None) -> Exception:
     """Mark ``exc`` as the error of ``Suspend`` field ``name``, for ``transform_error``."""
     exc.__notes__ = [  # type: ignore[attr-defined]
@@ -483,14 +449,11 @@ def _resolve_model_types() -> None:
     attrs.resolve_types(RetryPolicy)
 
 
-def make_converter(
-    *, detailed_validation: bool = False, hand_tuned: bool = True
-) -> OrjsonConverter:
+def make_converter(*, detailed_validation: bool = False) -> OrjsonConverter:
     """A new converter for every prana record (``dumps``/``loads`` use a cached one).
 
     ``detailed_validation`` collects every error with its path (slower; ``loads`` uses it
-    only to explain a record that failed). ``hand_tuned`` registers the fast hooks for
-    the records an execution holds by the hundred; the generic hooks give the same data.
+    only to explain a record that failed).
     """
     _resolve_model_types()
     conv = _make_orjson_converter(detailed_validation=detailed_validation, forbid_extra_keys=True)
@@ -546,11 +509,6 @@ def make_converter(
         RetryData,
         make_dict_unstructure_fn(RetryData, conv, redrive=override(omit_if_default=True)),
     )
-    if hand_tuned:
-        conv.register_structure_hook(
-            Suspend, _structure_suspend_fast(conv, _structure_suspend(conv))
-        )
-        register_hand_tuned(conv)
     return conv
 
 
@@ -587,7 +545,7 @@ _DETAILED: OrjsonConverter | None = None
 
 
 def _fast() -> OrjsonConverter:
-    """The cached converter with the hand-tuned hooks."""
+    """The cached converter (``loads`` tries it first)."""
     global _FAST
     if _FAST is None:
         _FAST = make_converter()
@@ -598,7 +556,7 @@ def _detailed() -> OrjsonConverter:
     """The cached converter that explains failures (``detailed_validation``)."""
     global _DETAILED
     if _DETAILED is None:
-        _DETAILED = make_converter(detailed_validation=True, hand_tuned=False)
+        _DETAILED = make_converter(detailed_validation=True)
     return _DETAILED
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import pytest
 from doubles import T0
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import prana._jsoncheck
@@ -35,14 +35,12 @@ from prana import (
     dumps,
     execute_workflow,
     loads,
-    make_converter,
     resume_workflow,
 )
 from prana._entry import loaded_run
 from prana._jsoncheck import _shared, shared_json
-from prana._model import Activation, RetryData, new_suspend
+from prana._model import new_suspend
 from prana._noderuns import NodeRuns
-from prana._serialization import _fast, _structure_suspend, _structure_suspend_fast
 from prana._templates import TemplateError, compile_params
 from prana.testing import ManualClock
 
@@ -384,57 +382,7 @@ def test_the_built_in_wait_resumes_without_a_call(mode: str) -> None:
     assert dumps(quick.execution) == dumps(called.execution)
 
 
-# -- loads of a light record ---------------------------------------------------------------
-
-
-class CountingReader:
-    """A stand-in for the general suspension reader: counts its calls, reads as it does."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.real = _structure_suspend(make_converter())
-
-    def __call__(self, obj: Any, t: Any) -> Any:
-        self.calls += 1
-        return self.real(obj, t)
-
-
-suspension_docs: st.SearchStrategy[Any] = st.one_of(
-    st.fixed_dictionaries(
-        {
-            "kind": st.sampled_from(["timer", "retry", "webhook", "approval", "", 3]),
-            "data": st.none()
-            | st.just({"resume_at": "2030-01-01T00:00:05Z"})
-            | st.just({"expires_at": None})
-            | st.just({"x": [1]})
-            | st.just("2030"),
-        },
-        optional={"extra": st.just(1)},
-    ),
-    st.just({"kind": "timer"}),
-    st.just([]),
-)
-
-
-@settings(deadline=None)  # two converters built per example: ~0.1 s, past the deadline under load
-@given(suspension_docs)
-def test_the_fast_suspension_reader_reads_as_the_general_one(doc: Any) -> None:
-    """For any suspension document, the fast reader gives the general reader's suspension
-    or fails where it fails; it defers to it for every shape but exactly kind and data."""
-    conv = make_converter()
-    general = CountingReader()
-    fast = _structure_suspend_fast(conv, general)
-    try:
-        want: Any = general.real(doc, Suspend)
-    except Exception:  # noqa: BLE001 - the general reader refuses it
-        want = None
-    try:
-        got: Any = fast(doc, Suspend)
-    except Exception:  # noqa: BLE001 - the fast reader refuses it
-        got = None
-    assert got == want
-    usual = type(doc) is dict and set(doc) == {"kind", "data"} and type(doc["kind"]) is str
-    assert general.calls == (0 if usual and doc["kind"] else 1)
+# -- the engine's suspensions ----------------------------------------------------------------
 
 
 @given(
@@ -445,19 +393,9 @@ def test_the_fast_suspension_reader_reads_as_the_general_one(doc: Any) -> None:
         st.just(TimerData(resume_at=T0)),
     ),
 )
-def test_suspends_init_refuses_nothing_the_fast_reader_builds(kind: str, data: Any) -> None:
-    """The fast suspension reader builds with ``new_suspend`` after checking only that the
-    kind is non-empty text: ``Suspend.__init__`` must take any such kind with any data (a
-    check added there would be skipped by the reader), and build the same record."""
+def test_suspends_init_refuses_nothing_new_suspend_builds(kind: str, data: Any) -> None:
+    """The engine builds its suspensions with ``new_suspend``, a kind it checked already:
+    ``Suspend.__init__`` must take any non-empty kind with any data (a check added there
+    would be skipped), and build the same record."""
     built: Any = new_suspend(kind, data, None)
     assert Suspend(kind, data) == built
-
-
-def test_loads_reads_a_timer_and_a_retry_through_the_fast_readers() -> None:
-    """The converter ``loads`` uses reads suspensions, retry data and activations through
-    the fast readers (generated code, or ``_structure_suspend_fast``)."""
-    conv = _fast()
-    assert conv.get_structure_hook(Suspend).__qualname__.startswith("_structure_suspend_fast")
-    for cls in (RetryData, Activation):
-        hook = conv.get_structure_hook(cls)
-        assert hook.__code__.co_filename.startswith("<prana generated fast hooks")

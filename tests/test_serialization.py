@@ -7,7 +7,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import attrs
-import orjson
 import pytest
 import yaml
 from doubles import T0, conn, raising, returning, trigger, webhook_node, workflow
@@ -347,21 +346,6 @@ def problems_of(exc: pytest.ExceptionInfo[RecordError]) -> list[str]:
 def test_execution_round_trip(execution: WorkflowExecution) -> None:
     """``loads(dumps(x)) == x`` for any execution, whatever it is suspended on."""
     assert loads(dumps(execution)) == execution
-
-
-@settings(max_examples=100, deadline=None)
-@given(executions)
-def test_hand_tuned_hooks_match_generic_hooks(execution: WorkflowExecution) -> None:
-    """The generated fast hooks write and read exactly what cattrs' generic hooks do."""
-    tuned = make_converter()
-    generic = make_converter(hand_tuned=False)
-    detailed = make_converter(detailed_validation=True, hand_tuned=False)
-    tuned_json = orjson.dumps(tuned.unstructure(execution, WorkflowExecution))
-    assert tuned_json == orjson.dumps(generic.unstructure(execution, WorkflowExecution))
-    doc = orjson.loads(tuned_json)
-    assert generic.structure(doc, WorkflowExecution) == execution
-    assert detailed.structure(doc, WorkflowExecution) == execution
-    assert tuned.structure(doc, WorkflowExecution) == execution
 
 
 def test_document_shape() -> None:
