@@ -19,10 +19,9 @@ Rows and their methods (every ratio is between figures measured in this run):
   whose ledger differs from the in-process run's (node ``r``: one failed attempt, then
   one completed; a transition made twice adds or interrupts an attempt); extra writes =
   records whose version exceeds the in-process run's (compare-and-set writes that are
-  not transitions: a claim made ahead claimed again past ``AHEAD_FRESH``, a lease
-  renewal; the in-process run's clock never moves, so it makes none); duplicated side
-  effects (a second call of one attempt, at-least-once) are counted from the actions'
-  own log. Lateness at light
+  not transitions: a lease renewal; the in-process run's clock never moves, so it makes
+  none); duplicated side effects (a second call of one attempt, at-least-once) are
+  counted from the actions' own log. Lateness at light
   load: M more executions due 50 ms apart, lateness = the retry attempt's start - its
   due time. Beside it: one in-process Runner (PostgresStore + ManualScheduler, one
   ``advance`` fires all N) on the same server. Its note adds the CPU per execution of the

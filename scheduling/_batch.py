@@ -10,35 +10,42 @@ once the group has committed. Rules the runner keeps while a group has uncommitt
 (the store's lock is held then): it commits before every action call (the claim's
 checkpoint commits) and before it waits for a lock another thread may hold (an
 execution's stripe lock is tried first, and the group committed if it is taken), and a
-sub-workflow alarm (other executions' steps) runs after the group. The runner's methods
-(``Runner._on_alarms``, ``Runner._claim_ahead``) drive it; this module holds what a batch is.
+sub-workflow alarm (other executions' steps) runs after the group. ``Runner._on_alarms``
+drives it; this module holds what a batch is.
+
+A batch is a schedule, not a promise: its alarms run one after another only while each
+step is quick. Once a step has run for ``HAND_BACK_SECONDS``, the alarms of the batch not
+started yet are handed back to the scheduler (``BatchingScheduler.hand_back``), which fires
+them now in whatever slot is free, in this process or another (``HandBack``).
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
-from scheduling._errors import StoreError
-
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from prana import WorkflowExecution
     from scheduling._eventlog import HeldEvents
-    from scheduling._leases import Claim
-    from scheduling.abc import ExecutionStore, GroupingStore
+    from scheduling.abc import GroupingStore
 
-__all__ = ["CLAIM_AHEAD", "GROUP_MAX", "Batch", "StepLocal", "give_back", "stop_ahead"]
+__all__ = ["GROUP_MAX", "HAND_BACK_SECONDS", "Batch", "HandBack", "Pending", "StepLocal"]
+
+logger = logging.getLogger("scheduling._runner")
+
+HAND_BACK_SECONDS = 0.05
+"""How long a step of a batch may run before the batch hands back its alarms not started.
+
+Well above a quick step (1-3 ms: a batch of them keeps its grouped commits), well below
+what a caller notices (the alarms handed back start at once in free slots)."""
 
 GROUP_MAX = 256
 """Saves a group may hold uncommitted (steps without actions commit nothing on their own)."""
-
-CLAIM_AHEAD = 8
-"""How many alarms of a batch ``Runner._claim_ahead`` claims in one call, before their steps run.
-
-Small enough that the last of them usually starts within ``AHEAD_FRESH`` of its claim (a
-loaded worker takes a few ms a step; at 32 most of a burst waited past it and claimed
-again, a statement each): one claim statement per 8 executions keeps 7/8 of the saving."""
 
 
 class Batch:
@@ -49,24 +56,13 @@ class Batch:
     parents whose sub-workflow alarm runs after the group.
     """
 
-    __slots__ = ("claims", "later", "pending", "ready", "store")
+    __slots__ = ("later", "pending", "ready", "store")
 
     def __init__(self, store: GroupingStore) -> None:
         self.store = store
         self.pending: list[tuple[WorkflowExecution, int, HeldEvents | None]] = []
         self.ready: list[tuple[WorkflowExecution, int, HeldEvents | None]] = []
         self.later: list[WorkflowExecution] = []
-        self.claims: dict[str, tuple[WorkflowExecution, Claim]] = {}
-        """Executions claimed ahead (``Runner._claim_ahead``): each suspended record and claim."""
-
-    def take(
-        self, execution_id: str, ahead: dict[str, Claim]
-    ) -> tuple[WorkflowExecution, Claim] | None:
-        """The record and claim of ``execution_id`` if claimed ahead (once), for its step."""
-        taken = self.claims.pop(execution_id, None)
-        if taken is not None:
-            ahead.pop(execution_id, None)
-        return taken
 
     def commit(self) -> None:
         """Commit the group; its saves become ready to settle (lost, if the commit fails)."""
@@ -93,25 +89,78 @@ class StepLocal(threading.local):
     queue: collections.deque[WorkflowExecution] | None = None
 
 
-def stop_ahead(ahead: dict[str, Claim], execution_id: str) -> None:
-    """After a cancel in this process: the step of ``execution_id``, if it is claimed ahead
-    and not run yet, loses its claim at its first checkpoint, before its action runs."""
-    claim = ahead.get(execution_id)
-    if claim is not None:
-        with claim.lock:
-            claim.claimed = None
+class Pending:
+    """The alarms of one batch not started yet, and since when its current step runs."""
+
+    __slots__ = ("ids", "lock", "since", "size")
+
+    def __init__(self, execution_ids: Sequence[str]) -> None:
+        self.ids = collections.deque(execution_ids)
+        self.size = len(self.ids)
+        self.lock = threading.Lock()
+        self.since: float | None = None
+
+    def next(self) -> str | None:
+        """The next alarm to run here (its step starts now), or ``None``: none is left."""
+        with self.lock:
+            if not self.ids:
+                self.since = None
+                return None
+            self.since = time.monotonic()
+            return self.ids.popleft()
+
+    def overdue(self, now: float, after: float) -> list[str]:
+        """Take every alarm not started if the current step has run ``after`` seconds."""
+        with self.lock:
+            if self.since is None or not self.ids or now - self.since < after:
+                return []
+            taken = list(self.ids)
+            self.ids.clear()
+            return taken
 
 
-def give_back(store: ExecutionStore, execution: WorkflowExecution, claim: Claim) -> None:
-    """Store again the suspended record a claim made ahead stands on: nothing ran under it.
+class HandBack:
+    """Watches the batches running in a runner; hands back the alarms a slow step holds up.
 
-    For a step that did not reach its first checkpoint; if the record moved on meanwhile
-    (cancelled) or the store fails, the claim stays, and is recovered when its lease ends.
+    One thread, alive while a batch of more than one alarm runs, looks every half
+    ``after``; the alarms it takes go to ``hand_back`` (the scheduler's), and the batch
+    ends after its current step.
     """
-    try:
-        with claim.lock:
-            if claim.version is not None and claim.claimed is not None:
-                claim.version = store.save(execution, claim.version)
-                claim.claimed = None
-    except StoreError:
-        pass
+
+    def __init__(self, hand_back: Callable[[Sequence[str]], object], after: float) -> None:
+        self._hand_back = hand_back
+        self.after = after
+        self._watched: set[Pending] = set()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pending: Pending) -> None:
+        with self._cond:
+            self._watched.add(pending)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="prana-hand-back", daemon=True
+                )
+                self._thread.start()
+
+    def unwatch(self, pending: Pending) -> None:
+        with self._cond:
+            self._watched.discard(pending)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait(self.after / 2)
+                if not self._watched:
+                    self._thread = None
+                    return
+                watched = list(self._watched)
+            now = time.monotonic()
+            for pending in watched:
+                ids = pending.overdue(now, self.after)
+                if not ids:
+                    continue
+                try:
+                    self._hand_back(ids)
+                except Exception:  # they stay due in the store: a worker re-arms them
+                    logger.exception("handing back %d alarms of a batch failed", len(ids))

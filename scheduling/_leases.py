@@ -47,14 +47,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("scheduling._runner")
 
-__all__ = ["AHEAD_FRESH", "Claim", "Leases", "StepCheckpoint"]
-
-AHEAD_FRESH = timedelta(milliseconds=100)
-"""How long a claim made ahead by a batch stands for its step's own claim. Past it, the
-step claims again (a compare-and-set on the claim's version) before its action runs, so a
-cancel stored by another process while the execution waited in its batch stops the action,
-as it would stop a step claiming for itself; within it, such a cancel finds the execution
-running and its action may run, as for a cancel during the action (docs: ``prana cancel``)."""
+__all__ = ["Claim", "Leases", "StepCheckpoint"]
 
 
 class Claim:
@@ -103,14 +96,9 @@ class StepCheckpoint(CheckpointById):
             if not claim.light or claiming is None or claim.version is None:
                 return False
             claim.light = False  # only the first checkpoint: the record moves on after
-            ahead = claim.claimed  # claimed ahead by its batch (scheduling._batch), if set
             now = leases.clock()
-            if ahead is None or now - ahead[1] > AHEAD_FRESH:
-                # A claim made ahead that has waited longer than AHEAD_FRESH is claimed
-                # again by compare-and-set on its version: a cancel stored meanwhile by
-                # another process makes it fail, and the action does not run.
-                version = claiming.claim(execution_id, claim.version, now + leases.lease, now)
-                claim.version, claim.claimed, claim.saved_at = version, (execution_id, now), now
+            version = claiming.claim(execution_id, claim.version, now + leases.lease, now)
+            claim.version, claim.claimed, claim.saved_at = version, (execution_id, now), now
         self._held()
         return True
 

@@ -41,7 +41,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
@@ -51,7 +51,6 @@ from prana import (
     InvalidSettingsError,
     InvalidWorkflowError,
     Outcome,
-    PranaError,
     RecordError,
     Registry,
     ResumeError,
@@ -80,7 +79,7 @@ from prana.shell import (
     verify_token,
 )
 from prana.shell import utcnow as default_clock  # the core reads it unchecked (fast)
-from scheduling._batch import CLAIM_AHEAD, GROUP_MAX, Batch, StepLocal, give_back, stop_ahead
+from scheduling._batch import GROUP_MAX, HAND_BACK_SECONDS, Batch, HandBack, Pending, StepLocal
 from scheduling._claims import (
     claimable,
     claimed_snapshot,
@@ -110,12 +109,12 @@ from scheduling._records import (
     suspended_without_due_time,
 )
 from scheduling.abc import (
-    BatchClaimingStore,
     BatchingScheduler,
     BulkScheduler,
     ClockedScheduler,
     ExecutionStore,
     GroupingStore,
+    HandingBackScheduler,
     Scheduler,
     TransactionalScheduler,
     TransactionalStore,
@@ -162,11 +161,52 @@ FINAL_STATUSES = frozenset(
 SELF_RESUMING_KINDS = frozenset({"retry", "timer", "sub_workflow"})
 """Suspension kinds the runner resumes by itself; any other kind waits for ``deliver``."""
 
-_STRIPES = 64
 _UNRESUMABLE_KEPT = 10_000
 """How many unresumable executions a runner remembers having reported."""
 _MAX_HOOK_PATHS = 10_000
 """How many plaintext resume paths of waits begun here ``hook_path`` remembers."""
+
+
+class _ExecutionLocks:
+    """One lock per execution, alive while a step holds or waits for it.
+
+    A step holds its execution's lock for the whole step, action included; locks shared
+    by several executions (stripes) made one's long action hold up another's step.
+    """
+
+    __slots__ = ("_locks", "_mutex")
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[threading.RLock, list[int]]] = {}
+        self._mutex = threading.Lock()
+
+    def take(self, execution_id: str) -> threading.RLock:
+        """The lock of ``execution_id``, kept alive until ``give``: acquire it after."""
+        with self._mutex:
+            entry = self._locks.get(execution_id)
+            if entry is None:
+                entry = self._locks[execution_id] = (threading.RLock(), [0])
+            entry[1][0] += 1
+            return entry[0]
+
+    def give(self, execution_id: str, lock: threading.RLock) -> None:
+        """The caller is done with the lock ``take`` gave it (released, or never acquired)."""
+        with self._mutex:
+            entry = self._locks.get(execution_id)
+            if entry is not None and entry[0] is lock:
+                entry[1][0] -= 1
+                if not entry[1][0]:
+                    del self._locks[execution_id]
+
+    @contextlib.contextmanager
+    def held(self, execution_id: str) -> Iterator[None]:
+        """Hold the lock of ``execution_id`` inside."""
+        lock = self.take(execution_id)
+        try:
+            with lock:
+                yield
+        finally:
+            self.give(execution_id, lock)
 
 
 class Move(enum.Enum):
@@ -460,11 +500,17 @@ class Runner(Generic[SchedulerT]):
         self._leases = Leases(store, clock, lease_seconds)
         self.lease_seconds = lease_seconds
         self.max_interruptions = max_interruptions
-        self._stripes = tuple(threading.RLock() for _ in range(_STRIPES))
+        self._locks = _ExecutionLocks()
         self._changed = threading.Condition()
         self._saves = 0
         self._waiters = 0
         self._local = StepLocal()
+        self._hand_back = (
+            HandBack(scheduler.hand_back, HAND_BACK_SECONDS)
+            if isinstance(scheduler, HandingBackScheduler)
+            else None
+        )
+        """Hands back the alarms a slow step of a batch holds up (``scheduling._batch``)."""
         self._arms_on_save = False
         self._hook_paths: dict[str, str] = {}
         self._hook_lock = threading.Lock()
@@ -472,8 +518,6 @@ class Runner(Generic[SchedulerT]):
         """Workflow versions whose alarms this runner could not run (said once each)."""
         self._unresumable: set[str] = set()
         """Executions whose records this runner could not resume (said once each)."""
-        self._ahead: dict[str, Claim] = {}
-        """Claims made ahead by this runner's batches whose steps have not run yet."""
         self._listeners: tuple[Callable[[str], object], ...] = ()
         """Called with the execution id after each save (``Runner.subscribe``); copy on write."""
         self._tracer = first_tracer(checked_observers)
@@ -1016,9 +1060,6 @@ class Runner(Generic[SchedulerT]):
 
     # -- one step ----------------------------------------------------------------------
 
-    def _lock_for(self, execution_id: str) -> threading.RLock:
-        return self._stripes[hash(execution_id) % _STRIPES]
-
     def _step(
         self, execution_id: str, check: Check, data: Any = None, *, delivery: bool = False
     ) -> Outcome | None:
@@ -1033,21 +1074,17 @@ class Runner(Generic[SchedulerT]):
         core's outcome, or ``None`` when no resume ran.
         """
         batch = self._local.batch
-        lock = self._stripes[hash(execution_id) % _STRIPES]
+        lock = self._locks.take(execution_id)
         if batch is None:
             lock.acquire()
         elif not lock.acquire(blocking=False):
             batch.commit()  # never wait for a lock while the group holds the store's
             lock.acquire()
-        ahead = None if batch is None or not batch.claims else batch.take(execution_id, self._ahead)
         try:
-            if ahead is None:
-                execution, version = self.store.load(execution_id)
-                move = check(execution)
-                if move is None:
-                    return None
-            else:  # claimed ahead by its batch, as its check would resume it (scheduling._batch)
-                execution, move = ahead[0], _RESUME
+            execution, version = self.store.load(execution_id)
+            move = check(execution)
+            if move is None:
+                return None
             if move is _CHILDREN:
                 new = None  # the sub-workflow alarm takes other locks: it runs after this one
             else:
@@ -1057,13 +1094,9 @@ class Runner(Generic[SchedulerT]):
                 ) or definitions.get(execution.workflow_id, execution.workflow_version)
                 leases = self._leases
                 # A light claim: see scheduling._claims for the rule and the reading back.
-                claim = (
-                    Claim(
-                        version,
-                        light=move is _RESUME and claimable(execution, workflow, self.registry),
-                    )
-                    if ahead is None
-                    else ahead[1]
+                claim = Claim(
+                    version,
+                    light=move is _RESUME and claimable(execution, workflow, self.registry),
                 )
                 observers = self._observers()
                 if observers:  # held until stored (HeldEvents), then the claim releases them
@@ -1081,14 +1114,13 @@ class Runner(Generic[SchedulerT]):
                             outcome = self._move(move, execution, data, workflow, checkpoint, seen)
                 except BaseException:
                     leases.release(claim)
-                    if ahead is not None and claim.light:  # no checkpoint: nothing ran
-                        give_back(self.store, execution, claim)
                     raise
                 new = outcome.execution
                 assert new is not None, "the executor returns outcomes with the execution set"
                 version = leases.save(claim, new)
         finally:
             lock.release()
+            self._locks.give(execution_id, lock)
         if new is None:
             if batch is not None:
                 batch.later.append(execution)  # it takes other executions' locks: after
@@ -1252,7 +1284,7 @@ class Runner(Generic[SchedulerT]):
     def _cancel(self, execution_id: str, reason: str | None) -> WorkflowExecution:
         """Cancel and save (retrying on a newer record), disarm, cancel the child; settle."""
         while True:
-            with self._lock_for(execution_id):
+            with self._locks.held(execution_id):
                 execution, version = self.store.load(execution_id)
                 if execution.status is ExecutionStatus.CANCELLED:
                     return execution
@@ -1270,7 +1302,6 @@ class Runner(Generic[SchedulerT]):
                 if held is not None:
                     held.release()  # reported once, and only what is stored
             break
-        stop_ahead(self._ahead, execution_id)  # claimed ahead, not run yet: stops at its claim
         if not self._arms_on_save:
             self.scheduler.cancel(execution_id)
         child_id = child_execution_id(execution)
@@ -1726,17 +1757,31 @@ class Runner(Generic[SchedulerT]):
         """Alarms due at one instant: each as ``self._on_alarm``, their saves in one store group.
 
         One that fails unexpectedly is logged and the others still run. Without a
-        ``GroupingStore`` (or inside another batch or follow-up) they run one by one.
+        ``GroupingStore`` (or inside another batch or follow-up) they run one by one. While
+        a step of the batch runs longer than ``HAND_BACK_SECONDS``, the alarms not started
+        yet are handed back to the scheduler to fire now elsewhere (``HandBack``): a batch
+        never holds an alarm back behind another's action.
         """
+        pending = Pending(execution_ids)
+        watcher = self._hand_back if len(execution_ids) > 1 else None
+        if watcher is not None:
+            watcher.watch(pending)
+        try:
+            self._run_pending(pending)
+        finally:
+            if watcher is not None:
+                watcher.unwatch(pending)
+
+    def _run_pending(self, pending: Pending) -> None:
+        """Run the alarms of one batch until none is left (``_on_alarms``)."""
         store = self.store
         local = self._local
         if (
-            len(execution_ids) < 2
-            or not isinstance(store, GroupingStore)
+            not isinstance(store, GroupingStore)
             or getattr(local, "batch", None) is not None
             or getattr(local, "queue", None) is not None
         ):
-            for execution_id in execution_ids:
+            while (execution_id := pending.next()) is not None:
                 self._on_alarm_logged(execution_id)
             return
         batch = Batch(store)
@@ -1746,10 +1791,7 @@ class Runner(Generic[SchedulerT]):
             try:
                 local.batch = batch
                 with store.grouped():
-                    ahead = store if isinstance(store, BatchClaimingStore) else None
-                    for at, execution_id in enumerate(execution_ids):
-                        if ahead is not None and at % CLAIM_AHEAD == 0:
-                            self._claim_ahead(ahead, batch, execution_ids[at : at + CLAIM_AHEAD])
+                    while (execution_id := pending.next()) is not None:
                         self._on_alarm_logged(execution_id)
                         if len(batch.pending) >= GROUP_MAX:
                             batch.commit()
@@ -1763,12 +1805,10 @@ class Runner(Generic[SchedulerT]):
                 logger.exception(
                     "a batch of %d alarms stopped: its last saves were not committed; their "
                     "executions resume from what is stored (a runner re-arms them)",
-                    len(execution_ids),
+                    pending.size,
                 )
             finally:
                 local.batch = None
-                if batch.claims:
-                    self._give_back(batch)
             self._settle_ready(batch)
             for parent in batch.later:
                 self._sub_workflow_alarm_logged(parent)
@@ -1783,70 +1823,3 @@ class Runner(Generic[SchedulerT]):
         batch.ready = []
         for execution, version, held in ready:
             self._settle(execution, version, held)
-
-    def _claim_ahead(
-        self, store: BatchClaimingStore, batch: Batch, execution_ids: Sequence[str]
-    ) -> None:
-        """Claim, in one call and one commit, every execution of the batch its step would
-        claim lightly (due, suspended on a retry or a timer, ``claimable``), before any step.
-
-        The rule. A claim made ahead is the light claim its step would make at its first
-        checkpoint, made earlier: committed before any action of the batch runs, held by the
-        lease keeper from then on (so an execution waiting behind a long action keeps its
-        lease), its claim time the one a recovery or a cancel replays the resume at
-        (``scheduling._claims``). A row that moved on since it was read is not claimed, and its
-        step loads and checks it afresh, as without this. The step of a claimed execution
-        takes its record and claim from ``batch.claims`` instead of loading it. A claim whose
-        step never ran (the batch stopped) is given back (``_give_back``).
-        """
-        leases = self._leases
-        now = leases.clock()
-        wanted: list[tuple[str, int]] = []
-        loaded: dict[str, WorkflowExecution] = {}
-        for execution_id in execution_ids:
-            if execution_id not in loaded:
-                found = self._due_light(execution_id, now)
-                if found is not None:
-                    wanted.append((execution_id, found[1]))
-                    loaded[execution_id] = found[0]
-        if len(wanted) < 2:
-            return
-        claimed = store.claim_many(wanted, now + leases.lease, now)
-        versions = dict(wanted)
-        claims = batch.claims
-        for execution_id in claimed:
-            claim = Claim(versions[execution_id] + 1, light=True)
-            claim.claimed, claim.saved_at = (execution_id, now), now
-            claims[execution_id] = (loaded[execution_id], claim)
-            self._ahead[execution_id] = claim
-        try:
-            batch.commit()
-        except BaseException:
-            for execution_id in claims:
-                self._ahead.pop(execution_id, None)
-            claims.clear()  # rolled back: nothing was claimed
-            raise
-        for _, claim in claims.values():
-            leases.renewing(claim)
-
-    def _due_light(self, execution_id: str, now: datetime) -> tuple[WorkflowExecution, int] | None:
-        """The record and version of ``execution_id`` if its alarm's step would claim it lightly."""
-        try:
-            execution, version = self.store.load(execution_id)
-            due_at = execution.due_at
-            if due_at is None or due_at > now:
-                return None
-            workflow = self._definitions.get(execution.workflow_id, execution.workflow_version)
-            if not claimable(execution, workflow, self.registry):  # suspended: a retry or timer
-                return None
-        except (PranaError, LookupError):  # its step loads it again and says what is wrong
-            return None
-        return execution, version
-
-    def _give_back(self, batch: Batch) -> None:
-        """Give back the claims made ahead whose steps never ran (the batch stopped)."""
-        claims, batch.claims = batch.claims, {}
-        for execution_id, (execution, claim) in claims.items():
-            self._ahead.pop(execution_id, None)
-            self._leases.release(claim)
-            give_back(self.store, execution, claim)

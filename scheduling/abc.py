@@ -6,8 +6,8 @@ and a scheduler on one database that arm each alarm inside the save that implies
 (``TransactionalStore``, ``TransactionalScheduler``); a scheduler that hands over every
 alarm due at one instant in one call (``BatchingScheduler``) and a store that commits
 several saves of one thread together (``GroupingStore``); a store that claims an execution
-by its columns alone, leaving its stored record as it was (``ClaimingStore``), and many of
-them in one call (``BatchClaimingStore``); a store that counts a tree of sub-workflow
+by its columns alone, leaving its stored record as it was (``ClaimingStore``); a store
+that counts a tree of sub-workflow
 executions (``TreeCountingStore``); an observer that keeps each execution in one trace
 (``TracePropagator``). The ``Runner`` finds every capability through these protocols and
 looks for nothing else.
@@ -34,9 +34,6 @@ Invariants every backend keeps (see the docs' Stores and schedulers page):
   time of a row, by compare-and-set like ``save``; its ``load`` then reads the record still
   stored with ``status=running``, ``lease_expires_at`` and ``updated_at`` from the claim,
   and its ``suspension`` kept (a claimed record, see ``ClaimingStore``).
-- A ``BatchClaimingStore``'s ``claim_many`` is ``claim`` of each execution it is given, each
-  row by its own compare-and-set; it returns the ids it claimed and leaves the others as
-  they were.
 - A ``TreeCountingStore``'s ``count_tree(root_id, most)`` counts the stored executions
   whose id is ``root_id`` or starts with ``root_id + ":"`` (matched exactly: no wildcards,
   case-sensitive), stopping at ``most``.
@@ -262,6 +259,22 @@ class BatchingScheduler(Protocol):
 
 
 @runtime_checkable
+class HandingBackScheduler(Protocol):
+    """A ``BatchingScheduler`` that fires several alarms at once (threads, workers), and so
+    takes back the alarms of a batch the runner has not started.
+
+    ``hand_back(ids)``: a step of the batch runs long and these alarms of it are not
+    started; fire each again now in whatever slot is free (another thread, another
+    worker), never behind the batch that held them. ``APSchedulerAdapter`` and
+    ``ProcrastinateScheduler`` do; a ``ManualScheduler`` fires in one thread, so its
+    batches have no other slot to hand back to.
+    """
+
+    def hand_back(self, execution_ids: Sequence[str]) -> None:
+        """Fire these alarms of a batch again now, each where a slot is free."""
+
+
+@runtime_checkable
 class BulkScheduler(Protocol):
     """A scheduler that arms many alarms in one call, writing only what is missing.
 
@@ -339,30 +352,6 @@ class ClaimingStore(Protocol):
         claimed_at: datetime,
     ) -> int:
         """Mark the stored execution ``running`` until ``lease_expires_at``; its new version."""
-
-
-@runtime_checkable
-class BatchClaimingStore(ClaimingStore, Protocol):
-    """A ``ClaimingStore`` that claims many executions in one call (every built-in store).
-
-    ``claim_many(claims, lease_expires_at, claimed_at)`` is ``claim`` of each
-    ``(execution_id, expected_version)`` of ``claims``, with one lease and one claim time:
-    each row's compare-and-set is its own (a row whose version moved on is left as it is),
-    and it returns the ids it claimed, each now at ``expected_version + 1``. Inside a group
-    (``GroupingStore``) it joins the group's transaction, as a save does. The runner uses it
-    for a batch of alarms (``BatchingScheduler``): it claims every execution of the batch
-    that it would claim lightly, commits, then runs their steps one after another, each
-    step's first checkpoint finding its claim made. A store without it has each step claim
-    its own execution at its first checkpoint.
-    """
-
-    def claim_many(
-        self,
-        claims: Sequence[tuple[str, int]],
-        lease_expires_at: datetime,
-        claimed_at: datetime,
-    ) -> Sequence[str]:
-        """Claim each ``(execution_id, expected_version)`` as ``claim``; the ids claimed."""
 
 
 @runtime_checkable

@@ -678,3 +678,46 @@ def test_a_batch_on_postgres_commits_each_claim_before_its_action(postgres_dsn: 
     finally:
         group.close()
     assert [(status, done) for _, status, done in seen] == [("running", k) for k in range(5)]
+
+
+# -- a batch never holds back an alarm a free thread could run (issue 22, finding 4) -----------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_long_actions_due_at_one_instant_all_start_at_once(kind: str, tmp_path: Path) -> None:
+    """Alarms due at one instant reach the runner as one batch; each of their actions waits
+    until all of them have started (a barrier), so they meet only if no batch holds one back
+    behind another's action. Before, the batch ran them one after another in one thread:
+    the first action waited alone and the barrier broke."""
+    from scheduling.stores.memory import MemoryStore
+
+    n = 8
+    meet = threading.Barrier(n, timeout=10)
+    registry = Registry()
+    registry.register("test.meet", lambda params, ctx: meet.wait())
+    store = SQLiteStore(tmp_path / "long.db") if kind == "sqlite" else MemoryStore()
+    batches: list[int] = []
+    runner = Runner(registry, store, APSchedulerAdapter())
+    fire_many = runner._fire_many
+
+    def counting(ids: Any) -> Any:
+        batches.append(len(ids))
+        return fire_many(ids)
+
+    runner._fire_many = counting  # type: ignore[method-assign,assignment]
+    wait = Node(
+        key="w",
+        type="wait.wait",
+        params={"mode": "schedule", "schedule_at": "{{ $input.main.at }}"},
+    )
+    flow = workflow(wait, Node(key="m", type="test.meet"))
+    now = datetime.now(UTC)
+    due = (now + timedelta(milliseconds=200)).isoformat()
+    starter = Runner(registry, store, ManualScheduler(ManualClock(now)))  # its clock stands
+    ids = [starter.start(flow, {"at": due}) for _ in range(n)]
+    with runner:  # re-arms the n alarms from the store: one instant, one batch
+        ended = [runner.wait(eid, timeout=60) for eid in ids]
+    store.close()
+    assert not meet.broken
+    assert [e.status for e in ended] == [ExecutionStatus.COMPLETED] * n
+    assert batches[0] == n  # they did come as one batch

@@ -1010,7 +1010,8 @@ def test_a_batching_scheduler(env: Env) -> None:
 
 
 def test_started_batched_a_job_hands_the_due_alarms_over_batch_at_a_time(env: Env) -> None:
-    """One job takes the due jobs ``batch`` at a time, each batch in one ``fire_many`` call.
+    """One job fires its own alarm alone, then takes the due jobs ``batch`` at a time, each
+    batch in one ``fire_many`` call (taking more only once its slot is free again).
 
     Every job of a batch is ``doing`` under the worker while it fires (a crash leaves them
     to the stalled-job recovery), and all are deleted once fired.
@@ -1025,11 +1026,11 @@ def test_started_batched_a_job_hands_the_due_alarms_over_batch_at_a_time(env: En
     assert env.wait_until(lambda: env.jobs() == [])
     assert handed.singles == []
     assert handed.batches == [
-        ["exec-0", "exec-1", "exec-2"],
-        ["exec-3", "exec-4", "exec-5"],
-        ["exec-6"],
+        ["exec-0"],
+        ["exec-1", "exec-2", "exec-3"],
+        ["exec-4", "exec-5", "exec-6"],
     ]
-    assert handed.doing == [3, 1 + 3, 1 + 1]  # the job procrastinate fetched: doing to the end
+    assert handed.doing == [1, 1 + 3, 1 + 3]  # the job procrastinate fetched: doing to the end
 
 
 def test_started_batched_an_alarm_alone_is_a_batch_of_one(env: Env) -> None:
@@ -1054,12 +1055,12 @@ def test_a_failing_batch_is_logged_and_the_next_ones_still_fire(
 
     def fire_many(ids: Sequence[str]) -> None:
         handed.fire_many(ids)
-        if "exec-0" in ids:
+        if "exec-1" in ids:
             raise RuntimeError("boom")
 
     scheduler.start_batched(handed.fire, fire_many)
     assert handed.wait_for(4)
-    assert handed.batches == [["exec-0", "exec-1"], ["exec-2", "exec-3"]]
+    assert handed.batches == [["exec-0"], ["exec-1", "exec-2"], ["exec-3"]]
     assert env.wait_until(lambda: env.jobs() == [])
     assert "a batch of 2 alarms failed" in caplog.text
 
@@ -1128,11 +1129,9 @@ def test_prefetch_is_called_with_each_batch_then_with_nothing(env: Env) -> None:
     assert handed.wait_for(3)
     assert env.wait_until(lambda: env.jobs() == [])
     assert calls == [
-        ["exec-0", "exec-1"],
-        ["fire", "exec-0", "exec-1"],
-        [],
-        ["exec-2"],
-        ["fire", "exec-2"],
+        ["fire", "exec-0"],  # the job's own alarm, alone: nothing to prefetch
+        ["exec-1", "exec-2"],
+        ["fire", "exec-1", "exec-2"],
         [],
     ]
     with pytest.raises(InvalidSettingsError, match="prefetch="):
@@ -1193,13 +1192,13 @@ def test_a_batch_raising_a_base_exception_leaves_no_job_doing(env: Env) -> None:
 
     def fire_many(ids: Sequence[str]) -> None:
         handed.fire_many(ids)
-        if "exec-0" in ids:
+        if "exec-1" in ids:
             raise KeyboardInterrupt
 
     scheduler.start_batched(handed.fire, fire_many)
     assert handed.wait_for(6)
     assert env.wait_until(lambda: env.jobs() == [])
-    assert handed.batches == [["exec-0", "exec-1", "exec-2"], ["exec-3", "exec-4", "exec-5"]]
+    assert handed.batches == [["exec-0"], ["exec-1", "exec-2", "exec-3"], ["exec-4", "exec-5"]]
 
 
 def test_taking_due_jobs_reads_the_locks_firing_once_per_statement(env: Env) -> None:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ARMED_MANY",
     "FINISH",
+    "HAND_BACK",
     "TAKE",
     "execution_id_of",
     "fire_many_logged",
@@ -80,6 +81,12 @@ candidate, so each take of a burst cost the candidates times the jobs in flight.
 
 FINISH = "DELETE FROM procrastinate_jobs WHERE id = ANY(%s) AND status = 'doing' AND worker_id = %s"
 """The end of jobs taken: deleted, as procrastinate deletes a job that succeeded."""
+
+HAND_BACK = (
+    "UPDATE procrastinate_jobs SET status = 'todo', worker_id = NULL"
+    " WHERE id = ANY(%s) AND status = 'doing' AND worker_id = %s"
+)
+"""Jobs taken whose alarms a batch did not start, due again for any worker's free slot."""
 
 
 def prefetch_logged(prefetch: Callable[[Sequence[str]], object], ids: list[str]) -> None:

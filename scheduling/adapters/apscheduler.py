@@ -38,7 +38,7 @@ from prana import InvalidSettingsError
 from scheduling.adapters._common import SchedulerStateError, require_aware
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     from scheduling.abc import Fire, FireMany
 
@@ -339,6 +339,20 @@ class APSchedulerAdapter:
             job_id(execution_id),
             f"prana resume {execution_id}",
         )
+
+    def hand_back(self, execution_ids: Sequence[str]) -> None:
+        """Fire these alarms of a batch again now, one job each: the pool's free threads
+        take them at once (``BatchingScheduler``)."""
+        now = datetime.now(timezone.utc)
+        self._singles = True
+        for execution_id in execution_ids:
+            self._add_job(
+                self._job_func,
+                now,
+                (execution_id, self.name),
+                job_id(execution_id),
+                f"prana resume {execution_id}",
+            )
 
     def _add_job(
         self,

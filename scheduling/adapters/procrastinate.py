@@ -67,6 +67,7 @@ from scheduling.adapters._common import SchedulerStateError, require_aware
 from scheduling.adapters._procrastinate_batch import (
     ARMED_MANY,
     FINISH,
+    HAND_BACK,
     TAKE,
     execution_id_of,
     fire_many_logged,
@@ -388,6 +389,8 @@ class ProcrastinateScheduler(ServingMixin):
         self._stopping = threading.Event()
         self._batch_held: set[int] = set()
         """The jobs a batch took and has not ended yet (``_procrastinate_batch``)."""
+        self._taken: dict[str, tuple[int, int]] = {}
+        """Jobs ``_fire_batches`` took and has not ended: execution id -> (job, worker)."""
         self.stopped_by: signal.Signals | None = None
         """The signal that stopped ``run_worker`` (``None``: ``shutdown()``, or not stopped)."""
 
@@ -787,29 +790,36 @@ class ProcrastinateScheduler(ServingMixin):
         execution_id: str,
         worker_id: int | None,
     ) -> None:
-        """Fire ``execution_id`` with the due jobs taken with it, ``self.batch`` at most per
-        ``fire_many`` call; then the next due ones the same way, until none is due.
+        """Fire ``execution_id``, then the due jobs taken after it, ``self.batch`` at most per
+        ``fire_many`` call, until none is due.
 
-        One statement takes a whole batch, and one transaction ends it and takes the next: a
-        burst costs a few round trips per batch, not per alarm. The runner resumes each batch
-        in one call (``scheduling.abc.BatchingScheduler``); the jobs taken are ``doing`` under
-        this worker until their batch has fired, so a crash leaves them to ``recover_stalled``.
+        The job's own alarm fires alone: more are taken only once this slot is free again,
+        so a slot whose action runs long holds no other alarm (the other slots, here and in
+        other workers, take them). One statement takes a whole batch, and one transaction
+        ends it and takes the next: a burst costs a few round trips per batch, not per
+        alarm. The runner resumes each batch in one call (``scheduling.abc.BatchingScheduler``)
+        and hands back (``hand_back``) what a slow step holds up; the jobs taken are
+        ``doing`` under this worker until their batch has fired, so a crash leaves them to
+        ``recover_stalled``.
         """
+        fire_many_logged(fire_many, [execution_id])
         if worker_id is None:
-            fire_many_logged(fire_many, [execution_id])
             return
         done: list[int] = []
-        ids = [execution_id]
-        while True:
+        while not self._stopping.is_set():
             try:
-                taken = self._finish_and_take(done, worker_id, self.batch - len(ids))
+                taken = self._finish_and_take(done, worker_id, self.batch)
             except (psycopg.Error, ConnectorException) as error:
                 self._give_up(f"could not take the next due jobs ({error})")
                 return
-            done = [job_id for job_id, _ in taken]
-            ids += [next_id for _, next_id in taken if next_id is not None]
+            done = [job_id for job_id, next_id in taken if next_id is None]
+            ids = [next_id for _, next_id in taken if next_id is not None]
             if not ids:
                 break  # ``done``: jobs naming no execution (or none), ended below
+            with self._lock:
+                for job_id, next_id in taken:
+                    if next_id is not None:
+                        self._taken[next_id] = (job_id, worker_id)
             prefetch = self.prefetch
             if prefetch is not None:
                 prefetch_logged(prefetch, ids)
@@ -818,11 +828,33 @@ class ProcrastinateScheduler(ServingMixin):
             finally:
                 if prefetch is not None:
                     prefetch_logged(prefetch, [])
-            ids = []
-            if not done or self._stopping.is_set():
+                with self._lock:  # a job handed back is no longer this batch's to end
+                    for next_id in ids:
+                        job = self._taken.pop(next_id, None)
+                        if job is not None:
+                            done.append(job[0])
+            if not done:
                 break
         if done:
             self._finish(done, worker_id)
+
+    def hand_back(self, execution_ids: Sequence[str]) -> None:
+        """Put the jobs of these alarms, taken by a batch that did not start them, back to
+        ``todo``: a free slot of any worker takes them at its next look (``--fetch-poll``).
+        """
+        with self._lock:
+            jobs = [self._taken.pop(eid) for eid in execution_ids if eid in self._taken]
+        by_worker: dict[int, list[int]] = {}
+        for job_id, worker_id in jobs:
+            by_worker.setdefault(worker_id, []).append(job_id)
+        try:
+            with self._connection() as conn:
+                for worker_id, job_ids in by_worker.items():
+                    conn.execute(HAND_BACK, (job_ids, worker_id))
+        except (psycopg.Error, ConnectorException) as error:
+            self._give_up(f"could not hand back the jobs of a batch ({error})")
+            return
+        self._held([job_id for job_id, _ in jobs], held=False)
 
     def _finish(self, done: list[int], worker_id: int) -> None:
         """Delete the jobs ``done`` (their alarms fired); on failure, the worker starts over."""

@@ -12,7 +12,7 @@ from itertools import count
 from typing import TYPE_CHECKING
 
 from prana import ExecutionStatus, WorkflowExecution, dumps
-from scheduling._errors import ExecutionNotFound, StaleVersionError
+from scheduling._errors import ExecutionNotFound
 from scheduling.abc import ExecutionSummary
 from scheduling.stores._base import BaseStore
 from scheduling.stores._sql import (
@@ -123,26 +123,6 @@ class MemoryStore(BaseStore):
             self._rows[execution_id] = (version + 1, seq, record, execution)
             self._due[execution_id] = lease_expires_at
         return version + 1
-
-    def claim_many(
-        self,
-        claims: Sequence[tuple[str, int]],
-        lease_expires_at: datetime,
-        claimed_at: datetime,
-    ) -> builtins.list[str]:
-        """``claim`` each ``(execution_id, expected_version)``; the ids claimed.
-
-        ``scheduling.abc.BatchClaimingStore``: a row whose version moved on is left as it
-        is, and its id is not returned.
-        """
-        claimed: builtins.list[str] = []
-        for execution_id, expected_version in claims:
-            try:
-                self.claim(execution_id, expected_version, lease_expires_at, claimed_at)
-            except StaleVersionError:
-                continue
-            claimed.append(execution_id)
-        return claimed
 
     def _count_prefixes(self, execution_id: str) -> None:
         under = self._under

@@ -584,35 +584,6 @@ class PostgresStore(GroupsMixin, BaseStore):
                 )
         return expected_version + 1
 
-    def claim_many(
-        self,
-        claims: Sequence[tuple[str, int]],
-        lease_expires_at: datetime,
-        claimed_at: datetime,
-    ) -> builtins.list[str]:
-        """``claim`` each ``(execution_id, expected_version)``, in one statement; the ids claimed.
-
-        ``scheduling.abc.BatchClaimingStore``: one ``UPDATE ... FROM unnest`` whose
-        compare-and-set is per row; a row whose version moved on is left as it is, and its
-        id is not returned. Inside a group it joins the group's transaction, as ``claim``.
-        """
-        for execution_id, expected_version in claims:
-            check_claim(execution_id, expected_version, lease_expires_at, claimed_at)
-            self._forget_prefetched(execution_id)
-        if not claims:
-            return []
-        ids = [execution_id for execution_id, _ in claims]
-        params = (lease_expires_at, claimed_at, ids, [version for _, version in claims])
-        what = f"claim of {len(ids)} executions"
-        grouped = getattr(self._grouping, "depth", 0)
-        if grouped:
-            self._refuse_if_broken(what)
-        with self._connection(what) as conn:
-            if grouped:
-                self._begin_if_idle(conn)
-            rows = conn.execute(self._q["claim_many"], params).fetchall()
-        return [row[0] for row in rows]
-
     def _forget_prefetched(self, execution_id: str) -> None:
         prefetched = getattr(self._grouping, "prefetched", None)
         if prefetched:
@@ -842,10 +813,6 @@ def _queries(schema: str | None) -> dict[str, str]:
         "claim_columns": "UPDATE {executions} SET status = 'running', due_at = %s,"
         " version = version + 1, updated_at = %s, claimed_by = NULL, claimed_until = NULL"
         " WHERE id = %s AND version = %s",
-        "claim_many": "UPDATE {executions} AS e SET status = 'running', due_at = %s,"
-        " version = e.version + 1, updated_at = %s, claimed_by = NULL, claimed_until = NULL"
-        " FROM unnest(%s::text[], %s::bigint[]) AS c(id, version)"
-        " WHERE e.id = c.id AND e.version = c.version RETURNING e.id",
         "count_tree": "SELECT COUNT(*) FROM (SELECT 1 FROM {executions}"
         " WHERE id = %s OR id LIKE %s ESCAPE '\\' LIMIT %s) AS tree",
         "find_due": "SELECT id, {due_at} FROM {executions}"

@@ -200,7 +200,7 @@ _INSERT_WORKFLOW = "INSERT INTO prana_workflows (workflow_id, version, data) VAL
 def _claim_row(
     conn: sqlite3.Connection, execution_id: str, expected_version: int, lease: int, at: int
 ) -> bool:
-    """A light claim of one row by compare-and-set (``claim``, ``claim_many``); whether it held.
+    """A light claim of one row by compare-and-set (``claim``); whether it held.
 
     ``_CLAIM`` leaves the due time alone; a row with no due time at or before the lease
     (or a stale one) gets ``_CLAIM_MOVING``, which moves it to the lease.
@@ -608,33 +608,6 @@ class SQLiteStore(BaseStore):
         finally:
             lock.release()
         return expected_version + 1
-
-    def claim_many(
-        self,
-        claims: Sequence[tuple[str, int]],
-        lease_expires_at: datetime,
-        claimed_at: datetime,
-    ) -> builtins.list[str]:
-        """``claim`` each ``(execution_id, expected_version)`` under one hold of the lock.
-
-        ``scheduling.abc.BatchClaimingStore``: each row's compare-and-set as ``claim``'s; a
-        row whose version moved on is left as it is, and its id is not returned.
-        """
-        for execution_id, expected_version in claims:
-            check_claim(execution_id, expected_version, lease_expires_at, claimed_at)
-        lease, at = to_micros(lease_expires_at), to_micros(claimed_at)
-        claimed: builtins.list[str] = []
-        with self._mutex:
-            try:
-                if self._group_owner is None and self._grouping.depth > 0:
-                    self._open_group()
-                conn = self._conn
-                for execution_id, expected_version in claims:
-                    if _claim_row(conn, execution_id, expected_version, lease, at):
-                        claimed.append(execution_id)
-            except sqlite3.Error as exc:
-                raise self._driver_error(exc) from exc
-        return claimed
 
     def load(self, execution_id: str) -> tuple[WorkflowExecution, int]:
         """The execution and its version; ``ExecutionNotFound`` if there is none.
