@@ -493,3 +493,74 @@ def test_deliveries_past_the_cap_get_503_and_change_nothing(runner: Runner) -> N
             return await client.post(path, json={"approved": True})
 
     assert asyncio.run(again()).status_code == 200
+
+
+# --- a forged token costs no load of the record it names ------------------------------------
+
+
+def test_a_forged_token_is_refused_without_loading_the_record(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unauthenticated ``POST /hooks/<forged token naming the id>`` forced the whole
+    record to be loaded and parsed before the secret was checked (4 requests took
+    ``prana serve`` from 38 MiB to 909 MiB on a 151 MB record). SQLite answers from the
+    end of the record's text: forged tokens are refused with no load at all, whatever
+    the record holds; the real token still delivers."""
+    from test_web import approval
+
+    from prana import Connection as Edge
+    from prana import Node as Step
+    from prana import Workflow as Flow
+    from scheduling.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "hooks.sqlite3")
+    big = Flow(
+        id="big",
+        nodes=[
+            Step(key="t", type="manual.trigger"),
+            # outputs quoting a record's own tail text: the light read must not be fooled
+            Step(
+                key="decoy",
+                type="data.set_data",
+                params={
+                    "value": {
+                        "suspended_node": "decoy",
+                        "suspension": {"kind": "webhook", "data": {"token_digest": "0" * 64}},
+                        "pad": [[]] * 50_000,
+                    }
+                },
+            ),
+            Step(key="approve", type="wait.wait", params={"mode": "webhook"}),
+        ],
+        connections=[
+            Edge(from_node="t", to_node="decoy"),
+            Edge(from_node="decoy", to_node="approve"),
+        ],
+    )
+    with make_runner(store) as runner:
+        waiting_id, path = waiting(runner, big)
+        other_id, _ = waiting(runner, approval())
+        loads: list[str] = []
+        real_load = store.load
+
+        def counting_load(execution_id: str) -> Any:
+            loads.append(execution_id)
+            return real_load(execution_id)
+
+        monkeypatch.setattr(store, "load", counting_load)
+        app = create_app(runner, token=OPERATOR)
+
+        async def main() -> list[int]:
+            async with _asgi(app) as client:
+                statuses = []
+                for token in (_forged(waiting_id), _forged(other_id), _forged("missing")):
+                    answer = await client.post(f"/hooks/{token}", json={"x": 1})
+                    statuses.append(answer.status_code)
+                assert loads == []
+                ok = await client.post(path, json={"approved": True})
+                statuses.append(ok.status_code)
+                return statuses
+
+        assert asyncio.run(main()) == [404, 404, 404, 200]
+        assert runner.get(waiting_id).status is ExecutionStatus.COMPLETED
+    store.close()

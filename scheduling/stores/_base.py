@@ -115,3 +115,50 @@ def not_found_message(workflow_id: str, version: int) -> str:
         f"no workflow {workflow_id!r} version {version} is stored; save it with "
         "save_workflow() (Runner.start does) before resuming its executions"
     )
+
+
+WAIT_TAIL_BYTES = 16 * 1024
+"""How much of a stored record's end ``webhook_wait_in_tail`` reads."""
+_TAIL_KEYS = (
+    "suspended_node",
+    "suspension",
+    "output",
+    "error",
+    "parent",
+    "started_at",
+    "updated_at",
+    "completed_at",
+    "trace_context",
+    "lease_expires_at",
+    "kept_size",
+)
+"""The fields a record's text (``prana.dumps``) ends with, in the order it writes them."""
+
+
+def webhook_wait_in_tail(tail: bytes) -> tuple[str, str | None] | None:
+    """``(suspended node, token digest)`` of the record whose text ends with ``tail``, the
+    digest ``None`` when it waits for no webhook; ``None`` when the tail does not tell
+    (then load the record). Read without decoding the record: a forged resume token is
+    refused without the cost of parsing the largest record the limits allow.
+
+    The last ``,"suspended_node":`` is the record's own (a string's quotes are escaped; a
+    key in a later field would not leave exactly ``_TAIL_KEYS`` up to the text's end).
+    """
+    text = tail.decode("utf-8", "replace")
+    at = text.rfind(',"suspended_node":')
+    if at < 0 or not text.endswith("}}"):
+        return None
+    try:
+        fields = orjson.loads("{" + text[at + 1 : -1])
+    except orjson.JSONDecodeError:
+        return None
+    if type(fields) is not dict or tuple(fields) != _TAIL_KEYS:
+        return None
+    node, suspension = fields["suspended_node"], fields["suspension"]
+    if type(node) is not str or type(suspension) is not dict:
+        return ("", None) if suspension is None else None
+    data = suspension.get("data")
+    digest = data.get("token_digest") if type(data) is dict else None
+    if suspension.get("kind") != "webhook" or type(digest) is not str:
+        return node, None
+    return node, digest

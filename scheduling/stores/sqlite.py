@@ -36,7 +36,7 @@ from scheduling._errors import (
     StoreError,
 )
 from scheduling.abc import ExecutionSummary
-from scheduling.stores._base import BaseStore
+from scheduling.stores._base import WAIT_TAIL_BYTES, BaseStore, webhook_wait_in_tail
 from scheduling.stores._migrations import (
     Migration,
     SchemaBehindError,
@@ -160,6 +160,7 @@ _VERSION = "SELECT version FROM prana_executions WHERE id = ?"
 _LOAD = (
     "SELECT data, version, status, due_at, updated_at, lease_at FROM prana_executions WHERE id = ?"
 )
+_SEQ = "SELECT seq FROM prana_executions WHERE id = ?"
 # A range of the id's (binary) index: every id starting "<root>:" sorts from it to "<root>;".
 _COUNT_TREE = (
     "SELECT COUNT(*) FROM (SELECT 1 FROM prana_executions"
@@ -629,6 +630,23 @@ class SQLiteStore(BaseStore):
             lease = row[3] if row[5] is None else row[5]  # as ``_ALARM_AT`` reads it
             execution = as_claimed(execution, _time_or_none(lease), _time_or_none(row[4]))
         return execution, read_version(execution_id, row[1])
+
+    def webhook_wait(self, execution_id: str) -> tuple[str, str | None] | None:
+        """The stored record's ``(suspended node, token digest)``, read from the last 16 KiB
+        of its text without loading or decoding the rest (``webhook_wait_in_tail``); ``None``
+        when that cannot tell (or before Python 3.11, which lacks ``blobopen``).
+        ``ExecutionNotFound`` when there is no such row."""
+        with self._lock:
+            row = self._conn.execute(_SEQ, (execution_id,)).fetchone()
+            if row is None:
+                raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
+            opener = getattr(self._conn, "blobopen", None)
+            if opener is None:
+                return None
+            with opener("prana_executions", "data", row[0], readonly=True) as blob:
+                blob.seek(max(0, len(blob) - WAIT_TAIL_BYTES))
+                tail = blob.read()
+        return webhook_wait_in_tail(tail)
 
     def count_tree(self, root_id: str, most: int) -> int:
         """Executions with id ``root_id`` or starting ``root_id + ":"``, up to ``most``."""
