@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import BACKOFFS, JITTERS
@@ -61,6 +62,26 @@ def test_delays_stay_within_the_schedule_bounds_and_the_cap(
     assert 0 <= lo <= typical <= hi <= policy.max_delay
     assert lo <= delay <= hi
     assert delay <= policy.max_delay
+
+
+@given(
+    policies(jitter=st.floats(min_value=0.01, max_value=1.0, allow_nan=False)),
+    st.integers(min_value=1, max_value=200),
+    seeds,
+)
+def test_jitter_after_the_cap_spreads_the_capped_delay(
+    policy: RetryPolicy, retry: int, seed: str
+) -> None:
+    """With ``jitter_after_cap`` a fraction f spreads the capped delay d: [d(1-f), d(1+f)]."""
+    after = attrs.evolve(policy, jitter_after_cap=True)
+    fraction = float(policy.jitter)
+    capped = policy._curve(retry)
+    lo, typical, hi = after._bounds(retry)
+    assert (lo, typical, hi) == (capped * (1 - fraction), capped, capped * (1 + fraction))
+    assert lo <= after.delay_for(retry, seed=seed) <= hi <= policy.max_delay * (1 + fraction)
+    assert [(r.min_delay, r.max_delay) for r in after.schedule(4)] == [
+        after._bounds(k)[::2] for k in range(1, len(after.schedule(4)) + 1)
+    ]
 
 
 @given(policies(jitter=st.just("none")), st.integers(min_value=1, max_value=300))

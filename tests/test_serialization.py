@@ -207,6 +207,7 @@ POLICY_FIELDS = {
     "max_delay": st.floats(min_value=10, max_value=100),
     "jitter": st.sampled_from(["none", "full", "equal", "decorrelated"])
     | st.floats(min_value=0.01, max_value=1),
+    "jitter_after_cap": st.booleans(),
     "seed": st.none() | names,
     "retry_on": st.none()
     | st.lists(
