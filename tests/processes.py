@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTIONS = str(Path(__file__).resolve().parent / "fault_actions.py")
@@ -25,6 +25,26 @@ ACTIONS = str(Path(__file__).resolve().parent / "fault_actions.py")
 
 DEADLINE_SECONDS = 60.0
 """How long any single wait may take before the test fails (only reached on failure)."""
+
+
+RUN_SECONDS = 120.0
+"""How long a command run to its end (``run_prana``) may take (only reached on failure)."""
+
+
+def run_prana(
+    cwd: Path, *argv: str, env: Mapping[str, str] | None = None, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run ``prana ARGV`` in ``cwd`` to its end; its output. The environment is this
+    checkout on ``PYTHONPATH`` plus ``env``, nothing else; ``check`` fails on a non-zero exit."""
+    return subprocess.run(
+        [sys.executable, "-m", "scheduling._cli", *argv],
+        cwd=cwd,
+        env={"PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+        check=check,
+    )
 
 
 def wait_until(

@@ -8,29 +8,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
-from processes import ROOT
+from processes import run_prana
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-TIMEOUT_SECONDS = 60
-
 
 def prana(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """Run ``prana ARGV`` in ``tmp_path`` with a database there; bounded in time."""
-    return subprocess.run(
-        [sys.executable, "-m", "scheduling._cli", *argv],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(ROOT), "PRANA_DB": str(tmp_path / "prana.db")},
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-        check=False,
-    )
+    """Run ``prana ARGV`` in ``tmp_path`` with a database there."""
+    return run_prana(tmp_path, *argv, env={"PRANA_DB": str(tmp_path / "prana.db")})
 
 
 def assert_one_line(result: subprocess.CompletedProcess[str], *expected: str) -> None:

@@ -11,13 +11,11 @@ from __future__ import annotations
 import logging
 import re
 import signal
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import pytest
-from processes import ACTIONS, ROOT, Prana, wait_until
+from processes import ACTIONS, Prana, run_prana, wait_until
 
 from prana import Connection, ExecutionStatus, Node, NodeSettings, RetryPolicy, Workflow
 from prana.testing import ManualClock
@@ -44,23 +42,12 @@ connections: [{from_node: start, to_node: act}]
 """
 
 
-def prana(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """Run ``prana ARGV`` in ``tmp_path`` to its end; its output."""
-    return subprocess.run(
-        [sys.executable, "-m", "scheduling._cli", *argv],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_run_logs_what_went_wrong_in_one_line_each(tmp_path: Path) -> None:
     """A failed run: the console on stdout, the retry gave up and the failure on stderr."""
     (tmp_path / "failing.yaml").write_text(FAILING)
-    done = prana(tmp_path, "run", "failing.yaml", "--actions", ACTIONS)
+    done = run_prana(
+        tmp_path, "run", "failing.yaml", "--actions", ACTIONS, env={"PATH": "/usr/bin:/bin"}
+    )
     assert done.returncode == 1, done.stderr
     lines = done.stderr.splitlines()
     assert lines, "a failed run says so on stderr"
@@ -72,7 +59,16 @@ def test_run_logs_what_went_wrong_in_one_line_each(tmp_path: Path) -> None:
 
 def test_log_level_error_keeps_warnings_out(tmp_path: Path) -> None:
     (tmp_path / "failing.yaml").write_text(FAILING)
-    done = prana(tmp_path, "run", "failing.yaml", "--actions", ACTIONS, "--log-level", "error")
+    done = run_prana(
+        tmp_path,
+        "run",
+        "failing.yaml",
+        "--actions",
+        ACTIONS,
+        "--log-level",
+        "error",
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 1
     assert done.stderr == ""
 

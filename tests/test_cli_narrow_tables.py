@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
-from processes import ROOT
+from processes import run_prana
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,13 +29,9 @@ NODE = "charge_customer_card_with_stored_mandate"
 
 
 def prana(tmp_path: Path, *argv: str, columns: int | None) -> subprocess.CompletedProcess[str]:
-    env = {"PYTHONPATH": str(ROOT)}
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
-    return subprocess.run(
-        [sys.executable, "-m", "prana", *argv, "--db", str(tmp_path / "op.db")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
+    """Run ``prana ARGV`` on ``op.db`` in ``tmp_path`` with ``COLUMNS`` set (unless None)."""
+    env = {} if columns is None else {"COLUMNS": str(columns)}
+    return run_prana(tmp_path, *argv, "--db", str(tmp_path / "op.db"), env=env, check=True)
 
 
 @pytest.fixture
@@ -57,12 +52,8 @@ def two_dead_letters(tmp_path: Path) -> Path:
     }
     (tmp_path / "dead.json").write_text(json.dumps(doc))
     for _ in range(2):
-        subprocess.run(
-            [sys.executable, "-m", "prana", "run", "dead.json", "--db", str(tmp_path / "op.db"),
-             "--actions", "op_actions.py"],
-            cwd=tmp_path, env={"PYTHONPATH": str(ROOT)}, capture_output=True, timeout=120,
-            check=False,
-        )  # fmt: skip
+        run_prana(tmp_path, "run", "dead.json", "--db", str(tmp_path / "op.db"),
+                  "--actions", "op_actions.py")  # fmt: skip
     return tmp_path
 
 

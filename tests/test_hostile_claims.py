@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from doubles import T0, flaky_node, webhook_node, workflow
-from processes import ROOT
+from processes import run_prana
 
 from prana import ActionContext, ExecutionStatus, Node, RecordError, Registry
 from prana.testing import ManualClock
@@ -26,20 +25,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 LEASE = 30.0
-TIMEOUT_SECONDS = 60
 
 
 def prana(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """Run ``prana ARGV`` on the database ``tmp_path/prana.db``; bounded in time."""
-    return subprocess.run(
-        [sys.executable, "-m", "scheduling._cli", *argv, "--db", str(tmp_path / "prana.db")],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-        check=False,
-    )
+    """Run ``prana ARGV`` on the database ``tmp_path/prana.db``."""
+    return run_prana(tmp_path, *argv, "--db", str(tmp_path / "prana.db"))
 
 
 def edit(path: Path, sql: str, *args: Any) -> None:
