@@ -67,17 +67,18 @@ def gen_fast_hooks(
     They write the same dicts as cattrs' generic hooks, but read strictly (exact JSON
     types, no extra keys) and build the instance through its slots without calling
     ``__init__``, which would cost more than everything else here: as its plain slotted
-    twin given its real class at the end, when the layouts allow it (a plain slot store
-    per field instead of a call of the frozen slot's descriptor; ``prana._model.slot_twin``),
-    else through the descriptors. A field with a default may be left out (as cattrs' own
+    twin given its real class at the end (a plain slot store per field instead of a call
+    of the frozen slot's descriptor; ``prana._model.slot_twin``: a class without a twin
+    is refused). A field with a default may be left out (as cattrs' own
     hooks allow); any other shape raises, and the caller falls back to the detailed
     converter. ``special`` maps a field name to its own ``(write, read)`` functions (the
     node runs). ``bench/bench_speed.py``'s roundtrip row: an execution body read and
     written by cattrs' generic hooks instead took 1.14x the time (0.88x with these).
     """
     twin = slot_twin(cl)
+    if twin is None:  # it breaks a hot-record rule (prana._model)
+        raise TypeError(f"{cl.__name__} has no slot twin (see prana._model.slot_twin)")
     names: dict[str, Any] = {
-        "_new": object.__new__,
         "_cl": cl,
         "_twin": twin,
         "_Mismatch": Mismatch,
@@ -86,8 +87,7 @@ def gen_fast_hooks(
     fields = attrs.fields(cl)
     # ``n`` counts the keys read plus the defaulted ones missing: it equals the number of
     # fields exactly when ``d`` has no key that is not a field.
-    made = "  o = _twin()" if twin is not None else "  o = _new(_cl)"
-    load = [f"def structure_{cl.__name__}(d, _):", "  n = len(d)", made]
+    load = [f"def structure_{cl.__name__}(d, _):", "  n = len(d)", "  o = _twin()"]
     dump = [f"def unstructure_{cl.__name__}(o):", "  return {"]
     for a in fields:
         n = a.name
@@ -112,16 +112,9 @@ def gen_fast_hooks(
                 "    n += 1",
                 *(["  else:", *(f"    {line}" for line in lines)] if lines else []),
             ]
-        if twin is not None:
-            load.append(f"  o.{n} = v")
-        else:
-            names[f"_set_{n}"] = vars(cl)[n].__set__
-            load.append(f"  _set_{n}(o, v)")
+        load.append(f"  o.{n} = v")
         dump.append(f"    {n!r}: {written},")
-    load.append(f"  if n != {len(fields)}: raise _Mismatch")
-    if twin is not None:
-        load.append("  o.__class__ = _cl")
-    load.append("  return o")
+    load += [f"  if n != {len(fields)}: raise _Mismatch", "  o.__class__ = _cl", "  return o"]
     dump.append("  }")
     source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
     generate(source, names, what=f"fast hooks {cl.__name__}")

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     ErrorDetails: TypeAlias = "Mapping[str, JSONValue] | None"
 else:
     # The precise types are for type checkers; at run time cattrs passes the values through
-    # as they were stored (a record written before details were always an object included).
+    # as they were stored.
     JSONValue = Any
     ErrorDetails = Any
 
@@ -639,8 +639,8 @@ class WorkflowExecution:
     kept_size: int | None = None
     """How much data the execution keeps (its input, every node run's params and output,
     state updates), as ``prana.Limits`` counts it; the executor adds to it as it goes and
-    holds it to ``Limits.max_record_size``. ``None`` in a record older than it (counted
-    again when such a record is resumed)."""
+    holds it to ``Limits.max_record_size``. ``None`` when not counted yet (a record built
+    by hand): counted when it is resumed."""
 
     @property
     def due_at(self) -> datetime | None:

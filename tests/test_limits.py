@@ -188,8 +188,9 @@ def test_what_an_execution_keeps_is_capped_across_reloads() -> None:
     assert outcome.execution.kept_size <= 2_000 + error_size(outcome.error)
 
 
-def test_a_record_saved_before_kept_size_is_counted_when_it_resumes() -> None:
-    """An older record (no ``kept_size``) is counted once from what it holds, then carried."""
+def test_a_record_without_kept_size_is_counted_when_it_resumes() -> None:
+    """A record without ``kept_size`` (built by hand) is counted once from what it holds,
+    then carried."""
     clock = ManualClock(T0)
     registry = Registry()
     pause = Node(

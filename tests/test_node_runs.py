@@ -67,7 +67,7 @@ def suspended_chain(n: int = 5) -> tuple[Any, WorkflowExecution]:
 
 
 def test_loads_checks_every_run_and_builds_none() -> None:
-    """A version 3 record loads with every node unread; a lookup builds that node only."""
+    """A stored record loads with every node unread; a lookup builds that node only."""
     execution = rich_execution()
     back = loads(dumps(execution))
     runs = back.node_executions
