@@ -123,9 +123,14 @@ def flaky_node(attempts: int = 4, key: str = "r", delay: float = 1) -> Node:
     return Node(key=key, type="test.flaky", settings=NodeSettings(retry=policy))
 
 
+def wait_node(**params: Any) -> Node:
+    """A ``wait.wait`` node ``w`` with ``params``."""
+    return Node(key="w", type="wait.wait", params=params)
+
+
 def webhook_node(**params: Any) -> Node:
     """A webhook wait ``w``."""
-    return Node(key="w", type="wait.wait", params={"mode": "webhook", **params})
+    return wait_node(mode="webhook", **params)
 
 
 def sub_node(child: str, mode: str, **params: Any) -> Node:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
-from doubles import T0, conn, workflow
+from doubles import T0, conn, wait_node, workflow
 
 from prana import (
     Activation,
@@ -111,10 +111,6 @@ def test_a_sub_workflow_version_past_any_stored_one_fails_the_node(tmp_path: Pat
 
 
 # -- times past the last date -------------------------------------------------------------
-
-
-def wait_node(**params: Any) -> Node:
-    return Node(key="w", type="wait.wait", params=params)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import pytest
-from doubles import T0, Flaky, Harness, flaky_node, sub_node, webhook_node, workflow
+from doubles import T0, Flaky, Harness, flaky_node, sub_node, wait_node, webhook_node, workflow
 
 from prana import (
     ActionContext,
@@ -65,10 +65,6 @@ def retry_policy(attempts: int = 4, delay: float = 1) -> RetryPolicy:
 
 def flaky_workflow(attempts: int = 4, delay: float = 1, wid: str = "wf") -> Workflow:
     return workflow(flaky_node(attempts, delay=delay), wid=wid)
-
-
-def wait_node(**params: Any) -> Node:
-    return Node(key="w", type="wait.wait", params=params)
 
 
 # -- retries, timers, webhooks, cancel: every store -----------------------------------------
