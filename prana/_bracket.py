@@ -18,6 +18,9 @@ from prana._jsoncheck import MAX_INT
 
 # --- Rappel bracket text ------------------------------------------------------------------
 
+RAPPEL_TIMEOUT_RETRIES = 3
+"""Rappel's ``timeout_retry_limit``: retries of timed-out attempts, apart from ``retry: N``."""
+
 CATCH_ALL: tuple[str, ...] = ("Exception",)
 """The filter of a Rappel bracket without error types: "Catch all exceptions" (Rappel's
 docs), programming errors included; ``NonRetryable`` still stops at once."""
@@ -201,8 +204,10 @@ class _Parser:
             retries = settings["retry"][1]
             backoff = settings["backoff"][1] if "backoff" in settings else 1.0
             shapes.append((filters, retries, backoff))
+        # Rappel gives timed-out attempts their own budget: "timeout_retry_limit: 3"
+        timed = {} if timeout is None else {"timeout_retries": RAPPEL_TIMEOUT_RETRIES}
         if not shapes:
-            return [{"max_attempts": 1, "timeout": timeout}]
+            return [{"max_attempts": 1, "timeout": timeout, **timed}]
         policies = []
         for filters, retries, backoff in shapes:
             try:
@@ -218,6 +223,7 @@ class _Parser:
                     "max_delay": max(largest, backoff),
                     "retry_on": filters if filters is not None else CATCH_ALL,
                     "timeout": timeout,
+                    **timed,
                 }
             )
         return policies

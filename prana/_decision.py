@@ -153,7 +153,9 @@ class AttemptView:
     ``retry_after_seconds`` carries a ``RetryAfter`` hint when the exception is not live;
     ``execution_id`` and ``node_key`` say whose attempt it was; ``timeout_seconds`` is the
     per-attempt timeout the next attempt would run under (``retry_timeout`` counts it);
-    ``now`` is the injected clock's time, which turns a ``RetryAfter`` date into a delay.
+    ``now`` is the injected clock's time, which turns a ``RetryAfter`` date into a delay;
+    ``timeouts`` counts the node run's timed-out attempts, this one included (the engine
+    counts them for a policy with ``timeout_retries`` only).
     """
 
     attempt: int
@@ -166,6 +168,7 @@ class AttemptView:
     node_key: str | None = None
     timeout_seconds: float | None = None
     now: datetime | None = None
+    timeouts: int = 0
 
     def names(self) -> dict[str, Any]:
         """NoETL's names for the attempt (``prana.dialects.noetl_names``), without ``$``."""
@@ -276,7 +279,7 @@ class RetryExplanation:
 # validator, converter, post-init hook or weakref slot; ``FAST_BUILT``, checked by a test).
 new_attempt_view: Callable[..., AttemptView] = _fast_constructor(AttemptView)
 """``new_attempt_view(attempt, error, exception, output, elapsed_seconds,
-retry_after_seconds, execution_id, node_key, timeout_seconds, now)``."""
+retry_after_seconds, execution_id, node_key, timeout_seconds, now, timeouts)``."""
 _new_decision: Callable[..., RetryDecision] = _fast_constructor(RetryDecision)
 _new_explanation: Callable[..., RetryExplanation] = _fast_constructor(RetryExplanation)
 FAST_BUILT: dict[type[Any], Callable[..., Any]] = {
@@ -328,10 +331,21 @@ def explain_retry(
         return _no(RetryReason.DISABLED, "retry disabled")
     testing, testing_attempts = testing_state()
     limit = policy.max_attempts
+    counted: int | None = view.attempt
+    if policy.timeout_retries is not None:
+        # Rappel's timeout_retry_limit: timed-out attempts retry on a budget of their own
+        if info is not None and info.code == ErrorCode.TIMEOUT:
+            if view.timeouts > policy.timeout_retries:
+                text = f"timeout retries exhausted ({policy.timeout_retries})"
+                return _no(RetryReason.EXHAUSTED, text, limit)
+            counted = None
+        else:
+            counted = view.attempt - view.timeouts
     if testing and testing_attempts is not None:
         limit = testing_attempts if limit is None else min(limit, testing_attempts)
-    if limit is not None and view.attempt >= limit:
-        return _no(RetryReason.EXHAUSTED, f"attempts exhausted ({view.attempt} of {limit})", limit)
+        counted = view.attempt  # set_testing caps every attempt, timed out or not
+    if limit is not None and counted is not None and counted >= limit:
+        return _no(RetryReason.EXHAUSTED, f"attempts exhausted ({counted} of {limit})", limit)
 
     chosen: float | None = None
     if policy.stop_when is not None:
@@ -424,6 +438,7 @@ def _quick_entry(
             and policy.stop_when is None
             and policy.retry_when is None
             and policy.retry_timeout is None
+            and policy.timeout_retries is None
             and policy.jitter == "none"
         ):
             chosen = policy

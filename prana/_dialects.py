@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from prana._bracket import CATCH_ALL, parse_brackets
+from prana._bracket import CATCH_ALL, RAPPEL_TIMEOUT_RETRIES, parse_brackets
 from prana._durations import to_seconds
 from prana._errors import InvalidSettingsError
 from prana._policy import RESULT_REJECTED, RetryPolicy
@@ -242,6 +242,8 @@ def rappel(**settings: Any) -> RetryPolicy:
     base of an exponential backoff, ``backoff * 2 ** (k - 1)`` before retry k with no cap
     below the last one, as bracket text means. Any of prana's own fields (``timeout``...)
     may be given beside them; the policy keeps prana's names, in ``repr`` and serialized.
+    With a ``timeout``, timed-out attempts retry on Rappel's own budget of 3
+    (``timeout_retries``), apart from ``attempts``.
     """
     out = dict(settings)
     for alias, name in _RAPPEL_FIELDS.items():
@@ -253,6 +255,8 @@ def rappel(**settings: Any) -> RetryPolicy:
     if attempts is None:
         attempts = out.get("max_attempts", _RAPPEL_DEFAULT_RETRIES + 1)
     out["max_attempts"] = attempts
+    if out.get("timeout") is not None:
+        out.setdefault("timeout_retries", RAPPEL_TIMEOUT_RETRIES)
     if "exception_types" in out:
         types = out.pop("exception_types")
         out["retry_on"] = types if types else CATCH_ALL

@@ -48,6 +48,17 @@ _retry_log = logging.getLogger("prana.retry")
 """Retry conditions that failed when they ran (WARNING): the run goes on without a retry."""
 
 
+def timeouts_of(node_run: NodeRun, error: ErrorInfo) -> int:
+    """The node run's timed-out attempts, the one failing with ``error`` included."""
+    earlier = sum(
+        1 for a in node_run.attempts if a.error is not None and a.error.code == _TIMEOUT_CODE
+    )
+    return earlier + (error.code == _TIMEOUT_CODE)
+
+
+_TIMEOUT_CODE: str = ErrorCode.TIMEOUT.value
+
+
 def settle_failure(
     run: Run,
     cn: CompiledNode,
@@ -87,6 +98,7 @@ def settle_failure(
                 key,
                 cn.timeout,
                 now,
+                timeouts_of(node_run, error) if cn.counts_timeouts else 0,
             )
             seed = f"{run.id}:{key}:{node_run.run_index}"
             explanation = explain_retry(cn.policies, view, seed=seed)

@@ -29,6 +29,7 @@ class CompiledNode:
 
     __slots__ = (
         "checks_results",
+        "counts_timeouts",
         "in_ports",
         "key",
         "max_attempts",
@@ -55,6 +56,8 @@ class CompiledNode:
         self.in_ports: dict[str, list[tuple[str, str]]] = {}
         self.policies: tuple[RetryPolicy, ...] = resolve_policies(node, workflow, spec.retry)
         self.checks_results = any(p.retry_on_result is not None for p in self.policies)
+        self.counts_timeouts = any(p.timeout_retries is not None for p in self.policies)
+        """A policy retries timeouts on their own budget: the engine counts them."""
         first = self.policies[0] if self.policies else None
         self.max_attempts = (first.max_attempts if first.enabled else 1) if first else 1
         """The attempts the node's first policy allows (events say it; ``None``: unlimited)."""

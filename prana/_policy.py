@@ -354,6 +354,14 @@ def _opt_str(value: str | None) -> str | None:
     raise InvalidSettingsError(f"RetryPolicy.seed={value!r}: use a string or None")
 
 
+def _timeout_retries(_inst: Any, _attr: Any, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InvalidSettingsError(
+            f"RetryPolicy.timeout_retries={value!r}: use a whole number >= 0, or None to count "
+            "a timed-out attempt as any other"
+        )
+
+
 def _bool(field: str) -> Callable[[Any, Any, Any], None]:
     def check(_inst: Any, _attr: Any, value: Any) -> None:
         if not isinstance(value, bool):
@@ -410,6 +418,10 @@ class RetryPolicy:
     that raises counts as "do not retry". ``retry_on_result`` gets the output (templates:
     ``$output``); true turns a successful attempt into a failed one (polling).
 
+    ``timeout_retries`` (Rappel's ``timeout_retry_limit``) gives timed-out attempts a budget
+    of their own: a timeout retries while the run's timeouts are at most that many, and
+    does not count against ``max_attempts`` (``None``: a timeout is an error like any).
+
     ``timeout`` is per attempt (the executor enforces it); ``retry_timeout`` is the total
     budget from the start of the node run's first attempt: a retry whose delay would end
     past it is not scheduled. ``RetryAfter`` hints are capped by ``max_delay`` unless
@@ -441,6 +453,7 @@ class RetryPolicy:
     )
     timeout: float | None = attrs.field(default=None, converter=_timeout)
     retry_timeout: float | None = attrs.field(default=None, converter=_retry_timeout)
+    timeout_retries: int | None = attrs.field(default=None, validator=_timeout_retries)
     hint_exceeds_max_delay: bool = attrs.field(
         default=False, validator=_bool("hint_exceeds_max_delay")
     )
@@ -606,6 +619,8 @@ class RetryPolicy:
             parts.append(f"budget {format_duration(self.retry_timeout)}")
         if self.timeout is not None:
             parts.append(f"timeout {format_duration(self.timeout)}/attempt")
+        if self.timeout_retries is not None:
+            parts.append(f"{self.timeout_retries} timeout retries")
         if self.retry_on is not None:
             parts.append(f"on ({', '.join(_filter_name(f) for f in self.retry_on)})")
         if self.exclude:

@@ -302,7 +302,7 @@ def test_the_quick_retry_decides_as_explain_retry(
     the fast path never changes a decision, whatever the policies and the error."""
     quick = quick_retry(policies, raised, attempt)
     info = error_info(raised, "n")
-    view = new_attempt_view(attempt, info, raised, None, 0.0, None, "e", "n", None, T0)
+    view = new_attempt_view(attempt, info, raised, None, 0.0, None, "e", "n", None, T0, 0)
     decision = explain_retry(policies, view, seed="e:n:0").decision
     if quick is not None:
         assert decision is not None

@@ -20,6 +20,7 @@ from doubles import run_to_end
 
 from prana import (
     ActionContext,
+    AttemptTimeout,
     Completed,
     Connection,
     ErrorInfo,
@@ -436,6 +437,45 @@ def test_rappel_python_spelling_without_types_catches_all() -> None:
     for types in choices:
         policy = make(attempts=2, exception_types=types, backoff_seconds=5)
         assert decide_retry([policy], failed_view(KeyError("k")), seed=SEED) is not None
+
+
+def fails_in_turn(*errors: Exception | None) -> Registry:
+    """A registry whose ``test.call`` raises ``errors[n]`` on attempt n + 1 (None: returns)."""
+    registry = Registry()
+
+    def call(params: Any, ctx: ActionContext) -> Any:
+        error = errors[ctx.attempt - 1] if ctx.attempt <= len(errors) else None
+        if error is not None:
+            raise error
+        return "done"
+
+    registry.register("test.call", call)
+    return registry
+
+
+def test_rappel_timeouts_have_their_own_retry_budget() -> None:
+    """Timed-out attempts retry on their own budget of 3, apart from ``retry: N``.
+
+    piercefreeman/rappel docs/Action-Retries.md: "`timeout_retry_limit` | int | Retries
+    remaining for timeout failures", set to 3 for every action ("timeout_retry_limit: 3").
+    """
+    text = "[retry: 1] [timeout: 30s]"
+    (policy,) = RetryPolicy.parse(text)
+    assert (policy.max_attempts, policy.timeout_retries) == (2, 3)
+    assert RetryPolicy.parse("[retry: 1]")[0].timeout_retries is None
+    assert dialects.rappel(attempts=2, timeout=30).timeout_retries == 3
+    late = AttemptTimeout("ran past 30s")
+    workflow = one_node(NodeSettings(retry=text))
+    done = run_to_end(workflow, fails_in_turn(late, late, late), ManualClock())
+    assert isinstance(done, Completed)
+    assert attempts_of(done) == 4  # three timeouts retried, retry: 1 untouched
+    failed = run_to_end(workflow, fails_in_turn(late, late, late, late), ManualClock())
+    assert isinstance(failed, Failed)
+    assert attempts_of(failed) == 4
+    down = ConnectionError("down")
+    mixed = run_to_end(workflow, fails_in_turn(down, late, down), ManualClock())
+    assert isinstance(mixed, Failed)
+    assert attempts_of(mixed) == 3  # the one retry of errors, and one of a timeout
 
 
 def test_rappel_bracket_retry_count_has_no_limit_of_its_own() -> None:

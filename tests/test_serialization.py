@@ -208,6 +208,7 @@ POLICY_FIELDS = {
     "jitter": st.sampled_from(["none", "full", "equal", "decorrelated"])
     | st.floats(min_value=0.01, max_value=1),
     "jitter_after_cap": st.booleans(),
+    "timeout_retries": st.none() | st.integers(min_value=0, max_value=5),
     "seed": st.none() | names,
     "retry_on": st.none()
     | st.lists(
