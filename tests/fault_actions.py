@@ -24,8 +24,9 @@ def _append(path: str, line: str) -> None:
 
 
 def gate(params: Any, ctx: Any) -> Any:
-    """Say it started (``params['started']``), then wait until ``params['release']`` exists."""
-    _append(params["started"], f"{ctx.execution_id} {ctx.attempt}")
+    """Say it started (``params["started"]``: execution id, attempt, wall time), then wait
+    until ``params["release"]`` exists."""
+    _append(params["started"], f"{ctx.execution_id} {ctx.attempt} {time.time()}")
     deadline = time.monotonic() + 60
     while not Path(params["release"]).exists():
         if time.monotonic() > deadline:

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import attrs
@@ -631,3 +631,78 @@ def test_procrastinate_workers_leave_nothing_stuck_after_database_crashes(
     assert_clean(report, CRASHES, processes)
     for worker in alive.values():
         assert worker.wait() == 0, worker.stderr
+
+
+# -- long actions due at once on two workers (issue 22, finding 4) ------------------------
+
+
+LONG_ACTIONS = 16
+"""As many as two workers have slots (``--concurrency`` 8 each, the default)."""
+
+
+@pytest.mark.postgres
+def test_long_actions_due_at_once_on_two_workers_all_start_within_a_second(
+    tmp_path: Path, processes: list[Prana], fault_database: str
+) -> None:
+    """16 actions that hold on until released, due at one instant, on 2 procrastinate
+    workers with the default ``--batch 32``: every one starts, within 1 s of the instant
+    (3 s in CI, where other jobs share the cores).
+    Before, one job's batch took most of them and ran them one after another behind the
+    first (13-14 in one thread while the other worker idled)."""
+    from scheduling.stores.postgres import PostgresStore
+
+    started, release = tmp_path / "started", tmp_path / "release"
+    flow = Workflow(
+        id="long",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="wait",
+                type="wait.wait",
+                params={"mode": "schedule", "schedule_at": "{{ $input.main.at }}"},
+            ),
+            Node(
+                key="act",
+                type="fault.gate",
+                params={"started": str(started), "release": str(release)},
+            ),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="wait"),
+            Connection(from_node="wait", to_node="act"),
+        ],
+    )
+    store = PostgresStore(fault_database)
+    due = _now() + timedelta(seconds=8)  # after both workers are up, even on a busy machine
+    starter = Runner(load_actions(ACTIONS), store, ManualScheduler(ManualClock(_now())))
+    ids = [starter.start(flow, {"at": due.isoformat()}) for _ in range(LONG_ACTIONS)]
+    argv = ["worker", "--postgres", fault_database, "--scheduler", "procrastinate"]
+    for _ in range(2):
+        worker = Prana([*argv, "--actions", ACTIONS], cwd=tmp_path)
+        processes.append(worker)
+    try:
+        for worker in processes:
+            assert worker.wait_for_output("worker on "), worker.stderr
+        assert _now() < due, "the workers took longer to start than the test allows"
+        assert wait_until(
+            lambda: started.exists() and len(started.read_text().splitlines()) >= LONG_ACTIONS,
+            timeout=30,
+        ), f"{len(started.read_text().splitlines()) if started.exists() else 0} started"
+        starts = [float(line.split()[2]) for line in started.read_text().splitlines()]
+        assert len(starts) == LONG_ACTIONS  # none ran twice
+        late = max(starts) - due.timestamp()
+        # Every action held on, so all 16 starting at all shows no batch held one back; the
+        # bound is the issue's 1 s by hand (PRANA_FAULT_SIZE=full), looser on a shared CI box.
+        bound = 1.0 if FULL else 3.0
+        assert late <= bound, f"the last action started {late:.2f} s after its due time"
+        release.touch()
+        assert wait_until(
+            lambda: all(store.load(eid)[0].status is ExecutionStatus.COMPLETED for eid in ids)
+        )
+    finally:
+        release.touch()
+        for worker in processes:
+            worker.send(signal.SIGTERM)
+        for worker in processes:
+            assert worker.wait() == 0, worker.stderr
+        store.close()
