@@ -211,6 +211,10 @@ def fails_first(params: Any, ctx: ActionContext) -> Any:
     return "done"
 
 
+class Died(BaseException):
+    """The process died inside the action (nothing catches a ``BaseException`` subclass)."""
+
+
 def raising(exc: BaseException) -> Callable[[Any, ActionContext], Any]:
     """An action that always raises ``exc``."""
 

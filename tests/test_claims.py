@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from doubles import T0, at, fails_first, flaky_node, workflow
+from doubles import T0, Died, at, fails_first, flaky_node, workflow
 
 from prana import (
     ActionContext,
@@ -45,10 +45,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 LEASE = 30.0
-
-
-class Died(BaseException):
-    """The process died inside the action (nothing catches a BaseException subclass)."""
 
 
 class Unclaiming:

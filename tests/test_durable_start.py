@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from doubles import T0, flaky_node, workflow
+from doubles import T0, Died, flaky_node, workflow
 from processes import ACTIONS, Prana, wait_until
 
 from prana import (
@@ -39,10 +39,6 @@ if TYPE_CHECKING:
     from scheduling.abc import ExecutionStore
 
 LEASE = 30.0
-
-
-class Died(BaseException):
-    """The process died inside the action (nothing catches a BaseException subclass)."""
 
 
 class Fragile:

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from doubles import T0, workflow
+from doubles import T0, Died, workflow
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import Answers, Scenario, make_registry, scenarios
@@ -43,10 +43,6 @@ from prana import (
 )
 from prana.shell import arecover_execution, expire_webhook, recover_execution
 from prana.testing import ManualClock, set_testing
-
-
-class Died(Exception):  # noqa: N818 - reads as what happened
-    """Stands for the process dying: the checkpoint was saved, the action never returned."""
 
 
 class Recorder:

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from doubles import T0, workflow
+from doubles import T0, Died, workflow
 from servers import serve
 
 from prana import (
@@ -35,10 +35,6 @@ from scheduling.stores.memory import MemoryStore
 from scheduling.web import create_app
 
 OPERATOR = "an-operator-token-long-enough"
-
-
-class Died(Exception):  # noqa: N818 - reads as what happened
-    """Stands for the process dying inside the action's attempt."""
 
 
 def interrupted_then_redriven() -> tuple[WorkflowExecution, Any, Registry]:
