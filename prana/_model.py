@@ -309,22 +309,23 @@ class Workflow:
 # --- hot records -------------------------------------------------------------------------
 #
 # The records marked "hot record" below (``HOT_RECORDS``) are built by the hundred in every
-# run and read and written as often by the stores, so they have fast paths, and the fast
-# paths have three rules. ``tests/test_hot_records.py`` fails when a hot record breaks one.
+# run and read and written as often by the stores, so they have fast paths: positional
+# constructors (``new_node_execution``, ...) and generated serialization hooks that never call
+# ``__init__``. These are the rules, each checked by ``tests/test_hot_records.py``
+# (``hot_record_problems`` names a break of rules 2-4):
 #
-# 1. Field order is the fast constructors' order (``new_node_execution``, ...): they take
-#    the fields positionally, in ``attrs.fields`` order. Never reorder; add a field at the
-#    end, with a default (and, for a node run or attempt, at the end of its stored row
-#    layout, ``prana._compact``).
-# 2. ``weakref_slot=False``. Without it attrs puts a ``__weakref__`` slot after the fields,
-#    CPython then refuses the class swap ``slot_twin`` relies on, and the fast constructors
-#    and row hooks quietly fall back to a slower path.
-# 3. No validators, converters, ``__attrs_pre_init__`` or ``__attrs_post_init__`` (nor
-#    checks in a hand-written ``__init__``, as ``Suspend`` has): the fast constructors and
-#    the fast serialization hooks never call ``__init__``, so such checks would be skipped
-#    there, and ``prana._fast_hooks`` quietly gives a class that has them cattrs' generic
-#    hooks instead (several times slower). Values are checked where they come in: the
-#    executor checks what it builds, ``loads`` reads strictly.
+# 1. Field order is the fast constructors' argument order (``attrs.fields`` order). Never
+#    reorder; add a field at the end, with a default (a value, or a factory that does not
+#    take self): the fast constructors give it as ``__init__`` does, so their callers need
+#    not change (for a node run or attempt, add it at the end of its stored row layout,
+#    ``prana._compact``, too).
+# 2. Slotted, with ``weakref_slot=False``: a ``__weakref__`` slot after the fields makes
+#    CPython refuse the class swap ``slot_twin`` relies on, and the fast paths quietly fall
+#    back to slower ones.
+# 3. No validators, converters, ``__attrs_pre_init__``/``__attrs_post_init__`` or
+#    ``init=False`` fields (nor checks in a hand-written ``__init__``, as ``Suspend`` has):
+#    the fast paths skip ``__init__``. Values are checked where they come in: the executor
+#    checks what it builds, ``loads`` reads strictly.
 # 4. ``NodeExecution`` remembers its stored row in a hidden slot (``StoredRow``), set only to
 #    a row that reads back as exactly that record; nothing else may set it.
 
@@ -788,6 +789,8 @@ def hot_record_problems(cls: type[Any]) -> list[str]:
             problems.append(f"field {a.name!r} has a converter")
         if not a.init:
             problems.append(f"field {a.name!r} has init=False")
+        if isinstance(a.default, attrs.Factory) and a.default.takes_self:  # type: ignore[arg-type]
+            problems.append(f"field {a.name!r} has a default factory that takes self")
     return problems
 
 
@@ -797,27 +800,42 @@ def _fast_constructor(cls: type[Any]) -> Any:
     The instance is filled as its plain slotted twin and then given its real class (plain
     slot stores instead of a frozen ``__init__``'s ``object.__setattr__`` per field: about
     2.5x faster); without a twin, each slot is written through its member descriptor.
-    Only the executor uses it, for records built from values it already checked; the
-    instance is as frozen as any other.
+    The trailing fields with a default (a value or a factory) may be left out, as with
+    ``__init__``. Only the executor uses it, for records built from values it already
+    checked; the instance is as frozen as any other.
     """
-    names = [a.name for a in attrs.fields(cls)]
-    args = ", ".join(names)
+    fields = attrs.fields(cls)
+    names = [a.name for a in fields]
+    namespace: dict[str, Any] = {"_cls": cls, "_new": object.__new__, "_NOTHING": attrs.NOTHING}
+    params, fill = [], []
+    optional = True  # only a trailing run of defaulted fields may be left out positionally
+    for a in reversed(fields):
+        default = a.default
+        if default is attrs.NOTHING:
+            optional = False
+        if not optional:
+            params.append(a.name)
+        elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            namespace[f"_f_{a.name}"] = default.factory
+            params.append(f"{a.name}=_NOTHING")
+            fill.append(f"    if {a.name} is _NOTHING:\n        {a.name} = _f_{a.name}()\n")
+        else:
+            namespace[f"_d_{a.name}"] = default
+            params.append(f"{a.name}=_d_{a.name}")
+    head = f"def build({', '.join(reversed(params))}):\n" + "".join(reversed(fill))
     twin = slot_twin(cls)
-    namespace: dict[str, Any] = {"_cls": cls, "_twin": twin, "_new": object.__new__}
     if twin is not None:
+        namespace["_twin"] = twin
         body = "".join(f"    self.{n} = {n}\n" for n in names)
         if issubclass(cls, StoredRow):
             # No row remembered yet, said as None: reading an unset slot with a default
             # (``dumps`` does, ``StoredRow``) raises and discards an AttributeError.
             body += "    self._row = None\n"
-        source = (
-            f"def build({args}):\n    self = _twin()\n{body}"
-            "    self.__class__ = _cls\n    return self\n"
-        )
+        source = f"{head}    self = _twin()\n{body}    self.__class__ = _cls\n    return self\n"
     else:
         namespace.update({f"_set_{n}": getattr(cls, n).__set__ for n in names})
         body = "".join(f"    _set_{n}(self, {n})\n" for n in names)
-        source = f"def build({args}):\n    self = _new(_cls)\n{body}    return self\n"
+        source = f"{head}    self = _new(_cls)\n{body}    return self\n"
     generate(source, namespace, what=f"fast constructor {cls.__name__}")
     return namespace["build"]
 

@@ -8,10 +8,19 @@ from typing import Any
 
 import attrs
 import pytest
+from doubles import T0
 
-from prana import Activation, ErrorInfo, RetryData, WorkflowExecution, make_converter
+from prana import (
+    Activation,
+    AttemptOutcome,
+    ErrorInfo,
+    RetryData,
+    WorkflowExecution,
+    make_converter,
+)
+from prana._decision import FAST_BUILT
 from prana._fast_hooks import gen_fast_hooks
-from prana._model import HOT_RECORDS, hot_record_problems
+from prana._model import HOT_RECORDS, AttemptRecord, _fast_constructor, hot_record_problems
 
 
 @pytest.mark.parametrize("cls", list(HOT_RECORDS), ids=lambda c: c.__name__)
@@ -104,3 +113,53 @@ def test_generated_functions_have_distinct_file_names() -> None:
     names = {fn.__code__.co_filename for fn in HOT_RECORDS.values()}
     names.add(gen_fast_hooks(conv, WorkflowExecution)[1].__code__.co_filename)
     assert len(names) == len(HOT_RECORDS) + 1
+
+
+def _defaults(cls: type[Any]) -> tuple[list[str], dict[str, Any]]:
+    """The fields ``cls`` requires, and the values attrs gives the trailing defaulted ones."""
+    fields = attrs.fields(cls)
+    required = len(fields)
+    while required and fields[required - 1].default is not attrs.NOTHING:
+        required -= 1
+    defaults = {}
+    for a in fields[required:]:
+        default = a.default
+        defaults[a.name] = default.factory() if isinstance(default, attrs.Factory) else default  # type: ignore[arg-type]
+    return [a.name for a in fields[:required]], defaults
+
+
+@pytest.mark.parametrize("cls", [*HOT_RECORDS, *FAST_BUILT], ids=lambda c: c.__name__)
+def test_fast_constructors_give_the_defaults_attrs_gives(cls: type[Any]) -> None:
+    """Each fast constructor may leave out the trailing defaulted fields, as ``__init__``
+    may, and fills them with attrs' defaults (a factory's value a new one each time)."""
+    build = HOT_RECORDS.get(cls) or FAST_BUILT[cls]
+    required, defaults = _defaults(cls)
+    params = inspect.signature(build).parameters
+    assert list(params) == [a.name for a in attrs.fields(cls)]
+    record = build(*(f"v{i}" for i in range(len(required))))
+    assert {name: getattr(record, name) for name in defaults} == defaults
+    for name in defaults:
+        if isinstance(attrs.fields_dict(cls)[name].default, attrs.Factory):  # type: ignore[arg-type]
+            again = build(*(f"v{i}" for i in range(len(required))))
+            assert getattr(again, name) is not getattr(record, name)
+
+
+def test_a_hot_record_grown_by_a_trailing_field_keeps_its_callers() -> None:
+    """A field added at the end with a default, as the hot-record rule says: every call of
+    the fast constructor made before still builds the record, with the default in it."""
+    fields = {a.name: attrs.field(default=a.default) for a in attrs.fields(AttemptRecord)}
+    grown = attrs.make_class(
+        "GrownAttemptRecord",
+        {**fields, "tries": attrs.field(default=3), "notes": attrs.field(factory=list)},
+        frozen=True,
+        slots=True,
+        kw_only=True,
+        weakref_slot=False,
+    )
+    assert hot_record_problems(grown) == []
+    args = (1, T0, T0, AttemptOutcome.FAILED, None, None, 250, False)
+    record = _fast_constructor(grown)(*args)
+    assert record == grown(
+        **dict(zip([a.name for a in attrs.fields(AttemptRecord)], args, strict=True))
+    )
+    assert (record.tries, record.notes) == (3, [])
