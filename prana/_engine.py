@@ -90,12 +90,10 @@ from prana._state import (
     EXEC_PENDING,
     EXEC_RUNNING,
     EXEC_SUSPENDED,
-    FINAL,
+    FINAL_VALUES,
     NODE_COMPLETED,
     check_transition,
 )
-
-_FINAL_VALUES = frozenset(s.value for s in FINAL)
 
 Clock = Callable[[], datetime]
 
@@ -329,7 +327,7 @@ class Run(Frontier):
             self.parent,
             self.started_at,
             now,
-            now if status._value_ in _FINAL_VALUES else None,
+            now if status._value_ in FINAL_VALUES else None,
             self.trace_context,
             None,
             self.kept,

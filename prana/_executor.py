@@ -45,7 +45,7 @@ from prana._model import (
 )
 from prana._recovery import check_max_interruptions, recover
 from prana._registry import Registry
-from prana._state import ATTEMPT_TRANSITIONS, check_node_transition, check_transition
+from prana._state import ATTEMPT_TRANSITIONS, FINAL, check_node_transition, check_transition
 
 
 def execute_workflow(
@@ -268,7 +268,7 @@ def cancel_execution(
     _, checked_clock, _, checked_observers = checked_call(None, clock, None, observers)
     if execution.status is ExecutionStatus.CANCELLED:
         return execution
-    if execution.status in (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED):
+    if execution.status in FINAL:
         raise ResumeError(
             f"execution {execution.id!r} is {execution.status.value}: it has ended, there "
             "is nothing to cancel"

@@ -67,6 +67,8 @@ FINAL: frozenset[ExecutionStatus] = frozenset(
     s for s, nxt in TRANSITIONS.items() if all((s, n) in REDRIVE for n in nxt)
 )
 """The end states of a run: every edge out of them is a redrive."""
+FINAL_VALUES: frozenset[str] = frozenset(s.value for s in FINAL)
+"""``FINAL`` as the values records and queries hold."""
 
 
 _NEXT: dict[str, frozenset[str]] = {

@@ -27,12 +27,13 @@ from prana._model import MAX_WORKFLOW_VERSION, ParentRef, with_lease
 from prana._policy import schedule_head
 from prana._recovery import check_max_interruptions
 from prana._resolve import resolve as resolve_policies
-from prana._state import EXEC_RUNNING, EXEC_SUSPENDED
+from prana._state import EXEC_RUNNING, EXEC_SUSPENDED, FINAL
 
 __all__ = [
     "CheckpointById",
     "EXEC_RUNNING",
     "EXEC_SUSPENDED",
+    "FINAL",
     "MAX_WORKFLOW_VERSION",
     "ParentRef",
     "WAIT_UNITS",

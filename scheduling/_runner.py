@@ -68,6 +68,7 @@ from prana import (
 from prana.shell import (
     EXEC_RUNNING,  # hot path: members as module globals (see prana.shell)
     EXEC_SUSPENDED,
+    FINAL,
     ParentRef,
     check_max_interruptions,
     expire_webhook,
@@ -155,9 +156,8 @@ class LostStartError(StaleVersionError):
 
 Clock = Callable[[], datetime]
 
-FINAL_STATUSES = frozenset(
-    {ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
-)
+FINAL_STATUSES = FINAL
+"""The statuses that end a run: the core's transition tables say which (``prana.shell``)."""
 SELF_RESUMING_KINDS = frozenset({"retry", "timer", "sub_workflow"})
 """Suspension kinds the runner resumes by itself; any other kind waits for ``deliver``."""
 

@@ -35,8 +35,8 @@ PRANA_PUBLIC = {
 }  # fmt: skip
 
 SHELL_SEAM = {
-    "EXEC_RUNNING", "EXEC_SUSPENDED", "MAX_WORKFLOW_VERSION", "WAIT_UNITS", "CheckpointById",
-    "ParentRef", "arecover_execution", "check_clock", "check_max_interruptions",
+    "EXEC_RUNNING", "EXEC_SUSPENDED", "FINAL", "MAX_WORKFLOW_VERSION", "WAIT_UNITS",
+    "CheckpointById", "ParentRef", "arecover_execution", "check_clock", "check_max_interruptions",
     "closest_types", "compile_workflow", "emit", "expire_webhook", "format_duration",
     "is_aware", "parse_token", "recover_execution", "resolve_policies", "schedule_head",
     "sub_workflow_too_deep", "sub_workflow_tree_too_big", "utcnow", "verify_token",

@@ -386,3 +386,46 @@ def test_cancelling_a_node_whose_record_is_final_is_refused() -> None:
     edited = _with_record(outcome.execution, "w", status=NodeStatus.COMPLETED)
     with pytest.raises(ResumeError, match="completed cannot become cancelled"):
         cancel_execution(edited)
+
+
+# -- the shell's status sets come from the tables -------------------------------------------
+
+
+def test_the_shells_final_statuses_are_the_tables() -> None:
+    """The runner, the web view and the page read "final" from the tables, not a copy."""
+    from scheduling._runner import FINAL_STATUSES
+    from scheduling.web import _html, _views
+
+    assert FINAL_STATUSES is FINAL
+    assert frozenset(_views.FINAL) == {s.value for s in FINAL}
+    assert tuple(s.value for s in ExecutionStatus) == _html.STATUSES
+
+
+@pytest.mark.parametrize("status", list(ExecutionStatus), ids=lambda s: s.value)
+def test_every_status_passes_the_web_and_cli_list_filters(
+    status: ExecutionStatus, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A status the enum has is a filter both the web list and ``prana list --status`` take
+    (a new status added with its table rows must not be refused by one of them)."""
+    from starlette.testclient import TestClient
+
+    from scheduling import Runner
+    from scheduling._cli import main
+    from scheduling.adapters.manual import ManualScheduler
+    from scheduling.stores.memory import MemoryStore
+    from scheduling.stores.sqlite import SQLiteStore
+    from scheduling.web import create_app
+
+    token = "an-operator-token-long-enough"
+    clock = ManualClock(T0)
+    runner = Runner(Registry(), MemoryStore(), ManualScheduler(clock=clock), clock)
+    with runner, TestClient(create_app(runner, token=token)) as client:
+        auth = {"authorization": f"Bearer {token}"}
+        assert client.get(f"/api/executions?status={status.value}", headers=auth).status_code == 200
+        page = client.get(f"/executions?status={status.value}", headers=auth)
+        assert page.status_code == 200
+        assert f'<option value="{status.value}" selected>' in page.text
+    db = str(tmp_path / "prana.db")
+    SQLiteStore(db).close()
+    assert main(["list", "--db", db, "--status", status.value]) == 0
+    assert capsys.readouterr().out.strip() == "no executions"

@@ -36,8 +36,7 @@ def register(add: AddCommand) -> None:
     listing = add("list", "list executions, newest first")
     listing.add_argument(
         "--status",
-        help="only executions with this status: pending, running, suspended, completed, "
-        "failed or cancelled",
+        help=f"only executions with this status: {', '.join(s.value for s in ExecutionStatus)}",
     )
     listing.add_argument("--workflow", help="only executions of this workflow id")
     listing.add_argument(

@@ -15,9 +15,13 @@ from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from prana import ExecutionStatus
+from scheduling.web._views import FINAL
+
 __all__ = ["SCRIPT", "execution_fragment", "execution_page", "list_page", "login_page"]
 
-STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
+STATUSES = tuple(s.value for s in ExecutionStatus)
+"""Every execution status, in the enum's order: the list filter's choices."""
 
 _CSS = """
 :root{--bg:#f7f7f9;--fg:#1d1f24;--muted:#6b7180;--line:#e2e4ea;--card:#fff;
@@ -377,7 +381,7 @@ def _in_path(execution_id: str) -> str:
 def execution_page(view: dict[str, Any], *, root: str) -> str:
     """One execution: its fragment, kept live over ``/executions/{id}/events``."""
     base = f"{root}/executions/{_in_path(view['id'])}"
-    final = view["status"] in ("completed", "failed", "cancelled")
+    final = view["status"] in FINAL
     body = (
         f"<h1>Execution <code>{escape(view['id'])}</code> "
         f"<span id=live class=live>{'final' if final else 'connecting…'}</span></h1>"

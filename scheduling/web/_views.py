@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from prana import AttemptOutcome, ErrorInfo, ExecutionStatus
 from scheduling._console import claimed_resume
+from scheduling._runner import FINAL_STATUSES
 
 if TYPE_CHECKING:
     from prana import NodeExecution, Registry, Workflow, WorkflowExecution
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FINAL", "execution_view", "summary_view"]
 
-FINAL = frozenset({"completed", "failed", "cancelled"})
+FINAL = frozenset(s.value for s in FINAL_STATUSES)
+"""The statuses that end a run (``prana``'s transition tables' ``FINAL``), as values."""
 SCHEDULE_PREVIEW_ROWS = 10
 """At most this many retries of a policy's schedule are shown."""
 
