@@ -67,9 +67,7 @@ def _read_one(value: Any, *, field: str, top: bool) -> list[RetryPolicy]:
     if isinstance(value, str):
         return rappel_brackets(value)
     if isinstance(value, Mapping):
-        if "dialect" in value:
-            return [_marked(value, field=field)]
-        return [_UNMARKED[reading(value)](value, field)]
+        return [_read_mapping(value, field=field)]
     if top and isinstance(value, list | tuple):
         if not value:
             raise InvalidSettingsError(f"{field}: an empty list; give at least one RetryPolicy")
@@ -87,13 +85,18 @@ DIALECTS: tuple[str, ...] = ("prana", "noetl", "rh_agents", "rappel", "waymark")
 """The values of a retry mapping's ``dialect`` key: which design's form it is written in."""
 
 
-def _marked(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
-    """A mapping with a ``dialect`` key: read in that design's form, with its defaults."""
-    name = value["dialect"]
+def _read_mapping(value: Mapping[Any, Any], *, field: str) -> RetryPolicy:
+    """A retry mapping in the form its ``dialect`` key names, with that design's defaults;
+    without the key, in the form ``reading(value)`` finds (an unmarked NoETL mapping keeps
+    prana's jitter reading, ``jitter: true`` being full jitter, but retries every error)."""
+    marked = "dialect" in value
+    name = value["dialect"] if marked else reading(value)
     rest = {k: v for k, v in value.items() if k != "dialect"}
     if name == "prana":
         return _mapping(rest, field=field)
     if name == "noetl":
+        if not marked:
+            return _mapping(rest, field=field, retry_on=CATCH_ALL)
         return _noetl_mapping(rest, field=field)
     if name == "rh_agents":
         return rh_agents(rest, field=field)
@@ -158,32 +161,6 @@ _ALIASES = {
     "non_retryable": "exclude",
 }
 _FIELDS = frozenset(a.name for a in attrs.fields(RetryPolicy))
-
-
-def _unmarked_prana(value: Mapping[Any, Any], field: str) -> RetryPolicy:
-    return _mapping(value, field=field)
-
-
-def _unmarked_noetl(value: Mapping[Any, Any], field: str) -> RetryPolicy:
-    return _mapping(value, field=field, retry_on=CATCH_ALL)
-
-
-def _unmarked_rh_agents(value: Mapping[Any, Any], field: str) -> RetryPolicy:
-    return rh_agents(value, field=field)
-
-
-def _unmarked_rappel(value: Mapping[Any, Any], field: str) -> RetryPolicy:
-    return rappel(**_keywords(value, field=field))
-
-
-_UNMARKED: dict[str, Callable[[Mapping[Any, Any], str], RetryPolicy]] = {
-    "prana": _unmarked_prana,
-    "noetl": _unmarked_noetl,
-    "rh_agents": _unmarked_rh_agents,
-    "rappel": _unmarked_rappel,
-}
-"""How an unmarked mapping is read, by ``reading(value)``: an unmarked NoETL mapping keeps
-prana's jitter reading (``jitter: true`` is full jitter) but retries every error."""
 
 
 def _mapping(value: Mapping[Any, Any], *, field: str, **defaults: Any) -> RetryPolicy:
