@@ -47,7 +47,7 @@ from prana._hooks import (
     SECRET_KEY,
     redact_tokens,
 )
-from prana._jsoncheck import json_problem, json_size
+from prana._jsoncheck import CONTAINER_SIZE, json_problem, json_size
 from prana._limits import (
     DEFAULT_LIMITS,
     Limits,
@@ -627,7 +627,7 @@ class Run(Frontier):
             )
         updates = ctx._state_updates
         if updates:
-            updated = json_size(updates)
+            updated = json_size(updates)  # its entries count, not the dict they came in
             if updated < 0:
                 message = f"node {key!r} state update is not JSON-native at {json_problem(updates)}"
                 return self.settle_failure(
@@ -644,7 +644,7 @@ class Run(Frontier):
                 )
                 error = prana_error(ErrorCode.NON_RETRYABLE, message, key, "ReservedStateKey")
                 return self.settle_failure(cn, node_run, error)
-            size += updated
+            size += updated - CONTAINER_SIZE
         if self.kept + size > self.limits.max_record_size or size > self.limits.max_value_size:
             what = "its output" + (" and state update" if updates else "")
             problem = size_problem(key, what, size, self.kept, self.limits)

@@ -84,22 +84,31 @@ def json_problem(value: Any, path: str = "$", depth: int = 0) -> str | None:
     )
 
 
+CONTAINER_SIZE = 64
+"""What one list or dict counts (``json_size``): about what it takes in memory once loaded.
+Counted as one, a record of 151 MB of ``[[],[],...]`` was within the limits and took 4.5 GB
+and 20 s to load."""
+NUMBER_SIZE = 8
+"""What one number counts: a loaded int or float takes 24-32 bytes (a character, one)."""
+
+
 def json_size(value: Any, depth: int = 0) -> int:
     """The size of JSON-native, storable ``value``; ``-1`` if it is not (``json_problem``
     then says where and why).
 
     Size as prana counts what an execution keeps (``Limits``): the characters of every
-    string (keys included), plus one for each number, bool, null, list item and dict
-    entry. One walk with no path text built, so checking an output costs less than
-    ``json_problem`` did.
+    string (keys included), ``NUMBER_SIZE`` for each number, one for each bool, null, list
+    item and dict entry, and ``CONTAINER_SIZE`` for each list and dict: within a few bytes
+    per unit of what the value takes once loaded. One walk with no path text built, so
+    checking an output costs less than ``json_problem`` did.
     """
     tp = type(value)
     if tp is str:
         return len(value) if value.isascii() or _SURROGATE.search(value) is None else -1
     if tp is int:
-        return 1 if MIN_INT <= value <= MAX_INT else -1
+        return NUMBER_SIZE if MIN_INT <= value <= MAX_INT else -1
     if tp is float:
-        return 1 if math.isfinite(value) else -1
+        return NUMBER_SIZE if math.isfinite(value) else -1
     if value is None or tp is bool:
         return 1
     if depth >= MAX_DEPTH:
@@ -113,14 +122,14 @@ def json_size(value: Any, depth: int = 0) -> int:
             if size < 0:
                 return -1
             total += len(k) + size + 1
-        return total
+        return total + CONTAINER_SIZE
     if tp is list:
         for v in value:
             size = json_size(v, depth + 1)
             if size < 0:
                 return -1
             total += size + 1
-        return total
+        return total + CONTAINER_SIZE
     return -1
 
 
@@ -164,7 +173,7 @@ def shared_json(value: Any) -> tuple[Any, int]:
                 break
             total += len(k) + size + 1
         else:
-            return value, total
+            return value, total + CONTAINER_SIZE
     result, size, _ = _shared(value, {}, 0)
     return result, size
 
@@ -210,6 +219,8 @@ def _shared(value: Any, memo: _Memo, depth: int) -> tuple[Any, int, int]:
                     result = list(value)
                 result[i] = new
     height += 1
+    if total >= 0:
+        total += CONTAINER_SIZE
     memo[id(value)] = (value, result, total, height)
     return result, total, height
 

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from prana._errors import InvalidSettingsError
-from prana._jsoncheck import json_size, jsonable
+from prana._jsoncheck import CONTAINER_SIZE, json_size, jsonable
 from prana._model import AttemptOutcome, ErrorCode, ErrorInfo, NodeStatus, new_error_info
 from prana._noderun import prana_error
 
@@ -59,9 +59,11 @@ class Limits:
     starts, so runners in several processes racing may overshoot by one child each; a
     store without ``count_tree`` (``scheduling.abc.TreeCountingStore``) is not held to it.
 
-    Sizes count the characters of every string (keys included) plus one for each number,
-    bool, null, list item and dict entry; a value named twice counts twice, as the record
-    writes it twice. Give your own to the registry: ``Registry(limits=Limits(...))``.
+    Sizes count the characters of every string (keys included), 8 for each number, 64
+    for each list and dict, and one for each bool, null, list item and dict entry: about
+    what the value takes in memory once loaded (at most ~12 bytes per unit). A value named
+    twice counts twice, as the record writes it twice. Give your own to the registry:
+    ``Registry(limits=Limits(...))``.
     """
 
     max_node_runs: int = attrs.field(default=10_000, validator=_positive("max_node_runs"))
@@ -219,10 +221,13 @@ def record_full(
 def recorded_size(execution: Any) -> int:
     """What ``execution`` keeps, counted from its records: for a record saved before
     ``kept_size`` existed (or built by hand), once, when it is resumed."""
-    total = _size(execution.input) + _size(execution.state)
+    total = _size(execution.input)
+    if execution.state:  # its entries: each state update counts its own, not a dict's
+        total += _size(execution.state) - CONTAINER_SIZE
     for runs in execution.node_executions.values():
         for run in runs:
-            total += _size(run.params)
+            if run.params:  # no params (None, {}) count nothing
+                total += _size(run.params)
             if run.status is NodeStatus.COMPLETED:
                 total += _size(run.output)
             for attempt in run.attempts:

@@ -135,7 +135,7 @@ def prepare_params(
     else:
         node_run.params = params
         size = cn.params_size
-    if count and size:
+    if count and size and node_run.params:  # no params (None, {}) count nothing
         limit_problem = run.keep(cn.key, "its params", size)
         if limit_problem is not None:
             return None, limit_problem

@@ -180,9 +180,11 @@ def test_what_an_execution_keeps_is_capped_across_reloads() -> None:
         assert json.loads(text)["execution"]["kept_size"] == outcome.execution.kept_size
         clock.advance(1)
         outcome = resume_workflow(loads(text), workflow=wf, registry=registry, clock=clock)
-    message = failed_on_a_limit(outcome, "b", "max_record_size")
-    assert "would take what this execution keeps to" in message
     assert isinstance(outcome, Failed)
+    key = outcome.error.node_key  # the node whose values cross the limit first
+    assert key in {"a", "b", "inc", "check"}
+    message = failed_on_a_limit(outcome, key, "max_record_size")
+    assert "would take what this execution keeps to" in message
     assert outcome.execution.kept_size is not None
     # the limit's own error is kept (and counted) past it: nothing else is
     assert outcome.execution.kept_size <= 2_000 + error_size(outcome.error)
@@ -252,7 +254,9 @@ def test_params_naming_big_input_share_it_instead_of_copying_it() -> None:
         seen.append(params)
         return len(params)
 
-    registry = Registry()
+    # 40 copies of 50,000 numbers: 18,000,000 as Limits counts them (each copy is loaded
+    # on its own when the record is read), over the default max_value_size
+    registry = Registry(limits=Limits(max_value_size=20_000_000))
     registry.register("test.keep", keep)
     wf = named_many_times(40)
     tracemalloc.start()
@@ -393,3 +397,41 @@ def test_recorded_errors_count_against_the_record_size_and_are_cut() -> None:
     assert isinstance(first.details, dict)
     assert first.details["status"] == 503  # numbers survive the cut: conditions read them
     assert len(json.dumps(first.details)) < 4_100
+
+
+# --- the count tracks what loading costs ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["empty lists", "empty dicts", "nested lists", "numbers", "floats", "small dicts", "text"],
+)
+def test_what_limits_count_tracks_what_loading_takes(shape: str) -> None:
+    """Counted as one unit, an empty container took ~64 bytes once loaded: a record of
+    151 MB of ``[[],[],...]`` was within the limits and took 4.5 GB and 20 s to load. Each
+    unit counted now stands for at most 12 bytes of the value loaded from its JSON (short
+    strings are the costliest: 10; containers and numbers 1-5)."""
+    import orjson
+
+    from prana._jsoncheck import json_size
+
+    n = 100_000
+    value: Any = {
+        "empty lists": [[] for _ in range(n)],
+        "empty dicts": [{} for _ in range(n)],
+        "nested lists": [[[[]]] for _ in range(n)],
+        "numbers": [10**12 + i for i in range(n)],
+        "floats": [i + 0.5 for i in range(n)],
+        "small dicts": [{"k": i} for i in range(n)],
+        "text": [str(i) for i in range(n)],
+    }[shape]
+    text = orjson.dumps(value)
+    del value
+    tracemalloc.start()
+    try:
+        loaded = orjson.loads(text)
+        taken, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    units = json_size(loaded)
+    assert taken <= 12 * units, f"{taken / units:.1f} bytes per unit counted"
