@@ -1,6 +1,6 @@
 """``NodeRuns``: a loaded execution's node runs, each node's built only when first read.
 
-``prana.loads`` checks every version 3 run row of a document before it returns
+``prana.loads`` checks every stored run row of a document before it returns
 (``prana._compact.check_run``: the same rules the row reader applies, so a corrupt record
 is still refused by ``loads``, naming the field), but builds no ``NodeExecution`` or
 ``AttemptRecord``: ``WorkflowExecution.node_executions`` is then a ``NodeRuns``, which
