@@ -27,6 +27,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from scheduling._errors import StoreError
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
@@ -56,21 +58,27 @@ class Batch:
     parents whose sub-workflow alarm runs after the group.
     """
 
-    __slots__ = ("later", "pending", "ready", "store")
+    __slots__ = ("later", "lost", "pending", "ready", "store")
 
     def __init__(self, store: GroupingStore) -> None:
         self.store = store
         self.pending: list[tuple[WorkflowExecution, int, HeldEvents | None]] = []
         self.ready: list[tuple[WorkflowExecution, int, HeldEvents | None]] = []
         self.later: list[WorkflowExecution] = []
+        self.lost: list[tuple[WorkflowExecution, int, HeldEvents | None, StoreError]] = []
+        """Saves a failed commit rolled back (the runner keeps them: ``_keep_unsaved``)."""
 
     def commit(self) -> None:
-        """Commit the group; its saves become ready to settle (lost, if the commit fails)."""
+        """Commit the group; its saves become ready to settle (``lost``, if the commit fails)."""
         pending = self.pending
         try:
             self.store.commit_group()
-        except BaseException:
+        except StoreError as error:
+            self.lost += [(*saved, error) for saved in pending]
             pending.clear()  # rolled back: nothing of them is stored, nothing to settle
+            raise
+        except BaseException:
+            pending.clear()
             raise
         if pending:
             self.ready.extend(pending)

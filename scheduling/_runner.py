@@ -516,6 +516,9 @@ class Runner(Generic[SchedulerT]):
         self._hook_lock = threading.Lock()
         self._unrunnable: set[tuple[str, int]] = set()
         """Workflow versions whose alarms this runner could not run (said once each)."""
+        self._unsaved: dict[str, tuple[WorkflowExecution, int, HeldEvents | None, int]] = {}
+        """Outcomes whose save failed after their action ran: record, expected version,
+        held events, tries (``_keep_unsaved``)."""
         self._unresumable: set[str] = set()
         """Executions whose records this runner could not resume (said once each)."""
         self._listeners: tuple[Callable[[str], object], ...] = ()
@@ -1126,7 +1129,14 @@ class Runner(Generic[SchedulerT]):
                     raise
                 new = outcome.execution
                 assert new is not None, "the executor returns outcomes with the execution set"
-                version = leases.save(claim, new)
+                try:
+                    version = leases.save(claim, new)
+                except StaleVersionError:
+                    raise  # another runner or a cancel moved it on: this outcome is not wanted
+                except StoreError as error:  # the action ran: keep what it did (``_unsaved``)
+                    if claim.version is not None:
+                        self._keep_unsaved(new, claim.version, held, error)
+                    raise
         finally:
             lock.release()
             self._locks.give(execution_id, lock)
@@ -1411,6 +1421,8 @@ class Runner(Generic[SchedulerT]):
         compare-and-set is dropped (another runner made the transition). ``False`` when
         the execution could not be resumed here and stays as stored (said in the log).
         """
+        if execution_id in self._unsaved:
+            return self._save_unsaved(execution_id)
         try:
             self._step(execution_id, self._alarm_check)
         except ExecutionNotFound:
@@ -1423,6 +1435,71 @@ class Runner(Generic[SchedulerT]):
         except (RecordError, ResumeError, WorkflowNotFound) as error:
             self._cannot_resume(execution_id, error)
             return False
+        return True
+
+    def _keep_unsaved(
+        self,
+        execution: WorkflowExecution,
+        expected_version: int,
+        held: HeldEvents | None,
+        error: StoreError,
+    ) -> None:
+        """A step's outcome the store refused after its action ran (a full disk): keep it
+        and save it again soon, so the record says what happened, not that the attempt
+        was interrupted; its events wait with it (``_save_unsaved``)."""
+        with self._hook_lock:
+            self._unsaved[execution.id] = (execution, expected_version, held, 0)
+            while len(self._unsaved) > _UNRESUMABLE_KEPT:
+                del self._unsaved[next(iter(self._unsaved))]
+        logger.warning(
+            "the outcome of execution %s could not be stored after its action ran (%s); "
+            "this runner keeps it and stores it once the store works again",
+            execution.id,
+            " ".join(str(error).split()),
+        )
+        self._retry_unsaved(execution.id, 0)
+
+    def _retry_unsaved(self, execution_id: str, tries: int) -> None:
+        """Arm the next try of an unsaved outcome: 1 s, then doubling, at most a third of
+        a lease (its lease's end re-arms it too: ``rearm_due`` finds it running)."""
+        delay = min(2.0**tries, self.lease_seconds / 3)
+        try:
+            self.scheduler.schedule(execution_id, self.clock() + timedelta(seconds=delay))
+        except StoreError as error:  # a scheduler in the same failing database
+            logger.debug("arming the next save of %r failed: %s", execution_id, error)
+
+    def _save_unsaved(self, execution_id: str) -> bool:
+        """Store the outcome ``_keep_unsaved`` kept, then settle it; ``True`` once stored.
+
+        Lost to another runner or a cancel meanwhile (the compare-and-set), it is dropped.
+        """
+        with self._locks.held(execution_id):
+            entry = self._unsaved.get(execution_id)
+            if entry is None:
+                return True
+            execution, expected, held, tries = entry
+            try:
+                version = self.store.save(execution, expected)
+            except StaleVersionError:
+                del self._unsaved[execution_id]
+                logger.warning(
+                    "the outcome of execution %s, kept since its save failed, was dropped: "
+                    "another runner or a cancel moved the execution on first",
+                    execution_id,
+                )
+                return True
+            except StoreError:
+                self._unsaved[execution_id] = (execution, expected, held, tries + 1)
+                self._retry_unsaved(execution_id, tries + 1)
+                return False
+            del self._unsaved[execution_id]
+        logger.warning(
+            "the outcome of execution %s is stored now, %d tr%s after its save failed",
+            execution_id,
+            tries + 1,
+            "y" if tries == 0 else "ies",
+        )
+        self._settle(execution, version, held)
         return True
 
     def _cannot_resume(self, execution_id: str, error: Exception) -> None:
@@ -1818,6 +1895,8 @@ class Runner(Generic[SchedulerT]):
                 )
             finally:
                 local.batch = None
+            for execution, version, held, refused in batch.lost:  # its commit failed
+                self._keep_unsaved(execution, version - 1, held, refused)
             self._settle_ready(batch)
             for parent in batch.later:
                 self._sub_workflow_alarm_logged(parent)

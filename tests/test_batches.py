@@ -721,3 +721,74 @@ def test_long_actions_due_at_one_instant_all_start_at_once(kind: str, tmp_path: 
     assert not meet.broken
     assert [e.status for e in ended] == [ExecutionStatus.COMPLETED] * n
     assert batches[0] == n  # they did come as one batch
+
+
+# -- a batch whose commit fails after an action ran (issue 22, finding 6) -----------------------
+
+
+class _FullDisk:
+    """A connection whose ``COMMIT`` fails as on a full disk; the rest goes through."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._conn.execute(sql, *args)
+
+
+class FullDiskStore(SQLiteStore):
+    """A ``SQLiteStore`` whose group commits fail while ``full`` is set (and roll back)."""
+
+    full = False
+
+    def commit_group(self) -> None:
+        if not self.full:
+            super().commit_group()
+            return
+        conn = self._conn
+        self._conn = _FullDisk(conn)  # type: ignore[assignment]
+        try:
+            super().commit_group()
+        finally:
+            self._conn = conn
+
+
+def test_a_batch_whose_commit_failed_keeps_the_outcome_it_lost(tmp_path: Path) -> None:
+    """Two retries in one batch: the first's action runs and its save waits in the group;
+    the commit before the second's action fails (disk full) and rolls it back. The runner
+    keeps that outcome and stores it once the disk has room: no attempt is recorded
+    interrupted, no action runs twice."""
+    store = FullDiskStore(tmp_path / "full.db")
+    clock = ManualClock(T0)
+    registry = Registry()
+    calls: list[int] = []
+
+    def flaky(params: Any, ctx: ActionContext) -> Any:
+        calls.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("down")
+        if len(calls) == 3:  # the batch's first action: the next commit fails
+            store.full = True
+        return {"ok": True}
+
+    registry.register("test.flaky", flaky)
+    scheduler = ManualScheduler(clock, batches=True)
+    runner = Runner(registry, store, scheduler, clock)
+    with runner:
+        ids = [runner.start(workflow(flaky_node())) for _ in range(2)]
+        scheduler.advance(1)  # one batch of both retries
+        store.full = False
+        for _ in range(int(runner.lease_seconds) + 2):  # the worker's loop, every --poll
+            clock.advance(1)
+            runner.rearm_due()
+            scheduler.advance(0)
+        ended = [runner.get(eid) for eid in ids]
+    store.close()
+    assert [e.status for e in ended] == [ExecutionStatus.COMPLETED] * 2
+    for one in ended:
+        run = one.node("r")
+        assert run is not None
+        assert [a.number for a in run.attempts] == [1, 2], run.attempts
+    assert calls == [1, 1, 2, 2]  # each attempt's action ran once

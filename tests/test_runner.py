@@ -40,6 +40,7 @@ from scheduling import (
     ExecutionStore,
     Runner,
     StaleVersionError,
+    StoreError,
     WorkflowConflictError,
     WorkflowNotFound,
 )
@@ -1780,3 +1781,46 @@ def test_prana_worker_once_says_it_resumed_a_stranded_parent(
     parent = store.load(pid)[0]
     store.close()
     assert parent.status is ExecutionStatus.COMPLETED
+
+
+# -- a save that fails after the action ran (issue 22, finding 6) -------------------------------
+
+
+class BreakingStore(MemoryStore):
+    """A ``MemoryStore`` whose saves fail (as on a full disk) while ``broken`` is set."""
+
+    broken = False
+
+    def save(self, execution: WorkflowExecution, expected_version: int | None = None) -> int:
+        if self.broken:
+            raise StoreError("database or disk is full")
+        return super().save(execution, expected_version)
+
+
+def test_an_outcome_whose_save_failed_is_stored_once_the_store_is_back() -> None:
+    """The action ran and ended, then its save failed (disk full): the runner keeps the
+    outcome and stores it when the store works again. Before, the record stayed
+    ``running`` and, its lease over, the attempt was recorded ``interrupted`` ("the process
+    running it stopped", though nothing stopped) and its action ran a second time."""
+    store = BreakingStore()
+    h = Harness(store, fails=1)
+    with h.runner as runner:
+        eid = runner.start(workflow(flaky_node()))
+
+        def break_the_store(ctx: object) -> None:
+            store.broken = True  # while attempt 2 runs: its final save fails
+
+        h.flaky.hook = break_the_store
+        h.scheduler.advance(1)  # the failure is logged (StoreHealth), not raised
+        assert store.load(eid)[0].status is ExecutionStatus.RUNNING
+        store.broken = False
+        for _ in range(int(runner.lease_seconds) + 2):  # the worker's loop, every --poll
+            h.clock.advance(1)
+            runner.rearm_due()
+            h.scheduler.advance(0)
+        done = runner.get(eid)
+    run = done.node("r")
+    assert run is not None
+    assert done.status is ExecutionStatus.COMPLETED
+    assert [a.outcome for a in run.attempts] == [AttemptOutcome.FAILED, AttemptOutcome.COMPLETED]
+    assert h.flaky.calls == 2  # the action ran once per attempt
