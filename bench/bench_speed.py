@@ -51,6 +51,9 @@ Rows and their methods (every ratio is between figures measured in this run):
   function once.
 - ``roundtrip``: a 100-node chain suspended on a webhook wait: ``loads(dumps(x))`` then
   ``resume_workflow`` to completion, per cycle (``--against`` gives today's beside it).
+- ``import``: ``import prana`` as a whole process (its CPU time, median of 21) beside
+  ``import tenacity``, and a process that imports prana and runs a 2-node workflow
+  (``bench/bench_import.py``).
 - ``bytes``: the JSON stored for that suspended execution (``dumps``, UTF-8 bytes);
   beside it LangGraph (``SqliteSaver``, the latest checkpoint's row and its writes) and
   Burr (``SQLitePersister``, the latest state row) running 100 nodes in a chain whose
@@ -118,7 +121,7 @@ from _speed_actions import fails_once  # noqa: E402 - the bench folder is not a 
 
 UTC = timezone.utc
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-ROWS = ("workers", "sqlite", "timers", "join", "retry", "roundtrip", "bytes")
+ROWS = ("workers", "sqlite", "timers", "join", "retry", "roundtrip", "bytes", "import")
 IN_PROCESS = ("workers", "sqlite", "timers", "join", "retry", "roundtrip", "bytes")
 """Rows ``--against`` runs on the older package too (for ``workers``, its ``prana worker``
 processes and the process starting the executions both run the older package)."""
@@ -616,6 +619,34 @@ def burr_bytes(n: int) -> int:
         finally:
             conn.close()
         return int(row[0])
+
+
+def row_import(args: argparse.Namespace) -> list[Row]:
+    """``import prana`` and a plain run, whole processes, beside ``import tenacity``."""
+    from bench_import import PLAIN_RUN, cpu_seconds
+
+    runs = 5 if args.quick else 21
+    codes = {"prana": "import prana", "tenacity": "import tenacity", "run": PLAIN_RUN}
+    for code in codes.values():
+        cpu_seconds(code)  # warm-up: bytecode caches written
+    times: dict[str, list[float]] = {name: [] for name in codes}
+    for _ in range(runs):
+        for name, code in codes.items():
+            times[name].append(cpu_seconds(code))
+    t_prana, t_tenacity, t_run = (statistics.median(times[k]) for k in ("prana", "tenacity", "run"))
+    return [
+        Row(
+            "import prana, whole process (CPU median)",
+            t_prana * 1e3,
+            "ms",
+            t_tenacity * 1e3,
+            "import tenacity",
+            "<= 2.0x tenacity",
+            t_prana <= 2 * t_tenacity,
+            f"import prana and run a 2-node workflow {t_run * 1e3:.1f} ms "
+            f"({t_run / t_tenacity:.2f}x); bench/bench_import.py prints the table",
+        )
+    ]
 
 
 # -- rows: the shell ---------------------------------------------------------------------
@@ -1309,6 +1340,7 @@ MEASURES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "retry": row_retry,
     "roundtrip": row_roundtrip,
     "bytes": row_bytes,
+    "import": row_import,
 }
 
 
