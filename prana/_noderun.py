@@ -215,9 +215,17 @@ def status_of(exc: BaseException) -> int | None:
     """The HTTP status an exception carries the way common clients put it, else ``None``.
 
     ``exc.status_code``, ``exc.response.status_code`` (requests, httpx) or ``exc.status``
-    (aiohttp), the first that is a whole number from 100 to 999. A property that
-    raises, or any other value, is no status: nothing else is read or kept.
+    (aiohttp), the first that is a whole number from 100 to 999. A property that raises,
+    or any other value, is no status: nothing else is read or kept.
     """
+    cls = type(exc)
+    on_class = _CLASS_HAS_STATUS.get(cls)
+    if on_class is None:
+        on_class = _class_has_status(cls)
+    if not on_class:  # the common case, two dict lookups: no such attribute anywhere
+        own = exc.__dict__  # every exception has one (empty unless attributes were set)
+        if not own or ("status_code" not in own and "response" not in own and "status" not in own):
+            return None
     for read in _STATUS_READERS:
         try:
             value = read(exc)
@@ -226,6 +234,18 @@ def status_of(exc: BaseException) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 999:
             return int(value)  # an IntEnum (http.HTTPStatus) is kept as its number
     return None
+
+
+_STATUS_NAMES = ("status_code", "response", "status")
+_CLASS_HAS_STATUS: dict[type[BaseException], bool] = {}
+
+
+def _class_has_status(cls: type[BaseException]) -> bool:
+    """Whether ``cls`` has one of ``_STATUS_NAMES`` (a property, say), cached per class."""
+    if len(_CLASS_HAS_STATUS) > 1024:
+        _CLASS_HAS_STATUS.clear()
+    found = _CLASS_HAS_STATUS[cls] = any(hasattr(cls, name) for name in _STATUS_NAMES)
+    return found
 
 
 _STATUS_READERS: tuple[Callable[[BaseException], Any], ...] = (
