@@ -564,3 +564,38 @@ def test_a_forged_token_is_refused_without_loading_the_record(
         assert asyncio.run(main()) == [404, 404, 404, 200]
         assert runner.get(waiting_id).status is ExecutionStatus.COMPLETED
     store.close()
+
+
+# --- sign-ins from another site neither count nor sign in ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "https://evil.test"},
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site", "origin": "https://sub.127.0.0.1:8000"},
+        {"origin": "http://127.0.0.1:8001"},
+    ],
+)
+def test_a_cross_site_sign_in_neither_counts_nor_signs_in(
+    runner: Runner, headers: dict[str, str]
+) -> None:
+    """A page on another origin made the operator's browser send wrong sign-ins until the
+    right token got 429. Cross-site attempts are refused (403) uncounted, right or wrong;
+    the operator's own page then signs in."""
+    app = create_app(runner, token=OPERATOR)
+
+    async def main() -> None:
+        async with _asgi(app) as browser:
+            for _ in range(LOGIN_FAILURES + 2):
+                wrong = await browser.post("/login", data={"token": "guess-" * 4}, headers=headers)
+                assert wrong.status_code == 403
+            right = await browser.post("/login", data={"token": OPERATOR}, headers=headers)
+            assert right.status_code == 403
+            assert "set-cookie" not in right.headers
+            own = {"origin": "http://127.0.0.1:8000", "sec-fetch-site": "same-origin"}
+            ok = await browser.post("/login", data={"token": OPERATOR}, headers=own)
+            assert ok.status_code == 303
+
+    asyncio.run(main())

@@ -831,6 +831,21 @@ async def _home(request: Request) -> Response:
     return RedirectResponse(f"{_root(request)}/executions", status_code=303)
 
 
+def _cross_site(request: Request) -> bool:
+    """Whether a sign-in came from a page of another site: the browser says so in
+    ``Sec-Fetch-Site`` (which no page can set), or, from a browser too old to send it, an
+    ``Origin`` that is not this host. A page elsewhere made an operator's browser send
+    wrong sign-ins until the operator was locked out; such an attempt neither counts nor
+    signs in. A client that sends neither (curl), or ``Origin: null`` (the view's
+    ``no-referrer`` policy), passes."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site not in ("same-origin", "none")
+    origin = request.headers.get("origin", "null").lower()
+    host = request.headers.get("host", "").lower()
+    return origin != "null" and origin not in (f"http://{host}", f"https://{host}")
+
+
 async def _login(request: Request) -> Response:
     response = await _signing_in(request)
     response.headers.setdefault("cache-control", NO_STORE)
@@ -844,6 +859,8 @@ async def _signing_in(request: Request) -> Response:
         return HTMLResponse(
             _html.login_page(root=_root(request), next_path=next_path, failed=False)
         )
+    if _cross_site(request):
+        return _error(403, "sign in from the view's own login page (a cross-site sign-in)")
     client = _client(request) or "-"
     refused = web.sign_in.refusal(client)
     if refused is not None:
