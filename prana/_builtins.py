@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from prana._durations import HOUR, SECONDS_PER_UNIT, is_aware
 from prana._errors import NonRetryable
-from prana._hooks import PENDING_TOKEN_PREFIX
+from prana._hooks import DELIVERED_PREFIX, PENDING_TOKEN_PREFIX
 from prana._model import (
     MAX_WORKFLOW_VERSION,
     Output,
@@ -38,8 +38,9 @@ __all__ = [
 ]
 
 FOR_EACH_STATE_PREFIX = "__for_each__:"
-RESERVED_STATE_PREFIXES = (FOR_EACH_STATE_PREFIX, PENDING_TOKEN_PREFIX)
-"""State keys the engine keeps for itself: a loop's progress, a handed-out token's digest."""
+RESERVED_STATE_PREFIXES = (FOR_EACH_STATE_PREFIX, PENDING_TOKEN_PREFIX, DELIVERED_PREFIX)
+"""State keys the engine keeps for itself: a loop's progress, a handed-out token's digest,
+a webhook delivery's digest."""
 
 
 def reserved_state_key(updates: Mapping[str, Any], node_key: str, node_type: str) -> str | None:

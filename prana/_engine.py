@@ -42,9 +42,11 @@ from prana._failure import settle_failure
 from prana._frontier import Frontier, Pending, check_pending, new_pending
 from prana._graph import CompiledGraph, CompiledNode
 from prana._hooks import (
+    DELIVERED_PREFIX,
     NO_SECRETS,
     NO_TOKENS,
     SECRET_KEY,
+    delivery_digest,
     redact_tokens,
 )
 from prana._jsoncheck import CONTAINER_SIZE, json_problem, json_size
@@ -639,8 +641,9 @@ class Run(Frontier):
             if reserved is not None:
                 message = (
                     f"node {key!r} state update writes {reserved!r}: keys starting with "
-                    "'__for_each__:' or '__webhook__:' are reserved for prana's own "
-                    "bookkeeping; use another key (copy a reply under a key of your own)"
+                    "'__for_each__:', '__webhook__:' or '__delivered__:' are reserved for "
+                    "prana's own bookkeeping; use another key (copy a reply under a key of "
+                    "your own)"
                 )
                 error = prana_error(ErrorCode.NON_RETRYABLE, message, key, "ReservedStateKey")
                 return self.settle_failure(cn, node_run, error)
@@ -805,8 +808,18 @@ class Run(Frontier):
                     node_run.budget_start = now
             step = self.attempt(cn, node_run, data.attempt_number, data.resume_at, now)
         else:
+            if suspension.kind == "webhook":
+                self.note_delivery(key, suspension.data, resume_data)
             step = self.resume_node(cn, node_run, suspension, resume_data)
         return self.drive(step)
+
+    def note_delivery(self, key: str, data: Any, resume_data: Any) -> None:
+        """Keep what identifies this delivery (``prana._hooks.delivered`` checks a repeat)."""
+        stored = getattr(data, "token_digest", None)
+        if isinstance(stored, str):
+            digest = delivery_digest(stored, resume_data)
+            if digest is not None:
+                self.state[DELIVERED_PREFIX + key] = digest
 
     def suspended_node_run(self, key: str) -> NodeRun:
         """The suspended node's run, running again (its record is replaced when it settles).

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = [
+    "DELIVERED_PREFIX",
     "HOOK_PATH_PREFIX",
     "NO_SECRETS",
     "PENDING_TOKEN_PREFIX",
@@ -27,10 +28,13 @@ __all__ = [
     "SECRET_BYTES",
     "SECRET_KEY",
     "SECRET_REDACTED",
+    "delivered",
+    "delivery_digest",
     "mint_token",
     "parse_token",
     "redact_tokens",
     "token_digest",
+    "used_token",
 ]
 
 SECRET_BYTES = 32
@@ -42,6 +46,10 @@ NO_TOKENS: dict[str, str] = {}
 """``Run.issued`` of every run that minted no resume token (shared, never written)."""
 """A token handed out by ``$webhooks.<key>`` waits in the shared state under this prefix plus
 the node key (its digest only) until that node's webhook wait takes it."""
+DELIVERED_PREFIX = "__delivered__:"  # prana._model compares states without these
+"""Once a webhook wait resumed, the shared state keeps under this prefix plus the node key
+``delivery_digest`` of its token and data, so the same delivery repeated (a sender cut off
+mid-request) is known for what it is, by whoever holds the token only."""
 REDACTED = "[webhook-token]"
 """What a resume token is replaced with in recorded params, outputs and state."""
 _MAX_TOKEN_CHARS = 2048
@@ -101,6 +109,54 @@ def verify(token_digest_stored: str | None, execution_id: str, node_key: str, se
     import hmac
 
     return hmac.compare_digest(expected, token_digest_stored)
+
+
+def delivery_digest(token_digest_stored: str, data: Any) -> str | None:
+    """What the state keeps of a delivery: the token's digest, ``:``, and a SHA-256 (hex)
+    over that digest and the data as sorted JSON (the same value sent with other spacing or
+    key order is the same delivery); ``None`` for data JSON cannot hold."""
+    import hashlib
+
+    import orjson
+
+    try:
+        body = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None
+    material = b"\x00".join((b"prana-webhook-delivery-v1", token_digest_stored.encode(), body))
+    return f"{token_digest_stored}:{hashlib.sha256(material).hexdigest()}"
+
+
+def _deliveries(state: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(node key, kept)`` of every delivery the state keeps."""
+    return [
+        (key[len(DELIVERED_PREFIX) :], kept)
+        for key, kept in state.items()
+        if isinstance(key, str) and key.startswith(DELIVERED_PREFIX) and isinstance(kept, str)
+    ]
+
+
+def used_token(state: Mapping[str, Any], execution_id: str, secret: str) -> bool:
+    """Whether ``secret`` is the one of a token whose wait resumed (constant-time compare)."""
+    import hmac
+
+    for node_key, kept in _deliveries(state):
+        expected = token_digest(execution_id, node_key, secret)
+        if hmac.compare_digest(expected, kept.partition(":")[0]):
+            return True
+    return False
+
+
+def delivered(state: Mapping[str, Any], execution_id: str, secret: str, data: Any) -> bool:
+    """Whether ``data`` is what was delivered with the token of ``secret`` to a webhook wait
+    of this execution that resumed (constant-time compare of the whole record kept)."""
+    import hmac
+
+    for node_key, kept in _deliveries(state):
+        digest = delivery_digest(token_digest(execution_id, node_key, secret), data)
+        if digest is not None and hmac.compare_digest(digest, kept):
+            return True
+    return False
 
 
 SECRET_KEY = "\x00secret:"  # noqa: S105 - a key prefix, not a secret

@@ -20,7 +20,7 @@ from prana._entry import check_clock
 from prana._events import emit
 from prana._executor import arecover_execution, expire_webhook, recover_execution
 from prana._graph import closest_types, compile_workflow
-from prana._hooks import parse_token
+from prana._hooks import delivered, parse_token, used_token
 from prana._hooks import verify as verify_token
 from prana._limits import sub_workflow_too_deep, sub_workflow_tree_too_big
 from prana._model import MAX_WORKFLOW_VERSION, ParentRef, with_lease
@@ -42,6 +42,7 @@ __all__ = [
     "check_max_interruptions",
     "closest_types",
     "compile_workflow",
+    "delivered",
     "emit",
     "expire_webhook",
     "format_duration",
@@ -52,6 +53,7 @@ __all__ = [
     "schedule_head",
     "sub_workflow_too_deep",
     "sub_workflow_tree_too_big",
+    "used_token",
     "utcnow",
     "verify_token",
     "wait_resume",

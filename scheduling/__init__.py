@@ -6,6 +6,7 @@ from scheduling import _ownership
 from scheduling._console import ConsoleView, RetryStats
 from scheduling._errors import (
     ExecutionNotFound,
+    HookAlreadyDelivered,
     HookConflict,
     HookError,
     HookGone,
@@ -30,6 +31,7 @@ __all__ = [
     "ExecutionStore",
     "ExecutionSummary",
     "Fire",
+    "HookAlreadyDelivered",
     "HookConflict",
     "HookError",
     "HookGone",

@@ -9,6 +9,7 @@ from prana import PranaError, RecordError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from prana import ExecutionStatus
     from scheduling.abc import ExecutionSummary, UnreadableRow
 
 
@@ -88,3 +89,18 @@ class HookConflict(HookError):  # noqa: N818 - reads as what happened
     """A cancel, an expiry or another delivery won the race for this wait; nothing changed."""
 
     status = 409
+
+
+class HookAlreadyDelivered(HookError):  # noqa: N818 - reads as what happened
+    """This very delivery (the same token, the same JSON) was applied already: a sender cut
+    off mid-request retried. Nothing ran again; ``status`` is 200, a success to answer.
+
+    ``execution_id`` and ``execution_status`` say where the execution stands now.
+    """
+
+    status = 200
+
+    def __init__(self, execution_id: str, execution_status: ExecutionStatus) -> None:
+        super().__init__(f"this delivery was applied already to execution {execution_id!r}")
+        self.execution_id = execution_id
+        self.execution_status = execution_status

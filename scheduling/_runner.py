@@ -71,12 +71,14 @@ from prana.shell import (
     FINAL,
     ParentRef,
     check_max_interruptions,
+    delivered,
     expire_webhook,
     is_aware,
     parse_token,
     recover_execution,
     sub_workflow_too_deep,
     sub_workflow_tree_too_big,
+    used_token,
     verify_token,
 )
 from prana.shell import utcnow as default_clock  # the core reads it unchecked (fast)
@@ -91,6 +93,7 @@ from scheduling._claims import (
 from scheduling._definitions import Definitions
 from scheduling._errors import (
     ExecutionNotFound,
+    HookAlreadyDelivered,
     HookConflict,
     HookGone,
     HookNotFound,
@@ -364,11 +367,19 @@ def _token_parts(token: str) -> tuple[str, str]:
     return parsed
 
 
-def _check_hook(execution: WorkflowExecution, execution_id: str, secret: str) -> None:
+_BODY_UNREAD: Any = object()
+"""``_check_hook``'s data before the body is read (``check_hook``)."""
+
+
+def _check_hook(
+    execution: WorkflowExecution, execution_id: str, secret: str, body: Any = _BODY_UNREAD
+) -> None:
     """Refuse a token whose secret does not verify against the wait ``execution`` holds now.
 
     The secret is verified before anything else is said: a caller without it learns
-    nothing about the execution its token names, not even that it exists.
+    nothing about the execution its token names, not even that it exists. A token used
+    already whose delivery is repeated with the same ``body`` is ``HookAlreadyDelivered``;
+    before the body is read, a used token's secret lets the body be read to tell.
     """
     suspension = execution.suspension
     data = suspension.data if suspension is not None else None
@@ -378,6 +389,11 @@ def _check_hook(execution: WorkflowExecution, execution_id: str, secret: str) ->
         or not isinstance(data, WebhookData)
         or not verify_token(data.token_digest, execution_id, execution.suspended_node or "", secret)
     ):
+        if body is _BODY_UNREAD:
+            if used_token(execution.state, execution_id, secret):
+                return  # a repeat, maybe: the body tells (deliver_hook)
+        elif delivered(execution.state, execution_id, secret, body):
+            raise HookAlreadyDelivered(execution_id, execution.status)
         raise HookNotFound("no webhook wait answers to this token")
     if execution.status is not ExecutionStatus.SUSPENDED:
         raise HookGone(
@@ -738,12 +754,14 @@ class Runner(Generic[SchedulerT]):
         ``HookNotFound`` (404) for a malformed or unknown token or one that is not this
         wait's; ``HookGone`` (410) when the wait is over (delivered, expired, cancelled; an
         expired wait is failed with ``WebhookTimeout`` first); ``HookConflict`` (409) when a
-        cancel, an expiry or another delivery saved first. Nothing changes on any of them.
+        cancel, an expiry or another delivery saved first; ``HookAlreadyDelivered`` (200)
+        when this token's delivery was applied with the same data already (a sender cut off
+        mid-request retried; other data gets the 404). Nothing changes on any of them.
         """
         execution_id, secret = _token_parts(token)
 
         def check(execution: WorkflowExecution) -> None:
-            _check_hook(execution, execution_id, secret)
+            _check_hook(execution, execution_id, secret, resume_data)
 
         try:
             return self._deliver(execution_id, resume_data, check)
@@ -759,9 +777,10 @@ class Runner(Generic[SchedulerT]):
         """Raise as ``deliver_hook`` would for ``token`` (``HookNotFound``, ``HookGone``),
         delivering nothing: ``POST /hooks/{token}`` asks before it reads the body, so a
         caller without the secret gets its 404 before a byte of its body is parsed. A store
-        with ``webhook_wait`` (SQLite) answers from the end of the record's text, so a
+        with ``webhook_wait`` (SQLite) answers from the end of a large record's text, so a
         forged token costs no load or parse of the record it names; a verified one's
-        ``HookGone`` comes from ``deliver_hook``."""
+        ``HookGone`` comes from ``deliver_hook``. A used token may pass, to have its body
+        read: ``deliver_hook`` tells a repeated delivery from another."""
         execution_id, secret = _token_parts(token)
         light = getattr(self.store, "webhook_wait", None)  # SQLiteStore's light read
         try:

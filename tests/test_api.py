@@ -37,16 +37,16 @@ PRANA_PUBLIC = {
 SHELL_SEAM = {
     "EXEC_RUNNING", "EXEC_SUSPENDED", "FINAL", "MAX_WORKFLOW_VERSION", "WAIT_UNITS",
     "CheckpointById", "ParentRef", "arecover_execution", "check_clock", "check_max_interruptions",
-    "closest_types", "compile_workflow", "emit", "expire_webhook", "format_duration",
+    "closest_types", "compile_workflow", "delivered", "emit", "expire_webhook", "format_duration",
     "is_aware", "parse_token", "recover_execution", "resolve_policies", "schedule_head",
-    "sub_workflow_too_deep", "sub_workflow_tree_too_big", "utcnow", "verify_token",
+    "sub_workflow_too_deep", "sub_workflow_tree_too_big", "used_token", "utcnow", "verify_token",
     "wait_resume", "with_lease",
 }  # fmt: skip
 """``prana.shell``: the core's seam for the ``scheduling`` package, outside the user API."""
 
 SCHEDULING_PUBLIC = {
     "ConsoleView", "ExecutionNotFound", "ExecutionStore", "ExecutionSummary", "Fire",
-    "HookConflict", "HookError", "HookGone", "HookNotFound",
+    "HookAlreadyDelivered", "HookConflict", "HookError", "HookGone", "HookNotFound",
     "RetryStats", "Runner", "Scheduler", "SchedulerStateError", "StaleVersionError",
     "StoreError", "UnreadableRow", "UnreadableRowsError", "WorkflowConflictError",
     "WorkflowNotFound",

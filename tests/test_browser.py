@@ -144,8 +144,10 @@ def test_list_and_live_execution_page(browser: Any, tmp_path: Path) -> None:
             assert response.status_code == 200
             page.wait_for_selector("dl.meta[data-status=completed]")
             page.wait_for_selector("#live:text('final')")
-            again = httpx.post(url + path, json={"approved": True})
-            assert again.status_code == 404
+            again = httpx.post(url + path, json={"approved": True})  # a retry: the same body
+            assert (again.status_code, again.json()["already_delivered"]) == (200, True)
+            other = httpx.post(url + path, json={"approved": False})  # the token is used
+            assert other.status_code == 404
             page.close()
     store.close()
 

@@ -30,7 +30,7 @@ from prana import (
 )
 from prana._hooks import SECRET_BYTES, parse_token
 from prana.testing import ManualClock
-from scheduling import HookConflict, HookGone, HookNotFound, Runner
+from scheduling import HookAlreadyDelivered, HookConflict, HookGone, HookNotFound, Runner
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.memory import MemoryStore
 from scheduling.stores.sqlite import SQLiteStore
@@ -179,6 +179,54 @@ def test_deliver_hook_resumes_once(runner: Runner) -> None:
         runner.deliver_hook(token, {"approved": False})
     assert runner.store.load(execution_id) == before
     assert runner.hook_path(execution_id) is None
+
+
+def test_a_repeated_delivery_answers_delivered_and_runs_nothing(runner: Runner) -> None:
+    """A sender cut off mid-request retries: the same token with the same body, once it was
+    applied, answers "already delivered" (``HookAlreadyDelivered``, 200) and changes nothing;
+    another body, or the same body with another secret, is the 404 of an unknown token."""
+    execution_id, path = waiting(runner)
+    token = path.removeprefix("/hooks/")
+    runner.deliver_hook(token, {"approved": True, "by": ["ann"]})
+    before = runner.store.load(execution_id)
+    with pytest.raises(HookAlreadyDelivered) as delivered:
+        runner.deliver_hook(token, {"by": ["ann"], "approved": True})
+    assert (delivered.value.status, delivered.value.execution_id) == (200, execution_id)
+    assert delivered.value.execution_status is ExecutionStatus.COMPLETED
+    head = token.rpartition(".")[0]
+    for wrong_token, data in [
+        (token, {"approved": False, "by": ["ann"]}),
+        (token, None),
+        (head + "." + "A" * 43, {"approved": True, "by": ["ann"]}),
+    ]:
+        with pytest.raises(HookNotFound, match="no webhook wait answers to this token"):
+            runner.deliver_hook(wrong_token, data)
+    assert runner.store.load(execution_id) == before
+
+
+def test_a_repeated_delivery_over_http_on_sqlite_answers_delivered(tmp_path: Path) -> None:
+    """Over HTTP on SQLite (the token is checked before the body is read, from the record's
+    tail when it is large): the same body again answers "already delivered", another 404."""
+    store = SQLiteStore(tmp_path / "hooks.sqlite3")
+    with make_runner(store) as runner:
+        execution_id, path = waiting(runner)
+        app = create_app(runner, view=False)
+
+        async def main() -> list[tuple[int, Any]]:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                answers = []
+                for body in ({"approved": True}, {"approved": True}, {"approved": False}):
+                    answer = await client.post(path, json=body)
+                    answers.append((answer.status_code, answer.json()))
+                return answers
+
+        first, again, other = asyncio.run(main())
+        assert first == (200, {"ok": True, "execution_id": execution_id, "status": "completed"})
+        assert again[0] == 200
+        assert again[1]["already_delivered"] is True
+        assert other == (404, {"error": "no webhook wait answers to this token"})
+    store.close()
 
 
 def test_wrong_secret_is_not_found_and_changes_nothing(runner: Runner) -> None:
@@ -343,9 +391,17 @@ def test_http_hook_status_codes(runner: Runner, server: str) -> None:
         ok = client.post(path, json={"approved": True})
         assert ok.status_code == 200
         assert ok.json() == {"ok": True, "execution_id": execution_id, "status": "completed"}
-        again = client.post(path, json={"approved": True})
-        assert again.status_code == 404
-        assert again.json() == unknown.json()
+        again = client.post(path, content=b'{ "approved":true }', headers=_json_type())
+        assert again.status_code == 200  # the same delivery (same JSON), cut off and retried
+        assert again.json() == {
+            "ok": True,
+            "already_delivered": True,
+            "execution_id": execution_id,
+            "status": "completed",
+        }
+        other = client.post(path, json={"approved": False})
+        assert other.status_code == 404
+        assert other.json() == unknown.json()
     assert runner.get(execution_id).output == {"approved": True}
 
 

@@ -345,11 +345,11 @@ def test_a_sender_cannot_plant_the_digest_of_a_later_wait() -> None:
         assert runner.get(execution_id).status is ExecutionStatus.FAILED
 
 
-@pytest.mark.parametrize("key", ["__for_each__:loop", "__webhook__:approve"])
+@pytest.mark.parametrize("key", ["__for_each__:loop", "__webhook__:approve", "__delivered__:w"])
 def test_no_state_write_may_use_a_reserved_key(key: str) -> None:
-    """``__for_each__:`` (a loop's progress) and ``__webhook__:`` keys are the engine's:
-    ``workflow.set_state`` (or any action's ``ctx.update_state``) writing one fails its node
-    without retry, naming the key."""
+    """``__for_each__:`` (a loop's progress), ``__webhook__:`` and ``__delivered__:`` keys
+    are the engine's: ``workflow.set_state`` (or any action's ``ctx.update_state``) writing
+    one fails its node without retry, naming the key."""
     workflow = Workflow(
         id="plant",
         nodes=[

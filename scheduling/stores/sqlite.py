@@ -72,6 +72,10 @@ if TYPE_CHECKING:
 __all__ = ["SQLiteStore"]
 
 SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
+LOADED_RECORD_BYTES = 64 * 1024
+"""A record this small is loaded to check a resume token, not read from its tail
+(``webhook_wait``): a forged token costs at most a parse of this much, and a repeated
+delivery of a used token is told from another (``Runner.deliver_hook``)."""
 WAL_SIZE_LIMIT_BYTES = 8 << 20
 """The WAL file is cut back to this size at each checkpoint (``journal_size_limit``): twice
 what the automatic checkpoint lets it reach (1,000 pages of 4 KiB), so a WAL a long reader
@@ -634,7 +638,9 @@ class SQLiteStore(BaseStore):
     def webhook_wait(self, execution_id: str) -> tuple[str, str | None] | None:
         """The stored record's ``(suspended node, token digest)``, read from the last 16 KiB
         of its text without loading or decoding the rest (``webhook_wait_in_tail``); ``None``
-        when that cannot tell (or before Python 3.11, which lacks ``blobopen``).
+        when that cannot tell (or before Python 3.11, which lacks ``blobopen``), and for a
+        record of at most ``LOADED_RECORD_BYTES``, which is loaded instead: it costs little,
+        and only the whole record knows a used token's repeated delivery.
         ``ExecutionNotFound`` when there is no such row."""
         with self._lock:
             row = self._conn.execute(_SEQ, (execution_id,)).fetchone()
@@ -644,6 +650,8 @@ class SQLiteStore(BaseStore):
             if opener is None:
                 return None
             with opener("prana_executions", "data", row[0], readonly=True) as blob:
+                if len(blob) <= LOADED_RECORD_BYTES:
+                    return None  # small: its load says more (a used token's repeat)
                 blob.seek(max(0, len(blob) - WAIT_TAIL_BYTES))
                 tail = blob.read()
         return webhook_wait_in_tail(tail)

@@ -54,6 +54,7 @@ from starlette.routing import Route
 from prana import ExecutionStatus, PranaError, RecordError, ResumeError
 from scheduling._errors import (
     ExecutionNotFound,
+    HookAlreadyDelivered,
     HookError,
     StoreError,
     UnreadableRowsError,
@@ -571,6 +572,15 @@ async def _deliver_body(request: Request, web: _Web, resume_token: str) -> Respo
             return _error(422, f"the body is not valid JSON: {exc}")
     try:
         outcome = await asyncio.to_thread(web.runner.deliver_hook, resume_token, data)
+    except HookAlreadyDelivered as exc:  # the sender's retry of a delivery that was applied
+        return JSONResponse(
+            {
+                "ok": True,
+                "already_delivered": True,
+                "execution_id": exc.execution_id,
+                "status": exc.execution_status.value,
+            }
+        )
     except HookError as exc:
         return _error(exc.status, str(exc))
     except ResumeError as exc:  # the data was refused before anything ran
