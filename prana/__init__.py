@@ -91,70 +91,34 @@ if TYPE_CHECKING:
     )
 
 _MODULES = {
-    "prana._decision": ("AttemptView",),
+    "prana._decision": "AttemptView",
     "prana._errors": (
-        "AttemptTimeout",
-        "DurationError",
-        "InvalidSettingsError",
-        "InvalidWorkflowError",
-        "NonRetryable",
-        "PranaError",
-        "RecordError",
-        "ResumeError",
-        "RetryAfter",
-        "WebhookTimeout",
+        "AttemptTimeout DurationError InvalidSettingsError InvalidWorkflowError NonRetryable "
+        "PranaError RecordError ResumeError RetryAfter WebhookTimeout"
     ),
-    "prana._events": ("Event", "EventType", "Observer"),
+    "prana._events": "Event EventType Observer",
     "prana._executor": (
-        "aexecute_workflow",
-        "aresume_workflow",
-        "cancel_execution",
-        "execute_workflow",
-        "resume_workflow",
+        "aexecute_workflow aresume_workflow cancel_execution execute_workflow resume_workflow"
     ),
-    "prana._graph": ("validate",),
-    "prana._limits": ("Limits",),
-    "prana._lint": ("LintWarning", "lint"),
+    "prana._graph": "validate",
+    "prana._limits": "Limits",
+    "prana._lint": "LintWarning lint",
     "prana._model": (
-        "Activation",
-        "AttemptOutcome",
-        "AttemptRecord",
-        "Completed",
-        "Connection",
-        "ErrorCode",
-        "ErrorInfo",
-        "ExecutionStatus",
-        "Failed",
-        "JSONValue",
-        "Node",
-        "NodeExecution",
-        "NodeSettings",
-        "NodeStatus",
-        "Outcome",
-        "Output",
-        "RetryData",
-        "SubWorkflowData",
-        "Suspend",
-        "TimerData",
-        "WebhookData",
-        "Workflow",
-        "WorkflowExecution",
+        "Activation AttemptOutcome AttemptRecord Completed Connection ErrorCode ErrorInfo "
+        "ExecutionStatus Failed JSONValue Node NodeExecution NodeSettings NodeStatus Outcome "
+        "Output RetryData SubWorkflowData Suspend TimerData WebhookData Workflow "
+        "WorkflowExecution"
     ),
-    "prana._policy": ("RetryPolicy", "Schedule", "ScheduleRow"),
-    "prana._redrive": ("redrive_execution",),
-    "prana._registry": ("ActionContext", "ActionSpec", "Registry"),
+    "prana._policy": "RetryPolicy Schedule ScheduleRow",
+    "prana._redrive": "redrive_execution",
+    "prana._registry": "ActionContext ActionSpec Registry",
     "prana._serialization": (
-        "SCHEMA_VERSION",
-        "dumps",
-        "dumps_workflow",
-        "loads",
-        "loads_workflow",
-        "make_converter",
+        "SCHEMA_VERSION dumps dumps_workflow loads loads_workflow make_converter"
     ),
 }
 """Where each public name lives. Each is imported on first use (``from prana import X`` or
 ``prana.X``), so ``import prana`` costs almost nothing and a run loads only what it uses."""
-_LAZY = {name: module for module, names in _MODULES.items() for name in names}
+_LAZY = {name: module for module, names in _MODULES.items() for name in names.split()}
 
 
 _DISTRIBUTION = "prana-workflows"
