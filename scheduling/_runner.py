@@ -117,9 +117,11 @@ from scheduling.abc import (
     BulkScheduler,
     ClockedScheduler,
     ExecutionStore,
+    FollowingScheduler,
     GroupingStore,
     HandingBackScheduler,
     Scheduler,
+    TimedStore,
     TransactionalScheduler,
     TransactionalStore,
     TreeCountingStore,
@@ -249,6 +251,13 @@ def is_settled(execution: WorkflowExecution) -> bool:
     return False
 
 
+def _store_clock(store: ExecutionStore) -> Clock:
+    """The clock a runner given none reads: its store's server's (``TimedStore``: one clock
+    for every process of a deployment, ``scheduling._clock``), else this process's."""
+    clock = store.clock if isinstance(store, TimedStore) else None
+    return clock if callable(clock) else default_clock
+
+
 def _check_observers(observers: Any) -> tuple[Callable[[Event], object], ...]:
     """``observers`` as a tuple of callables, or a clear error naming the argument."""
     if callable(observers) or isinstance(observers, str | bytes | Mapping):
@@ -335,12 +344,13 @@ def _checked_lease(lease_seconds: object) -> float:
     return float(lease_seconds)
 
 
-def _checked_clock(clock: Clock | None, scheduler: object) -> Clock:
+def _checked_clock(clock: Clock | None, scheduler: object, store: ExecutionStore) -> Clock:
     """The one clock of runner, core and scheduler: ``clock``, else the scheduler's, else
-    the wall clock's; it must read an aware datetime, and agree with the scheduler's."""
+    the store's server's (``_store_clock``); it must read an aware datetime, and agree with
+    the scheduler's."""
     scheduler_clock = scheduler.clock if isinstance(scheduler, ClockedScheduler) else None
     if clock is None:
-        clock = scheduler_clock if callable(scheduler_clock) else default_clock
+        clock = scheduler_clock if callable(scheduler_clock) else _store_clock(store)
     elif callable(scheduler_clock) and scheduler_clock is not clock:
         raise InvalidSettingsError(
             f"Runner(clock={clock!r}): the scheduler has its own clock {scheduler_clock!r}; "
@@ -499,11 +509,13 @@ class Runner(Generic[SchedulerT]):
         _check_recover(recover)
         lease_seconds = _checked_lease(lease_seconds)
         check_max_interruptions(max_interruptions, "Runner")
-        clock = _checked_clock(clock, scheduler)
+        clock = _checked_clock(clock, scheduler, store)
         if scheduler is None:
             from scheduling.adapters.apscheduler import APSchedulerAdapter
 
             scheduler = cast("SchedulerT", APSchedulerAdapter())
+        if isinstance(scheduler, FollowingScheduler):
+            scheduler.follow(clock)
         self.registry = registry
         self.store: ExecutionStore = store
         self.scheduler = scheduler

@@ -1,14 +1,15 @@
 """The shell's interfaces: the alarm clock (``Scheduler``), the truth (``ExecutionStore``).
 
 Optional ones name what some backends can do more: a scheduler that keeps the time itself
-(``ClockedScheduler``), a store whose schema is versioned (``MigratingStore``), and a store
-and a scheduler on one database that arm each alarm inside the save that implies it
-(``TransactionalStore``, ``TransactionalScheduler``); a scheduler that hands over every
-alarm due at one instant in one call (``BatchingScheduler``) and a store that commits
-several saves of one thread together (``GroupingStore``); a store that claims an execution
-by its columns alone, leaving its stored record as it was (``ClaimingStore``); a store
-that counts a tree of sub-workflow
-executions (``TreeCountingStore``); an observer that keeps each execution in one trace
+(``ClockedScheduler``) or follows the runner's (``FollowingScheduler``), a store whose
+server keeps the time of a deployment (``TimedStore``), a store whose schema is versioned
+(``MigratingStore``), and a store and a scheduler on one database that arm each alarm inside
+the save that implies it (``TransactionalStore``, ``TransactionalScheduler``); a scheduler
+that hands over every alarm due at one instant in one call (``BatchingScheduler``) and a
+store that commits several saves of one thread together (``GroupingStore``); a store that
+claims an execution by its columns alone, leaving its stored record as it was
+(``ClaimingStore``); a store that counts a tree of sub-workflow executions
+(``TreeCountingStore``); an observer that keeps each execution in one trace
 (``TracePropagator``). The ``Runner`` finds every capability through these protocols and
 looks for nothing else.
 
@@ -87,6 +88,33 @@ class ClockedScheduler(Protocol):
     @property
     def clock(self) -> Callable[[], datetime]:
         """The clock the scheduler fires by: a callable returning an aware datetime."""
+
+
+@runtime_checkable
+class FollowingScheduler(Protocol):
+    """A scheduler that fires by the wall clock of its process and can follow another clock.
+
+    A ``Runner`` calls ``follow(clock)`` with its own clock: an alarm due at ``due_at`` by
+    that clock then fires when that clock reaches it, however far the process's wall clock
+    is from it (``APSchedulerAdapter``, ``AsyncioScheduler``).
+    """
+
+    def follow(self, clock: Callable[[], datetime]) -> None:
+        """Read due times by ``clock`` from now on."""
+
+
+@runtime_checkable
+class TimedStore(Protocol):
+    """A store whose server keeps the time every process of a deployment reads.
+
+    ``PostgresStore``: a ``Runner`` given no clock (and a scheduler without one) uses
+    ``clock``, so leases, claims and due times written by one process are judged by
+    another on one clock, whatever the processes' wall clocks say.
+    """
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The server's time, as an aware UTC datetime."""
 
 
 @attrs.frozen(kw_only=True)

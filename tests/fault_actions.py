@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -73,11 +74,46 @@ class _KillOn(logging.Handler):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def kernel_now(scratch: str) -> float:
+    """The machine's time (POSIX seconds) as the kernel stamps a file written now.
+
+    A process under libfaketime reads a skewed wall clock (``time.time``), but the time the
+    kernel stamps on a write is the machine's: the skew tests measure with it.
+    """
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"x")
+        stamped = os.fstat(fd).st_mtime_ns / 1e9
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+    return stamped
+
+
+def timed(params: Any, ctx: Any) -> Any:
+    """``scripted``, logging the machine's time (``kernel_now``) as each attempt starts and
+    ends: ``<execution id> <attempt> start|end <seconds> <pid>`` lines in ``params['log']``.
+    """
+    scratch = f"{params['log']}.{os.getpid()}.clock"
+    line = f"{ctx.execution_id} {ctx.attempt} {{}} {{:.6f}} {os.getpid()}"
+    _append(params["log"], line.format("start", kernel_now(scratch)))
+    try:
+        # Not time.sleep: under libfaketime (DONT_FAKE_MONOTONIC) it fails with EINVAL.
+        threading.Event().wait(float(params.get("hold", 0)))
+        step = params["script"][min(ctx.attempt, len(params["script"])) - 1]
+        if step == "fail":
+            raise ConnectionError(f"scripted failure on attempt {ctx.attempt}")
+        return {"attempt": ctx.attempt}
+    finally:
+        _append(params["log"], line.format("end", kernel_now(scratch)))
+
+
 def register(registry: Any) -> None:
     """Add the actions to the CLI's registry; with ``PRANA_FAULT_KILL_ON=event:workflow``
     in the environment, the process kills itself on that event (``_KillOn``)."""
     registry.register("fault.gate", gate)
     registry.register("fault.scripted", scripted)
+    registry.register("fault.timed", timed)
     kill_on = os.environ.get("PRANA_FAULT_KILL_ON")
     if kill_on:
         event, workflow = kill_on.split(":")

@@ -25,6 +25,8 @@ appends each run's numbers as a JSON line.
 
 from __future__ import annotations
 
+import glob
+import itertools
 import json
 import os
 import random
@@ -49,6 +51,7 @@ from prana import (
     NodeSettings,
     RetryPolicy,
     Workflow,
+    dumps_workflow,
 )
 from prana.testing import ManualClock
 from scheduling import Runner
@@ -706,3 +709,280 @@ def test_long_actions_due_at_once_on_two_workers_all_start_within_a_second(
         for worker in processes:
             assert worker.wait() == 0, worker.stderr
         store.close()
+
+
+# -- one process's clock 2 minutes off (issue 22, finding 2) -------------------------------
+
+
+LIBFAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
+SKEW_SECONDS = 120
+SKEW_LEASE_SECONDS = 2.0
+SKEW_HOLD_SECONDS = 3.0
+"""Each attempt runs longer than the lease: its process must renew it, and no other may
+take it over."""
+SKEW_RETRY_SECONDS = 2.0
+SKEW_TIMER_MS = (1000, 3000)
+"""The executions' timers fall due evenly between these (from their creation)."""
+TOLERANCE_SECONDS = 0.25
+"""How early (by the machine's clock) an action may start before its due time: rounding."""
+LATE_SECONDS = 15.0
+"""How late a retry may start after its due time on a loaded machine (a skew: 120 s)."""
+SKEW_LEASE = ("--lease", str(SKEW_LEASE_SECONDS))
+WORKER_ARGV = ("worker", "--postgres")
+RUN_ARGV = ("run", "wf.json", "--postgres")
+RUN_INPUT = ("--input", '{"delay_ms": 1000}')
+SKEWED_EXECUTIONS = 16 if FULL else 6
+SKEWED_RUNS = 3 if FULL else 1
+
+
+def skewed(seconds: int) -> dict[str, str]:
+    """The environment that puts one process's wall clock ``seconds`` off (libfaketime).
+
+    Its monotonic clock stays the machine's, as a real skew leaves it.
+    """
+    found = sorted(glob.glob(LIBFAKETIME_GLOB))
+    if not found:
+        message = "libfaketime is not installed (Debian: apt-get install libfaketime)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return {"LD_PRELOAD": found[-1], "FAKETIME": f"{seconds:+d}s", "DONT_FAKE_MONOTONIC": "1"}
+
+
+def skew_workflow(log: Path, script: tuple[str, ...] = ("fail", "ok")) -> Workflow:
+    """trigger -> a timer (``delay_ms`` from the input) -> ``fault.timed``: a long attempt
+    that fails, a retry ``SKEW_RETRY_SECONDS`` later, a long attempt that succeeds."""
+    return Workflow(
+        id="skew-" + "-".join(script),
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="wait",
+                type="wait.wait",
+                params={"mode": "interval", "duration": "{{ $input.main.delay_ms }}", "unit": "ms"},
+            ),
+            Node(
+                key="act",
+                type="fault.timed",
+                params={"log": str(log), "script": list(script), "hold": SKEW_HOLD_SECONDS},
+                settings=NodeSettings(
+                    retry=RetryPolicy(
+                        max_attempts=len(script),
+                        backoff="constant",
+                        initial_delay=SKEW_RETRY_SECONDS,
+                    )
+                ),
+            ),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="wait"),
+            Connection(from_node="wait", to_node="act"),
+        ],
+    )
+
+
+@attrs.define
+class SkewReport:
+    """What a run with one process's clock off did, by the machine's clock."""
+
+    case: str
+    executions: int
+    stuck: int = 0
+    runs_twice: int = 0
+    """Attempts whose action ran more than once (nothing was killed: none may)."""
+    twice_at_once: int = 0
+    """Of those, attempts whose two runs overlapped in time."""
+    false_interruptions: int = 0
+    timers_early: int = 0
+    most_early_seconds: float = 0.0
+    retries_early: int = 0
+    retries_late: int = 0
+    most_late_seconds: float = 0.0
+
+    def publish(self) -> None:
+        line = json.dumps(attrs.asdict(self))
+        print(f"\nskew run: {line}")
+        path = os.environ.get("PRANA_FAULT_REPORT")
+        if path:
+            with open(path, "a") as file:
+                file.write(line + "\n")
+
+    def assert_clean(self) -> None:
+        self.publish()
+        assert attrs.asdict(self) == {
+            **attrs.asdict(self),
+            **dict.fromkeys(
+                (
+                    "stuck",
+                    "runs_twice",
+                    "twice_at_once",
+                    "false_interruptions",
+                    "timers_early",
+                    "retries_early",
+                    "retries_late",
+                ),
+                0,
+            ),
+        }
+
+
+def timed_runs(log: Path) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    """Every run of an attempt ``fault.timed`` logged: (start, end) by the machine's clock."""
+    starts: dict[tuple[str, int, int], list[float]] = {}
+    runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    lines = log.read_text().split("\n")[:-1] if log.exists() else []
+    for line in lines:
+        execution_id, attempt, what, at, pid = line.split()
+        key = (execution_id, int(attempt), int(pid))
+        if what == "start":
+            starts.setdefault(key, []).append(float(at))
+        elif starts.get(key):
+            runs.setdefault(key[:2], []).append((starts[key].pop(0), float(at)))
+    for key, pending in starts.items():
+        for started in pending:  # still running (or its process died): open-ended
+            runs.setdefault(key[:2], []).append((started, float("inf")))
+    return runs
+
+
+def skew_check(
+    store: ExecutionStore,
+    delays: dict[str, int],
+    log: Path,
+    report: SkewReport,
+    created_at: float | None = None,
+) -> None:
+    """Fill ``report`` from the store and the log of ``fault.timed``.
+
+    A timer is due ``delays[id]`` ms after its execution began: by its record's start time
+    when the test began it (its clock is the machine's), else after ``created_at`` (a
+    skewed ``prana run`` records its own clock's time; it began it after that).
+    """
+    runs = timed_runs(log)
+    for spans in runs.values():
+        if len(spans) > 1:
+            report.runs_twice += 1
+            spans.sort()
+            if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)):
+                report.twice_at_once += 1
+    for execution_id, delay_ms in delays.items():
+        execution, _ = store.load(execution_id)
+        if execution.status not in (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED):
+            report.stuck += 1
+        for node_runs in execution.node_executions.values():
+            for node_run in node_runs:
+                report.false_interruptions += sum(
+                    a.outcome is AttemptOutcome.INTERRUPTED for a in node_run.attempts
+                )
+        assert execution.started_at is not None
+        began = execution.started_at.timestamp() if created_at is None else created_at
+        due = began + delay_ms / 1000
+        first = runs.get((execution_id, 1))
+        if first:
+            early = due - min(start for start, _ in first)
+            report.most_early_seconds = max(report.most_early_seconds, round(early, 3))
+            report.timers_early += early > TOLERANCE_SECONDS
+        second = runs.get((execution_id, 2))
+        if first and second:
+            retry_due = min(end for _, end in first) + SKEW_RETRY_SECONDS
+            late = min(start for start, _ in second) - retry_due
+            report.most_late_seconds = max(report.most_late_seconds, round(late, 3))
+            report.retries_early += late < -TOLERANCE_SECONDS
+            report.retries_late += late > LATE_SECONDS
+
+
+def create_skewed(store: ExecutionStore, log: Path, count: int) -> dict[str, int]:
+    """``count`` executions of ``skew_workflow`` waiting on their timers; their delays (ms)."""
+    runner = Runner(load_actions(ACTIONS), store, ManualScheduler(ManualClock(_now())))
+    low, high = SKEW_TIMER_MS
+    delays = {}
+    for index in range(count):
+        delay_ms = low + (high - low) * index // max(1, count - 1)
+        delays[runner.start(skew_workflow(log), {"delay_ms": delay_ms})] = delay_ms
+    return delays
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("skew", [SKEW_SECONDS, -SKEW_SECONDS])
+@pytest.mark.parametrize("scheduler", ["procrastinate", "apscheduler"])
+def test_a_worker_whose_clock_is_minutes_off_runs_nothing_twice_nor_early(
+    scheduler: str, skew: int, tmp_path: Path, processes: list[Prana], fault_database: str
+) -> None:
+    """Two workers on one PostgreSQL, one with its wall clock 2 minutes off: no attempt is
+    taken over while it runs, no ledger says "interrupted", no timer or retry fires early,
+    and none late."""
+    from scheduling.stores.postgres import PostgresStore
+
+    log = tmp_path / "calls.log"
+    store = PostgresStore(fault_database)
+    delays = create_skewed(store, log, SKEWED_EXECUTIONS)
+    report = SkewReport(case=f"{scheduler} worker {skew:+d}s", executions=len(delays))
+    argv = ["worker", "--postgres", fault_database, "--actions", ACTIONS]
+    argv += ["--poll", "0.5", "--lease", str(SKEW_LEASE_SECONDS)]
+    if scheduler == "procrastinate":
+        argv += ["--scheduler", "procrastinate"]
+    alive: dict[int, Prana] = {}
+    for env in (skewed(skew), {}):
+        worker = Prana(argv, cwd=tmp_path, env=env)
+        processes.append(worker)
+        assert worker.wait_for_output("worker on "), worker.stderr
+        alive[worker.pid] = worker
+    try:
+        wait_until(lambda: settled(store, dict.fromkeys(delays, ())), timeout=120)
+    finally:
+        stop_all(alive)
+        skew_check(store, delays, log, report)
+        store.close()
+    report.assert_clean()
+    for worker in alive.values():
+        assert worker.wait() == 0, worker.stderr
+        assert "Traceback" not in worker.stderr, worker.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("who", "skew"),
+    [
+        ("run", -SKEW_SECONDS),
+        ("run", SKEW_SECONDS),
+        ("worker", SKEW_SECONDS),
+        ("worker", -SKEW_SECONDS),
+    ],
+)
+def test_prana_run_beside_a_worker_with_clocks_minutes_apart_runs_nothing_twice(
+    who: str, skew: int, tmp_path: Path, processes: list[Prana], fault_database: str
+) -> None:
+    """``prana run`` of a long attempt while a worker runs on the same PostgreSQL, one of
+    them 2 minutes off: the worker never takes the live attempt over."""
+    from scheduling.stores.postgres import PostgresStore
+
+    log = tmp_path / "calls.log"
+    (tmp_path / "wf.json").write_text(dumps_workflow(skew_workflow(log, ("ok",))))
+    worker = Prana(
+        [*WORKER_ARGV, fault_database, "--actions", ACTIONS, "--poll", "0.2", *SKEW_LEASE],
+        cwd=tmp_path,
+        env=skewed(skew) if who == "worker" else {},
+    )
+    processes.append(worker)
+    assert worker.wait_for_output("worker on "), worker.stderr
+    runs = []
+    launched = time.time()
+    for _ in range(SKEWED_RUNS):
+        run = Prana(
+            [*RUN_ARGV, fault_database, "--actions", ACTIONS, *SKEW_LEASE, *RUN_INPUT],
+            cwd=tmp_path,
+            env=skewed(skew) if who == "run" else {},
+        )
+        processes.append(run)
+        runs.append(run)
+    for run in runs:
+        assert run.wait(120) == 0, run.stdout + run.stderr
+    store = PostgresStore(fault_database)
+    try:
+        ids = {row.id: 1000 for row in store.list(workflow_id="skew-ok")}
+        report = SkewReport(case=f"prana run, {who} {skew:+d}s", executions=len(ids))
+        skew_check(store, ids, log, report, created_at=launched)
+    finally:
+        store.close()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0, worker.stderr
+    report.assert_clean()

@@ -234,6 +234,7 @@ class APSchedulerAdapter:
                 f"APSchedulerAdapter(name={name!r}): use a non-empty string, or None"
             )
         self._mode = mode
+        self._clock: Callable[[], datetime] | None = None
         self._jobstore = jobstore
         self._owns_scheduler = scheduler is None
         self._scheduler: BaseScheduler = scheduler if scheduler is not None else self._create()
@@ -343,7 +344,7 @@ class APSchedulerAdapter:
     def hand_back(self, execution_ids: Sequence[str]) -> None:
         """Fire these alarms of a batch again now, one job each: the pool's free threads
         take them at once (``BatchingScheduler``)."""
-        now = datetime.now(timezone.utc)
+        now = self._clock() if self._clock is not None else datetime.now(timezone.utc)
         self._singles = True
         for execution_id in execution_ids:
             self._add_job(
@@ -353,6 +354,19 @@ class APSchedulerAdapter:
                 job_id(execution_id),
                 f"prana resume {execution_id}",
             )
+
+    def follow(self, clock: Callable[[], datetime]) -> None:
+        """Read due times by ``clock`` (the runner's; ``scheduling.abc.FollowingScheduler``).
+
+        APScheduler fires by this process's wall clock: each alarm is handed to it at the
+        wall time at which ``clock`` will reach its due time, so a wall clock minutes off
+        the runner's (a ``PostgresStore``'s server time) fires nothing early nor late.
+        """
+        if not callable(clock):
+            raise InvalidSettingsError(
+                f"APSchedulerAdapter.follow({clock!r}): pass a callable returning an aware datetime"
+            )
+        self._clock = clock
 
     def _add_job(
         self,
@@ -364,6 +378,9 @@ class APSchedulerAdapter:
     ) -> None:
         """Add (or replace) one date job: every alarm job fires once, however late, never
         skipped as misfired nor run twice at once."""
+        clock = self._clock
+        if clock is not None:  # the wall time at which the runner's clock reaches due_at
+            due_at = due_at + (datetime.now(timezone.utc) - clock())
         self._scheduler.add_job(
             func,
             trigger="date",

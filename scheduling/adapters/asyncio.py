@@ -54,6 +54,10 @@ class AsyncioScheduler:
         self._handles: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
 
+    def follow(self, clock: Callable[[], datetime]) -> None:
+        """Read due times by ``clock`` (the runner's; ``scheduling.abc.FollowingScheduler``)."""
+        self._clock = clock
+
     def start(self, fire: Fire) -> None:
         """Begin firing through ``fire``; call it in the running loop unless ``loop=`` was given."""
         if self._fire is not None:

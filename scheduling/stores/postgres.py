@@ -50,6 +50,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from prana import ExecutionStatus, InvalidSettingsError, WorkflowExecution, dumps
 from scheduling._checks import check_schema_name
+from scheduling._clock import StoreClock
 from scheduling._errors import (
     ExecutionNotFound,
     StoreError,
@@ -137,6 +138,8 @@ _SETUP_LOCK = 0x70_72_61_6E_61  # "prana": one advisory lock so concurrent setup
 
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
 _PROBE_FIRST_PAUSE_SECONDS = 0.1
+_CLOCK_WAIT_SECONDS = 1.0
+"""How long reading the server's time waits for a pooled connection (else: read later)."""
 
 
 def _connect_timeout(seconds: Any, from_dsn: str | int | None) -> float:
@@ -274,6 +277,9 @@ class PostgresStore(GroupsMixin, BaseStore):
         self._grouping = threading.local()
         """Per thread: ``depth`` of ``grouped()`` blocks, the group's ``conn``, ``broken``."""
         self.group_commits = group_commits
+        self.clock = StoreClock(self._server_time, where="the PostgreSQL server")
+        """The server's time (``scheduling.abc.TimedStore``): a ``Runner`` given no clock
+        uses it, so every process judges leases and due times by one clock."""
 
     @property
     def group_commits(self) -> str:
@@ -334,7 +340,21 @@ class PostgresStore(GroupsMixin, BaseStore):
                 except psycopg.Error as exc:
                     raise driver_error(exc, "creating the tables") from exc
                 self._ready = True
+                self.clock.sync()
             return self._pool
+
+    def _server_time(self) -> datetime | None:
+        """The server's ``clock_timestamp()``; ``None`` while the pool is not open, or when
+        the server cannot be asked now (the clock keeps its last reading)."""
+        pool = self._pool
+        if pool is None or not self._ready:
+            return None
+        try:
+            with pool.connection(timeout=_CLOCK_WAIT_SECONDS) as conn:
+                row = conn.execute("SELECT clock_timestamp()").fetchone()
+        except (psycopg.Error, PoolTimeout):
+            return None
+        return None if row is None else cast("datetime", row[0])
 
     @contextlib.contextmanager
     def _connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
