@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -237,6 +238,56 @@ def test_a_postgres_group_holds_one_connection_for_all_its_calls(postgres_dsn: s
             store.save_workflow(workflow(wid="one-connection"))
         assert store.load_workflow("one-connection", 1) == workflow(wid="one-connection")
     finally:
+        store.close()
+        drop_schema(postgres_dsn, schema)
+
+
+@pytest.mark.postgres
+def test_postgres_groups_leave_the_last_connection_to_lease_renewals(postgres_dsn: str) -> None:
+    """With every connection but one held by groups (steps whose actions run), a save made
+    outside any group (a lease renewal) still gets a connection at once, and the next group
+    waits for a group to end instead of taking it.
+
+    Groups took every connection, renewals waited past the lease, and other workers ran the
+    live attempts a second time (APScheduler workers on PostgreSQL, 4 of 6 long attempts).
+    """
+    from scheduling.stores.postgres import PostgresStore
+
+    schema = f"prana_group_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(postgres_dsn, schema=schema, max_connections=2)
+    held, release = threading.Event(), threading.Event()
+    second_in = threading.Event()
+    errors: list[StoreError] = []
+
+    def group(eid: str, entered: threading.Event) -> None:
+        try:
+            with store.grouped():
+                store.save(retry(eid, T0 + timedelta(seconds=1)), 1)
+                store.commit_group()
+                entered.set()
+                release.wait(10)
+        except StoreError as error:  # reported below
+            errors.append(error)
+
+    try:
+        for eid in ("a", "b", "c"):
+            store.save(retry(eid, T0), None)
+        first = threading.Thread(target=group, args=("a", held))
+        first.start()
+        assert held.wait(10)
+        second = threading.Thread(target=group, args=("b", second_in))
+        second.start()
+        assert not second_in.wait(0.5)  # it waits for a group slot: the last connection is free
+        started = time.monotonic()
+        assert store.save(retry("c", T0 + timedelta(seconds=1)), 1) == 2  # a renewal's save
+        assert time.monotonic() - started < 2
+        release.set()
+        first.join(10)
+        assert second_in.wait(10)
+        second.join(10)
+        assert errors == []
+    finally:
+        release.set()
         store.close()
         drop_schema(postgres_dsn, schema)
 

@@ -9,6 +9,13 @@ transaction back: the group is then *broken*, every grouped save refuses until t
 ``commit_group``, which raises ``StoreError`` (lost, as with a failed commit) and starts
 afresh. Other threads and processes see none of it before the commit; a row the group
 wrote waits for the commit before another transaction can write it.
+
+Groups never take the pool's last connection (``_group_slots``: one fewer than
+``max_connections``): a group keeps its connection while its step's action runs, and with
+every connection so held, the lease renewals of those very steps (made outside any group)
+waited for one past the lease, and other workers took the live attempts over and ran them
+a second time at once. A group waits for a slot before its first statement, before any
+claim, so nothing it holds expires meanwhile.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ class GroupsMixin:
     """The group machinery of ``PostgresStore`` (its base class)."""
 
     _grouping: threading.local
+    _group_slots: threading.BoundedSemaphore
     _pool: ConnectionPool | None
     _parsed: ParsedCache
     _begin_group: str
@@ -201,8 +209,18 @@ class GroupsMixin:
                 pool.putconn(conn)
             conn = None
         if conn is None:
+            pool = self._connections()
+            if getattr(local, "slot", None) is None:
+                slots = self._group_slots
+                if not slots.acquire(timeout=pool.timeout):
+                    raise StoreError(
+                        f"PostgreSQL: no connection for a group of saves within {pool.timeout:g}s"
+                        " (every one but the last is held by other groups; raise "
+                        "max_connections)"
+                    )
+                local.slot = slots
             try:
-                conn = self._connections().getconn()
+                conn = pool.getconn()
             except psycopg.Error as exc:
                 raise driver_error(exc, "taking a connection for a group of saves") from exc
             local.conn = conn
@@ -226,6 +244,10 @@ class GroupsMixin:
         local.conn = None
         local.broken = None
         local.dirty = False
+        slot = getattr(local, "slot", None)
+        if slot is not None:  # the semaphore it came from (a reopened pool has a new one)
+            local.slot = None
+            slot.release()
         pool = self._pool
         if conn is not None and pool is not None:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:

@@ -333,6 +333,7 @@ class PostgresStore(GroupsMixin, BaseStore):
                         f"cannot connect to PostgreSQL within {self.connect_timeout_seconds:g}s"
                         " (PostgresStore dsn); check that the server runs and the dsn is right"
                     ) from None
+                self._group_slots = threading.BoundedSemaphore(max(1, self.max_connections - 1))
                 self._pool = pool
             if not self._ready:
                 try:
