@@ -15,7 +15,7 @@ import textwrap
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -252,3 +252,70 @@ def test_sigterm_stops_serve_gracefully(tmp_path: Path, when: str) -> None:
     assert rest.splitlines()[-1] == (
         "serve stopped (SIGTERM): suspended executions stay in the store for the next worker"
     )
+
+
+# --- the proxy headers prana serve believes --------------------------------------------------
+
+
+def _uvicorn_running(config: Any) -> Any:
+    """Run uvicorn with ``config`` (its own socket on a free port) until the block ends."""
+    import uvicorn
+
+    started = threading.Event()
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            started.set()
+
+    server = _Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+
+    @contextlib.contextmanager
+    def running() -> Iterator[str]:
+        thread.start()
+        try:
+            assert started.wait(READY_TIMEOUT_SECONDS)
+            yield f"http://127.0.0.1:{config.port}"
+        finally:
+            server.should_exit = True
+            thread.join(READY_TIMEOUT_SECONDS)
+
+    return running()
+
+
+@pytest.mark.parametrize("allowed", [None, "127.0.0.1"])
+def test_serve_believes_forwarded_headers_only_from_named_proxies(
+    tmp_path: Path, allowed: str | None
+) -> None:
+    """uvicorn believes ``X-Forwarded-For`` from loopback by default: rotating it gave
+    unlimited sign-in guesses. ``prana serve`` believes none unless
+    ``--forwarded-allow-ips`` names the proxy, and then counts the client it names."""
+    import argparse
+
+    from scheduling._cli.serve import server_config
+    from scheduling.web import create_app
+    from scheduling.web._app import LOGIN_FAILURES
+
+    store = SQLiteStore(tmp_path / "p.db")
+    runner = Runner(
+        registry=load_actions(None), store=store, scheduler=ManualScheduler(clock=ManualClock())
+    )
+    app = create_app(runner, token="operator-token-0123456789")
+    args = argparse.Namespace(
+        host="127.0.0.1", port=_free_port(), log_level="warning", forwarded_allow_ips=allowed
+    )
+    with _uvicorn_running(server_config(app, args)) as url, httpx.Client(base_url=url) as client:
+        answers = [
+            client.post(
+                "/login",
+                data={"token": "wrong-guess-0123456789"},
+                headers={"x-forwarded-for": f"203.0.113.{i}"},
+            ).status_code
+            for i in range(LOGIN_FAILURES + 3)
+        ]
+    store.close()
+    if allowed is None:  # one client, whatever the header says: locked after five
+        assert answers == [401] * LOGIN_FAILURES + [429] * 3
+    else:  # the proxy names a new client each time
+        assert answers == [401] * (LOGIN_FAILURES + 3)

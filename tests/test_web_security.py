@@ -607,3 +607,31 @@ def test_a_cross_site_sign_in_neither_counts_nor_signs_in(
             assert ok.status_code == 303
 
     asyncio.run(main())
+
+
+def test_a_slow_webhook_body_is_cut_off_at_its_deadline(runner: Runner) -> None:
+    """A body sent a byte at a time was never timed out: 300 such connections held
+    ``prana serve``. Past ``max_body_seconds`` the answer is 408 and the wait is unchanged;
+    the same token then delivers."""
+    waiting_id, path = waiting(runner)
+    app = create_app(runner, token=OPERATOR, max_body_seconds=0.05)
+    never = asyncio.Event()
+
+    async def dribble() -> Any:
+        yield b'{"approved": '
+        await never.wait()  # the rest never comes
+        yield b"true}"
+
+    async def main() -> tuple[httpx.Response, httpx.Response]:
+        async with _asgi(app) as client:
+            slow = await client.post(
+                path, content=dribble(), headers={"content-type": "application/json"}
+            )
+            ok = await client.post(path, json={"approved": True})
+            return slow, ok
+
+    slow, ok = asyncio.run(main())
+    assert slow.status_code == 408
+    assert "did not arrive within 0.05s" in slow.json()["error"]
+    assert ok.status_code == 200
+    assert runner.get(waiting_id).status is ExecutionStatus.COMPLETED

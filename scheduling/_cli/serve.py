@@ -7,7 +7,7 @@ import ipaddress
 import os
 import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scheduling._cli._common import (
     EXIT_OK,
@@ -52,6 +52,12 @@ def register(add: AddCommand) -> None:
         metavar="BYTES",
         help="largest webhook body accepted (default 1 MiB)",
     )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        metavar="IPS",
+        help="addresses of your reverse proxies (comma-separated) whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed; by default none are, from anyone",
+    )
     add_lease(
         serve,
         "seconds an execution this process runs stays its own if the process dies (killed, "
@@ -60,6 +66,30 @@ def register(add: AddCommand) -> None:
     add_max_interruptions(serve)
     add_logging(serve, console=False)
     serve.set_defaults(handler=_cmd_serve)
+
+
+MAX_CONNECTIONS = 200
+"""Connections and requests ``prana serve`` handles at once; past it, uvicorn answers 503."""
+
+
+def server_config(app: Any, args: argparse.Namespace) -> uvicorn.Config:
+    """uvicorn's settings for ``prana serve``: no proxy headers believed unless
+    ``--forwarded-allow-ips`` names the proxies (uvicorn believes loopback's by default:
+    rotating ``X-Forwarded-For`` from the machine itself gave unlimited sign-in guesses, and
+    a forged one locked a remote operator out), and at most ``MAX_CONNECTIONS`` at once."""
+    import uvicorn
+
+    forwarded: str | None = args.forwarded_allow_ips
+    return uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        proxy_headers=forwarded is not None,
+        forwarded_allow_ips=forwarded,
+        limit_concurrency=MAX_CONNECTIONS,
+        timeout_keep_alive=5,
+    )
 
 
 def _is_loopback(host: str) -> bool:
@@ -105,7 +135,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         )
         app = create_app(runner, token=token, max_body_bytes=args.max_body)
         access = "operator token required" if token else "no operator token: loopback only"
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
+        config = server_config(app, args)
         server = uvicorn.Server(config)
         # Like `prana worker`: work other processes left due without an alarm (a `prana run`
         # stopped in backoff, a dead process's lease) is re-armed every second.

@@ -84,6 +84,8 @@ logger = logging.getLogger("scheduling.web")
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 """The largest webhook body accepted (1 MiB); larger is 413."""
+DEFAULT_MAX_BODY_SECONDS = 30.0
+"""How long a webhook body (of a verified token) may take to arrive; longer is 408."""
 MAX_DELIVERIES = 32
 """Webhook bodies (of verified tokens) read, parsed and delivered at once; past it, 503."""
 MAX_PAGE = 200
@@ -377,6 +379,7 @@ class _Web:
     __slots__ = (
         "deliveries",
         "max_body_bytes",
+        "max_body_seconds",
         "max_stream_seconds",
         "max_streams",
         "open_runner",
@@ -395,6 +398,7 @@ class _Web:
         *,
         view: bool,
         max_body_bytes: int,
+        max_body_seconds: float,
         poll_seconds: float,
         open_runner: bool,
         max_streams: int,
@@ -403,6 +407,7 @@ class _Web:
         self.runner = runner
         self.view = view
         self.max_body_bytes = max_body_bytes
+        self.max_body_seconds = max_body_seconds
         self.poll_seconds = poll_seconds
         self.open_runner = open_runner
         self.max_streams = max_streams
@@ -450,6 +455,7 @@ def create_app(
     token: str | None = None,
     view: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_body_seconds: float = DEFAULT_MAX_BODY_SECONDS,
     poll_seconds: float = 0.5,
     open_runner: bool = False,
     max_streams: int = DEFAULT_MAX_STREAMS,
@@ -459,16 +465,18 @@ def create_app(
 
     ``token`` (default: ``$PRANA_WEB_TOKEN``) is the operator's bearer token for the view
     and the API; without one they answer loopback clients only. ``view=False`` serves only
-    ``POST /hooks/{token}``. ``poll_seconds`` is how often an SSE stream re-reads the
-    store for progress made by other processes; this runner's own saves wake it at once
-    (``Runner.subscribe``). ``max_streams`` caps the event streams open at once (503
-    past it), ``max_stream_seconds`` each one's lifetime (it then ends, and an
-    ``EventSource`` reconnects). ``open_runner=True`` opens the runner
-    when the app starts and closes it when the app stops (``prana serve`` does this).
+    ``POST /hooks/{token}``; ``max_body_bytes`` and ``max_body_seconds`` bound a webhook
+    body's size (413) and how long it may take to arrive (408). ``poll_seconds`` is how
+    often an SSE stream re-reads the store for progress made by other processes; this
+    runner's own saves wake it at once (``Runner.subscribe``). ``max_streams`` caps the
+    event streams open at once (503 past it), ``max_stream_seconds`` each one's lifetime
+    (it then ends, and an ``EventSource`` reconnects). ``open_runner=True`` opens the
+    runner when the app starts and closes it when the app stops (``prana serve`` does this).
     """
     token = _checked_token(token)
     _check_whole("max_body_bytes", max_body_bytes)
     _check_seconds("poll_seconds", poll_seconds)
+    _check_seconds("max_body_seconds", max_body_seconds)
     _check_whole("max_streams", max_streams)
     _check_seconds("max_stream_seconds", max_stream_seconds)
     redact_access_log()
@@ -477,6 +485,7 @@ def create_app(
         token,
         view=view,
         max_body_bytes=max_body_bytes,
+        max_body_seconds=max_body_seconds,
         poll_seconds=poll_seconds,
         open_runner=open_runner,
         max_streams=max_streams,
@@ -519,6 +528,16 @@ def _root(request: Request) -> str:
 # -- the webhook route --------------------------------------------------------------------
 
 
+async def _body(request: Request, max_body_bytes: int) -> bytearray | None:
+    """The request's body, or ``None`` once it is over ``max_body_bytes``."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_body_bytes:
+            return None
+    return body
+
+
 async def _hook(request: Request) -> Response:
     """Cheap checks first (the body's declared size), then the token against the wait its
     execution holds, and only then the body: a caller without the secret gets its 404
@@ -552,13 +571,14 @@ async def _hook(request: Request) -> Response:
 
 
 async def _deliver_body(request: Request, web: _Web, resume_token: str) -> Response:
-    """Read, parse and deliver the body of a delivery whose token verified."""
+    """Read (within ``max_body_seconds``), parse and deliver the body of a verified token."""
     max_body_bytes = web.max_body_bytes
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_body_bytes:
-            return _error(413, f"the body is over the limit of {max_body_bytes} bytes")
+    try:
+        body = await asyncio.wait_for(_body(request, max_body_bytes), web.max_body_seconds)
+    except asyncio.TimeoutError:
+        return _error(408, f"the body did not arrive within {web.max_body_seconds:g}s")
+    if body is None:
+        return _error(413, f"the body is over the limit of {max_body_bytes} bytes")
     data: Any = None
     if body.strip():
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
