@@ -149,8 +149,10 @@ def test_run_prints_the_path_and_serve_resumes_it_once(tmp_path: Path) -> None:
         first = httpx.post(base + path, json={"approved": True})
         assert first.status_code == 200, first.text
         assert first.json()["status"] == "completed"
-        second = httpx.post(base + path, json={"approved": True})
-        assert second.status_code == 404  # used: its digest left the record with the wait
+        second = httpx.post(base + path, json={"approved": True})  # a sender's retry
+        assert (second.status_code, second.json()["already_delivered"]) == (200, True)
+        other = httpx.post(base + path, json={"approved": False})
+        assert other.status_code == 404  # used: only the same delivery is answered
     finally:
         serve.send_signal(signal.SIGINT)
         serve.wait(timeout=READY_TIMEOUT_SECONDS)
@@ -160,7 +162,7 @@ def test_run_prints_the_path_and_serve_resumes_it_once(tmp_path: Path) -> None:
     while not lines.empty():
         seen.append(lines.get_nowait())
     log = "".join(seen)
-    assert log.count('"POST /hooks/[webhook-token] HTTP/1.1"') == 3, log
+    assert log.count('"POST /hooks/[webhook-token] HTTP/1.1"') == 4, log
     assert path.removeprefix("/hooks/") not in log
 
 
