@@ -122,7 +122,7 @@ from _speed_actions import fails_once  # noqa: E402 - the bench folder is not a 
 UTC = timezone.utc
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 ROWS = ("workers", "sqlite", "timers", "join", "retry", "roundtrip", "bytes", "import")
-IN_PROCESS = ("workers", "sqlite", "timers", "join", "retry", "roundtrip", "bytes")
+IN_PROCESS = ("workers", "sqlite", "timers", "join", "retry", "roundtrip", "bytes", "import")
 """Rows ``--against`` runs on the older package too (for ``workers``, its ``prana worker``
 processes and the process starting the executions both run the older package)."""
 RELATIVE = {"timers": 5.0, "roundtrip": 0.5, "bytes": 0.5}
