@@ -34,7 +34,9 @@ def test_order_waits_for_approval_then_ships(tmp_path: Path) -> None:
         assert done.json()["status"] == "completed"
         order = client.get(f"/orders/{body['execution_id']}").json()
         assert order == {"status": "completed", "output": {"approved": True, "shipped": "book"}}
-        assert client.post(approve, json={"approved": True}).status_code == 404
+        again = client.post(approve, json={"approved": True})  # a retry of the same delivery
+        assert (again.status_code, again.json()["already_delivered"]) == (200, True)
+        assert client.post(approve, json={"approved": False}).status_code == 404
         assert client.get("/orders/nope").status_code == 404
     store.close()
 
