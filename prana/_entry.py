@@ -19,6 +19,7 @@ from prana._errors import InvalidSettingsError, InvalidWorkflowError, ResumeErro
 from prana._events import Observer
 from prana._graph import CompiledGraph, compile_workflow
 from prana._jsoncheck import json_problem, json_size
+from prana._limits import SIZE_RULE
 from prana._model import (
     AttemptOutcome,
     ExecutionStatus,
@@ -396,7 +397,7 @@ def new_run(
     limits = checked_registry.limits
     if size > limits.max_value_size:
         message = (
-            f"workflow input holds {size:,} characters or items, over "
+            f"workflow input has a size of {size:,} ({SIZE_RULE}), over "
             f"Limits.max_value_size={limits.max_value_size:,}; the application raises it "
             "with Registry(limits=Limits(max_value_size=...))"
         )

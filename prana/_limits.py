@@ -78,6 +78,9 @@ class Limits:
     )
 
 
+SIZE_RULE = "characters, 8 per number, 64 per list or dict, 1 per other item"
+"""How a size is counted, as an error names it (``prana._jsoncheck.json_size``)."""
+
 DEFAULT_LIMITS = Limits()
 """The limits of a ``Registry()`` given none."""
 
@@ -130,12 +133,12 @@ def size_problem(key: str, what: str, size: int, kept: int, limits: Limits) -> E
     """Why node ``key`` may not keep ``what`` of ``size`` on top of ``kept``, or ``None``."""
     if size > limits.max_value_size:
         message = (
-            f"node {key!r}: {what} holds {size:,} characters or items, over "
+            f"node {key!r}: {what} has a size of {size:,} ({SIZE_RULE}), over "
             f"Limits.max_value_size={limits.max_value_size:,}; {_raise_it('max_value_size')}"
         )
     elif kept + size > limits.max_record_size:
         message = (
-            f"node {key!r}: {what} ({size:,} characters or items) would take what this "
+            f"node {key!r}: {what} (a size of {size:,}) would take what this "
             f"execution keeps to {kept + size:,}, over Limits.max_record_size="
             f"{limits.max_record_size:,}; {_raise_it('max_record_size')}"
         )
