@@ -420,7 +420,7 @@ _RH_AGENTS_NON_RETRYABLE = (
     "KeyError",
     "AttributeError",
 )
-"""rh_agents' ``DEFAULT_NON_RETRYABLE_EXCEPTIONS`` (docs/RETRY_MECHANISM_SPEC.md), merged
+"""rh_agents' ``DEFAULT_NON_RETRYABLE_EXCEPTIONS`` (its retry mechanism spec), merged
 with the config's own exclusions; ``ValidationError`` is pydantic's, matched by name."""
 _RH_AGENTS_JITTER = 0.25
 """rh_agents' jitter: "Add ±25% jitter" (``delay * (0.75 + random() * 0.5)``), after the cap."""

@@ -379,7 +379,8 @@ def test_the_built_in_wait_resumes_without_a_call(mode: str) -> None:
     quick, called = ends
     assert isinstance(quick, Completed)
     assert quick.output == ({"hook": 1} if mode == "webhook" else data)
-    assert dumps(quick.execution) == dumps(called.execution)
+    # equal as records: a delivered webhook's digest differs by its random token alone
+    assert quick.execution == called.execution
 
 
 # -- the engine's suspensions ----------------------------------------------------------------
