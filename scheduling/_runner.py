@@ -794,7 +794,7 @@ class Runner(Generic[SchedulerT]):
         ``HookGone`` comes from ``deliver_hook``. A used token may pass, to have its body
         read: ``deliver_hook`` tells a repeated delivery from another."""
         execution_id, secret = _token_parts(token)
-        light = getattr(self.store, "webhook_wait", None)  # SQLiteStore's light read
+        light = getattr(self.store, "webhook_wait", None)  # SQLite's, PostgreSQL's light read
         try:
             told = light(execution_id) if light is not None else None
             if told is None:

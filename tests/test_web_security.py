@@ -504,8 +504,9 @@ def test_deliveries_past_the_cap_get_503_and_change_nothing(runner: Runner) -> N
 # --- a forged token costs no load of the record it names ------------------------------------
 
 
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_forged_token_is_refused_without_loading_the_record(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, kind: str, request: pytest.FixtureRequest
 ) -> None:
     """An unauthenticated ``POST /hooks/<forged token naming the id>`` forced the whole
     record to be loaded and parsed before the secret was checked (4 requests took
@@ -520,7 +521,11 @@ def test_a_forged_token_is_refused_without_loading_the_record(
     from prana import Workflow as Flow
     from scheduling.stores.sqlite import SQLiteStore
 
-    store = SQLiteStore(tmp_path / "hooks.sqlite3")
+    store: Any = (
+        SQLiteStore(tmp_path / "hooks.sqlite3")
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_store")
+    )
     big = Flow(
         id="big",
         nodes=[
@@ -571,7 +576,8 @@ def test_a_forged_token_is_refused_without_loading_the_record(
 
         assert asyncio.run(main()) == [404, 404, 404, 200]
         assert runner.get(waiting_id).status is ExecutionStatus.COMPLETED
-    store.close()
+    if kind == "sqlite":
+        store.close()
 
 
 # --- sign-ins from another site neither count nor sign in ------------------------------------

@@ -117,6 +117,10 @@ def not_found_message(workflow_id: str, version: int) -> str:
     )
 
 
+LOADED_RECORD_BYTES = 64 * 1024
+"""A record this small is loaded to check a resume token, not read from its tail
+(``webhook_wait``): a forged token costs at most a parse of this much, and a repeated
+delivery of a used token is told from another (``Runner.deliver_hook``)."""
 WAIT_TAIL_BYTES = 16 * 1024
 """How much of a stored record's end ``webhook_wait_in_tail`` reads."""
 _TAIL_KEYS = (

@@ -57,7 +57,13 @@ from scheduling._errors import (
     WorkflowConflictError,
 )
 from scheduling.abc import ExecutionSummary
-from scheduling.stores._base import BaseStore, conflict_message
+from scheduling.stores._base import (
+    LOADED_RECORD_BYTES,
+    WAIT_TAIL_BYTES,
+    BaseStore,
+    conflict_message,
+    webhook_wait_in_tail,
+)
 from scheduling.stores._migrations import (
     Migration,
     check_sequence,
@@ -649,6 +655,23 @@ class PostgresStore(GroupsMixin, BaseStore):
             execution = as_claimed(execution, _utc(row[3]), _utc(row[4]))  # ClaimingStore
         return execution, read_version(execution_id, row[1])
 
+    def webhook_wait(self, execution_id: str) -> tuple[str, str | None] | None:
+        """The stored record's ``(suspended node, token digest)``, read from the last 16 KiB
+        of its text, cut by the server (``webhook_wait_in_tail``): the worker neither
+        receives nor decodes the rest. ``None`` when that cannot tell, and for a record of
+        at most ``LOADED_RECORD_BYTES``, which is loaded instead (it knows a used token's
+        repeated delivery). ``ExecutionNotFound`` when there is no such row."""
+        row = self._read(
+            f"webhook wait of execution {execution_id!r}",
+            self._q["webhook_wait"],
+            (LOADED_RECORD_BYTES, WAIT_TAIL_BYTES, execution_id),
+            one=True,
+        )
+        if row is None:
+            raise ExecutionNotFound(f"no execution {execution_id!r} is stored")
+        tail = row[0]
+        return None if tail is None else webhook_wait_in_tail(tail.encode())
+
     def count_tree(self, root_id: str, most: int) -> int:
         """Executions with id ``root_id`` or starting ``root_id + ":"``, up to ``most``."""
         most = check_tree_args(root_id, most)
@@ -834,6 +857,9 @@ def _queries(schema: str | None) -> dict[str, str]:
         "claim_columns": "UPDATE {executions} SET status = 'running', due_at = %s,"
         " version = version + 1, updated_at = %s, claimed_by = NULL, claimed_until = NULL"
         " WHERE id = %s AND version = %s",
+        # the tail is cut on the server: the worker never receives (or parses) the rest
+        "webhook_wait": "SELECT CASE WHEN octet_length(data) > %s THEN right(data, %s) END"
+        " FROM {executions} WHERE id = %s",
         "count_tree": "SELECT COUNT(*) FROM (SELECT 1 FROM {executions}"
         " WHERE id = %s OR id LIKE %s ESCAPE '\\' LIMIT %s) AS tree",
         "find_due": "SELECT id, {due_at} FROM {executions}"

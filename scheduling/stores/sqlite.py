@@ -36,7 +36,12 @@ from scheduling._errors import (
     StoreError,
 )
 from scheduling.abc import ExecutionSummary
-from scheduling.stores._base import WAIT_TAIL_BYTES, BaseStore, webhook_wait_in_tail
+from scheduling.stores._base import (
+    LOADED_RECORD_BYTES,
+    WAIT_TAIL_BYTES,
+    BaseStore,
+    webhook_wait_in_tail,
+)
 from scheduling.stores._migrations import (
     Migration,
     SchemaBehindError,
@@ -72,10 +77,6 @@ if TYPE_CHECKING:
 __all__ = ["SQLiteStore"]
 
 SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
-LOADED_RECORD_BYTES = 64 * 1024
-"""A record this small is loaded to check a resume token, not read from its tail
-(``webhook_wait``): a forged token costs at most a parse of this much, and a repeated
-delivery of a used token is told from another (``Runner.deliver_hook``)."""
 WAL_SIZE_LIMIT_BYTES = 8 << 20
 """The WAL file is cut back to this size at each checkpoint (``journal_size_limit``): twice
 what the automatic checkpoint lets it reach (1,000 pages of 4 KiB), so a WAL a long reader
