@@ -392,62 +392,6 @@ def explain_retry(
     return _new_explanation(_new_decision(delay, limit, policy, index), _RETRY, "retry", limit)
 
 
-# --- the common case, without the view ---------------------------------------------------
-#
-# Rule (``quick_retry``): it answers only where ``explain_retry`` could not answer anything
-# else from what it leaves out. The attempt raised a live exception that is neither a
-# ``NonRetryable`` (nor named so) nor a ``RetryAfter`` (no hint); the first policy whose
-# error filter covers the exception's class (a filter reads the class alone, so the match
-# is cached per policies and class) is enabled, has no ``stop_when``/``retry_when`` (which
-# read the view), no ``retry_timeout`` (which reads the elapsed time) and no jitter (which
-# reads the seed); ``set_testing`` is off; and the attempt is not the last one allowed.
-# Anything else (and every "no") goes to ``explain_retry``, which also says why.
-# ``tests/test_retry_fast_path.py`` checks both agree over random policies and errors.
-
-_QUICK: dict[tuple[int, type[BaseException]], tuple[Sequence[RetryPolicy], RetryPolicy | None]] = {}
-
-
-def quick_retry(
-    policies: Sequence[RetryPolicy], exception: BaseException, attempt: int
-) -> tuple[float, int | None] | None:
-    """``(delay_seconds, max_attempts)`` of the retry ``explain_retry`` would decide, where the
-    rule above holds; ``None``: ask ``explain_retry`` (it may still retry)."""
-    cls = type(exception)
-    cached = _QUICK.get((id(policies), cls))
-    if cached is None or cached[0] is not policies:
-        cached = _quick_entry(policies, cls)
-    policy = cached[1]
-    if policy is None or testing_state()[0]:
-        return None
-    limit = policy.max_attempts
-    if limit is not None and attempt >= limit:
-        return None
-    return policy._curve(attempt), limit
-
-
-def _quick_entry(
-    policies: Sequence[RetryPolicy], cls: type[BaseException]
-) -> tuple[Sequence[RetryPolicy], RetryPolicy | None]:
-    """Which policy decides for ``cls`` when the rule above holds (else ``None``), cached."""
-    chosen: RetryPolicy | None = None
-    if not issubclass(cls, NonRetryable | RetryAfter) and cls.__name__ != "NonRetryable":
-        policy = next((p for p in policies if p._matches(cls, None)), None)
-        if (
-            policy is not None
-            and policy.enabled
-            and policy.stop_when is None
-            and policy.retry_when is None
-            and policy.retry_timeout is None
-            and policy.timeout_retries is None
-            and policy.jitter == "none"
-        ):
-            chosen = policy
-    if len(_QUICK) > 1024:
-        _QUICK.clear()
-    entry = _QUICK[id(policies), cls] = (policies, chosen)
-    return entry
-
-
 def _is_rejected(view: AttemptView) -> bool:
     return (
         view.exception is None

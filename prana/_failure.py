@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING, Any
 from prana._decision import (
     CONDITION_FAILED,
     RAN_OUT,
-    RetryReason,
     explain_retry,
     new_attempt_view,
-    quick_retry,
 )
 from prana._events import EventType
 from prana._hooks import redact_tokens
@@ -83,36 +81,29 @@ def settle_failure(
         error = record_full(key, number, error, size, run.kept, run.limits)
     if cn.policies and error.code not in NEVER_RETRY_CODES:
         now = run.clock()  # one reading: the budget check and resume_at must agree
-        # the common retry, decided without building the view (the rule is quick_retry's)
-        retry = quick_retry(cn.policies, exception, number) if exception is not None else None
-        explanation = None
-        if retry is None:
-            view = new_attempt_view(
-                number,
-                error,
-                exception,
-                output,
-                (now - node_run.budget_start).total_seconds(),
-                None,
-                run.id,
-                key,
-                cn.timeout,
-                now,
-                timeouts_of(node_run, error) if cn.counts_timeouts else 0,
-            )
-            seed = f"{run.id}:{key}:{node_run.run_index}"
-            explanation = explain_retry(cn.policies, view, seed=seed)
-            decision = explanation.decision
-            if decision is not None:
-                retry = decision.delay_seconds, decision.max_attempts
+        view = new_attempt_view(
+            number,
+            error,
+            exception,
+            output,
+            (now - node_run.budget_start).total_seconds(),
+            None,
+            run.id,
+            key,
+            cn.timeout,
+            now,
+            timeouts_of(node_run, error) if cn.counts_timeouts else 0,
+        )
+        explanation = explain_retry(cn.policies, view, seed=f"{run.id}:{key}:{node_run.run_index}")
+        decision = explanation.decision
+        retry = None if decision is None else (decision.delay_seconds, decision.max_attempts)
         if retry is not None and number >= run.limits.max_attempts:
             retry, error = None, attempts_exceeded(key, error, run.limits)
         if retry is None:
             # a retry the Limits cap stopped keeps its reason, RETRY: in neither set below
-            reason = RetryReason.RETRY if explanation is None else explanation.reason
+            reason = explanation.reason
             exhausted = reason in RAN_OUT
             if reason in CONDITION_FAILED:
-                assert explanation is not None
                 # no retry, and a user reads why: the attempt's error, node_failed, a log;
                 # the condition may quote the raw exception, so its text is redacted too
                 text = explanation.text

@@ -14,9 +14,6 @@ from typing import Any
 import attrs
 import pytest
 from doubles import T0
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from strategies import retry_policies
 
 from prana import (
     ActionContext,
@@ -28,10 +25,7 @@ from prana import (
     Node,
     NodeSettings,
     NodeStatus,
-    NonRetryable,
     Registry,
-    RetryAfter,
-    RetryPolicy,
     Suspend,
     Workflow,
     _entry,
@@ -39,13 +33,11 @@ from prana import (
     execute_workflow,
     resume_workflow,
 )
-from prana._decision import FAST_BUILT, explain_retry, new_attempt_view, quick_retry
+from prana._decision import FAST_BUILT
 from prana._entry import new_execution_id
 from prana._frontier import _EMPTY_COUNTS, new_pending
-from prana._graph import compile_workflow
 from prana._hooks import NO_TOKENS
 from prana._model import AttemptOutcome, WorkflowExecution, hot_record_problems, with_lease
-from prana._noderun import error_info
 from prana._state import (
     _ATTEMPT_EDGES,
     _NEXT,
@@ -54,7 +46,7 @@ from prana._state import (
     NODE_TRANSITIONS,
     TRANSITIONS,
 )
-from prana.testing import ManualClock, set_testing
+from prana.testing import ManualClock
 
 
 def _fails_once(params: Any, ctx: ActionContext) -> Any:
@@ -254,81 +246,6 @@ def test_with_lease_is_evolve_through_the_slot_twin(flaky: Registry) -> None:
     assert execution.lease_expires_at is None
     assert with_lease(leased, None) == execution
     assert "_twin()" in inspect.getsource(with_lease)
-
-
-class LookalikeError(Exception):
-    """An application's own error class that is named like prana's."""
-
-
-LookalikeError.__name__ = "NonRetryable"
-
-_RAISED = [
-    ConnectionError("down"),
-    TimeoutError("slow"),
-    ValueError("bad"),
-    KeyError("k"),
-    OSError("disk"),
-    RetryAfter(2.5),
-    NonRetryable(ConnectionError("no")),
-    LookalikeError("mine"),
-]
-
-
-@st.composite
-def _policy_lists(draw: st.DrawFn) -> tuple[RetryPolicy, ...]:
-    """One to three policies, each with any filter, switch and condition."""
-    policies = []
-    for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        policy = draw(retry_policies())
-        changes: dict[str, Any] = {}
-        filters = st.sampled_from(
-            [None, ["ConnectionError"], [OSError], ["ValueError", TimeoutError], ["KeyError"]]
-        )
-        changes["retry_on"] = draw(filters)
-        changes["exclude"] = draw(filters)
-        changes["enabled"] = draw(st.booleans())
-        changes["stop_when"] = draw(st.sampled_from([None, lambda view: False]))
-        changes["retry_when"] = draw(st.sampled_from([None, lambda view: True]))
-        policies.append(attrs.evolve(policy, **changes))
-    return tuple(policies)
-
-
-@settings(max_examples=400, deadline=None)
-@given(_policy_lists(), st.sampled_from(_RAISED), st.integers(min_value=1, max_value=6))
-def test_the_quick_retry_decides_as_explain_retry(
-    policies: tuple[RetryPolicy, ...], raised: BaseException, attempt: int
-) -> None:
-    """Where quick_retry answers, explain_retry decides the same retry (delay and attempts):
-    the fast path never changes a decision, whatever the policies and the error."""
-    quick = quick_retry(policies, raised, attempt)
-    info = error_info(raised, "n")
-    view = new_attempt_view(attempt, info, raised, None, 0.0, None, "e", "n", None, T0, 0)
-    decision = explain_retry(policies, view, seed="e:n:0").decision
-    if quick is not None:
-        assert decision is not None
-        assert quick == (decision.delay_seconds, decision.max_attempts)
-
-
-def test_the_simple_form_and_a_plain_policy_take_the_quick_retry() -> None:
-    """Prana's simple form and a default-shaped policy decide a plain error's retry on the
-    fast path (a field that stopped them qualifying, a validator say, fails this)."""
-    simple = Workflow(
-        id="simple",
-        nodes=[
-            Node(key="start", type="manual.trigger"),
-            Node(key="n", type="test.x", settings=NodeSettings(retry_on_failed=True)),
-        ],
-        connections=[Connection(from_node="start", to_node="n")],
-    )
-    registry = Registry()
-    registry.register("test.x", _fails_once)
-    policies = compile_workflow(simple, registry).nodes["n"].policies
-    assert quick_retry(policies, ConnectionError("down"), 1) == (1.0, 2)
-    assert quick_retry((RetryPolicy(),), ConnectionError("down"), 2) == (2.0, 3)
-    assert quick_retry((RetryPolicy(),), ConnectionError("down"), 3) is None  # exhausted
-    assert quick_retry((RetryPolicy(jitter="full"),), ConnectionError("down"), 1) is None
-    with set_testing(True):
-        assert quick_retry(policies, ConnectionError("down"), 1) is None
 
 
 @pytest.mark.parametrize("input_data", [0, {"a": [1, 2.5, None, "x"]}, None])
