@@ -470,19 +470,6 @@ def _wait_resume(params: Any, ctx: ActionContext, resume_data: Any) -> Any:
     return _main(ctx)
 
 
-def quick_wait_value(params: dict[str, Any], ctx: ActionContext, resume_data: Any) -> Any:
-    """``_wait_resume``'s value for ``dict`` params, for the engine to settle without a call.
-
-    Rule: with ``dict`` params ``_wait_resume`` cannot raise (``_params`` passes a dict,
-    ``.get`` reads it, ``ctx.input`` is a dict) and returns this very value; so the
-    engine (``Run.resume_node``) settles it as the call's result when the node has no
-    timeout (a timeout runs the call in a thread, which could time out), with nothing
-    else between (a ``resume`` callback gets no checkpoint and no event of its own).
-    ``tests/test_resume_fast_path.py`` compares the records with the call made.
-    """
-    return resume_data if params.get("mode") == "webhook" else ctx.input.get("main")
-
-
 # --- sub-workflows -----------------------------------------------------------------------
 
 

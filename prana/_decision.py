@@ -223,6 +223,7 @@ class RetryReason(enum.Enum):
 
 
 _RETRY = RetryReason.RETRY
+_NON_RETRYABLE: str = ErrorCode.NON_RETRYABLE.value  # a member read off its class is slow
 
 RAN_OUT: frozenset[RetryReason] = frozenset({RetryReason.EXHAUSTED, RetryReason.BUDGET})
 """The reasons that mean the retries ran out (the ``node_retry_exhausted`` event)."""
@@ -310,20 +311,12 @@ def explain_retry(
     if exc is None and info is None:
         return _no(RetryReason.NOTHING_FAILED, "nothing failed")
     if isinstance(exc, NonRetryable) or (
-        info is not None and (info.code == ErrorCode.NON_RETRYABLE or info.type == "NonRetryable")
+        info is not None and (info.code == _NON_RETRYABLE or info.type == "NonRetryable")
     ):
         return _no(RetryReason.NON_RETRYABLE, "NonRetryable")
     if info is not None and info.code in NEVER_RETRY_CODES:
         return _no(RetryReason.NEVER_RETRIES, f"{info.code} never retries")
-    if exc is not None:  # _select's common case, inlined: a live exception's class
-        cls = type(exc)
-        selected = None
-        for i, candidate in enumerate(policies):
-            if candidate._matches(cls, info):
-                selected = i, candidate
-                break
-    else:
-        selected = _select(policies, view)
+    selected = _select(policies, view)
     if selected is None:
         return _no(RetryReason.NOT_MATCHED, "no policy matches the error")
     index, policy = selected
@@ -400,17 +393,30 @@ def _is_rejected(view: AttemptView) -> bool:
     )
 
 
+_SELECTED: dict[tuple[int, type[BaseException]], tuple[Sequence[RetryPolicy], Any]] = {}
+"""``_select``'s answer for a live exception, by the policies' id and the exception's class:
+a filter reads a live exception's class alone (``RetryPolicy._matches``), so the answer is
+the same for every exception of that class (the policies are kept to check the id)."""
+
+
 def _select(policies: Sequence[RetryPolicy], view: AttemptView) -> tuple[int, RetryPolicy] | None:
+    """The first policy whose error filter covers the view's error (or rejected result)."""
     info = view.error
-    cls: type[BaseException] | None
     if view.exception is not None:  # a live exception: never a rejected result
-        cls = type(view.exception)
-    else:
-        if _is_rejected(view):
-            for i, policy in enumerate(policies):
-                if policy.retry_on_result is not None:
-                    return i, policy
-        cls = error_class(info) if info is not None else None
+        live = type(view.exception)
+        cached = _SELECTED.get((id(policies), live))
+        if cached is not None and cached[0] is policies:
+            return cached[1]  # type: ignore[no-any-return]
+        found = next(((i, p) for i, p in enumerate(policies) if p._matches(live, info)), None)
+        if len(_SELECTED) > 1024:
+            _SELECTED.clear()
+        _SELECTED[id(policies), live] = (policies, found)
+        return found
+    if _is_rejected(view):
+        for i, policy in enumerate(policies):
+            if policy.retry_on_result is not None:
+                return i, policy
+    cls = error_class(info) if info is not None else None
     for i, policy in enumerate(policies):
         if policy._matches(cls, info):
             return i, policy

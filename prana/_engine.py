@@ -23,14 +23,11 @@ A node with several input ports waits until every port has data or can no longer
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from prana._builtins import SubWorkflowFailed, quick_wait_value, reserved_state_key
-from prana._builtins import _manual_trigger as manual_trigger
-from prana._builtins import _wait_resume as wait_resume
+from prana._builtins import SubWorkflowFailed, reserved_state_key
 from prana._checkpoint import CheckpointById
 from prana._decision import (
     AttemptView,
@@ -74,14 +71,12 @@ from prana._model import (
     Workflow,
     WorkflowExecution,
     new_activation,
-    new_attempt_record,
     new_completed,
-    new_node_execution,
     new_suspend,
     new_workflow_execution,
 )
 from prana._noderun import NodeRun, error_info, prana_error
-from prana._noderuns import NOT_DELIVERED, NodeRuns, OpenRuns, RunsByNode
+from prana._noderuns import NodeRuns, RunsByNode
 from prana._pause import settle_suspend
 from prana._registry import ActionContext
 from prana._scope import prepare_params
@@ -351,79 +346,13 @@ class Run(Frontier):
     # -- the engine ----------------------------------------------------------------------
 
     def start(self) -> Generator[Call, Result, Outcome]:
-        if self.status is not EXEC_PENDING:  # pending -> running is an edge (a test)
-            check_transition(self.status, EXEC_RUNNING)
+        check_transition(self.status, EXEC_RUNNING)
         self.status = EXEC_RUNNING
         self.started_at = self.now_hint or self.clock()
         if self.observers:
             self.event(EventType.EXECUTION_STARTED)
-        # The trigger is the only pending node: ``drive`` picks a lone node without the heap.
-        trigger = self.graph.trigger
-        if self.feeds is None:  # ``enter`` without AND-joins: only ``pending`` changes
-            self.pending[trigger] = new_pending(-1, {})
-        else:
-            self.enter(trigger, new_pending(-1, {}))
-        cn = self.graph.nodes[trigger]
-        if cn.spec.fn is manual_trigger:
-            self.quick_trigger(cn)
+        self.enter(self.graph.trigger, new_pending(-1, {}))
         return self.drive()
-
-    def quick_trigger(self, cn: CompiledNode) -> None:
-        """Settle the built-in ``manual.trigger`` inline: it emits the input on ``main``.
-
-        Rule: it writes exactly the records, counts and delivery that calling the action
-        would (one completed attempt, the input as output, its size counted again), and
-        applies only where nothing else could come of the call: plain params of no size,
-        no result check, no observer or checkpoint to see the call, and every limit met.
-        Otherwise the trigger runs as any action (``tests/test_retry_fast_path.py``
-        compares both).
-        """
-        size, limits = self.input_size, self.limits
-        if (
-            size < 0
-            or self.observers
-            or self.checkpoint is not None
-            or not cn.plain_params
-            or cn.params_size
-            or cn.checks_results
-            or self.next_index >= limits.max_node_runs
-            or self.workflow.max_iterations < 1
-            or size > limits.max_value_size
-            or self.kept + size > limits.max_record_size
-        ):
-            return
-        key = cn.key
-        started = self.now_hint or self.clock()
-        index = self.next_index
-        self.next_index = index + 1
-        output = self.input
-        self.kept += size
-        # complete_node's records, inlined; both edges are in prana._state's tables
-        self.now_hint = now = self.clock()
-        attempt = new_attempt_record(1, started, now, ATTEMPT_COMPLETED, None, None, None, False)
-        runs = self.runs
-        runs[key] = (
-            *runs.get(key, ()),
-            new_node_execution(
-                key,
-                NODE_COMPLETED,
-                index,
-                0,
-                started,
-                now,
-                cn.node.params,
-                output,
-                "main",
-                None,
-                (attempt,),
-            ),
-        )
-        if self.feeds is None:  # ``leave`` without AND-joins: only ``pending`` changes
-            self.pending.pop(key, None)
-        else:
-            self.leave(key)
-        self.last_output = output
-        self.deliver(key, "main", index)
 
     def drive(self, step: Step = None) -> Generator[Call, Result, Outcome]:
         """Run ready nodes one at a time; yield each action call, return the outcome.
@@ -432,27 +361,9 @@ class Run(Frontier):
         with the call's own continuation), ``None`` (the node is done: pick the next), or
         an outcome.
         """
-        pending, heap, blocked = self.pending, self.heap, self.blocked
         while True:
             if step is None:
-                # pick_ready's fast paths, inlined: a lone pending node (a chain), none, and
-                # a heap whose top is current and not a waiting AND-join (a fan-out)
-                if len(pending) == 1:
-                    heap.clear()
-                    key: str | None = next(iter(pending))
-                elif not pending:
-                    key = None  # nothing left to run
-                elif heap:
-                    entry = heap[0]
-                    width = self.width
-                    key = self.keys[entry % width]
-                    head = pending.get(key)
-                    if head is None or entry % width - head.seq * width != entry or key in blocked:
-                        key = self.pick_ready()
-                    else:
-                        heapq.heappop(heap)
-                else:
-                    key = self.pick_ready()
+                key = self.pick_ready()
                 if key is None:
                     return self.complete()
                 step = self.run_node(key)
@@ -480,8 +391,7 @@ class Run(Frontier):
 
     def complete(self) -> Completed:
         output = self.last_output
-        if self.status is not EXEC_RUNNING:  # running -> completed is an edge (a test)
-            check_transition(self.status, EXEC_COMPLETED)
+        check_transition(self.status, EXEC_COMPLETED)
         self.status = EXEC_COMPLETED
         execution = self.frozen(EXEC_COMPLETED, self.state, None, None, output, None)
         if self.observers:
@@ -536,26 +446,7 @@ class Run(Frontier):
                 attempt=number,
                 max_attempts=cn.max_attempts,
             )
-        pending = self.pending.get(key)
-        input_data: dict[str, Any] | None = None
-        if pending is not None and len(pending.sources) == 1:
-            # build_input's common case, inlined: one source, whose latest run delivered
-            runs = self.runs
-            for port, source in pending.sources.items():
-                if type(runs) is OpenRuns:  # a loaded source stays unread (prana._noderuns)
-                    output = runs.delivered(source[0], source[1], source[-1])
-                    if output is not NOT_DELIVERED:
-                        input_data = {port: output}
-                    continue
-                record = runs[source[0]][-1]
-                if (
-                    record.execution_index == source[-1]
-                    and record.status is NODE_COMPLETED
-                    and record.output_port == source[1]
-                ):
-                    input_data = {port: record.output}
-        if input_data is None:
-            input_data = self.build_input(key, pending)
+        input_data = self.build_input(key, self.pending.get(key))
         ctx = ActionContext(
             input_data,
             self.id,
@@ -706,46 +597,10 @@ class Run(Frontier):
         error: ErrorInfo | None = None,
     ) -> None:
         self.now_hint = now = self.clock()
-        # The hot path: close_attempt + freeze + record, inlined. Both edges it takes,
-        # running -> completed (or failed, for the attempt), are in prana._state's tables.
-        attempts = node_run.attempts
-        attempts.append(
-            new_attempt_record(
-                node_run.attempt_number,
-                node_run.attempt_started,
-                now,
-                ATTEMPT_COMPLETED if error is None else ATTEMPT_FAILED,
-                error,
-                node_run.attempt_due,
-                None,
-                node_run.attempt_redrive,
-            )
-        )
-        execution = new_node_execution(
-            cn.key,
-            NODE_COMPLETED,
-            node_run.execution_index,
-            node_run.run_index,
-            node_run.started_at,
-            now,
-            node_run.params,
-            output,
-            port,
-            error,
-            tuple(attempts),
-        )
+        node_run.close_attempt(ATTEMPT_COMPLETED if error is None else ATTEMPT_FAILED, now, error)
+        self.record(node_run, node_run.freeze(NODE_COMPLETED, output, port, error, now))
         key = cn.key
-        runs = self.runs
-        if node_run.recorded:
-            runs[key] = (*runs[key][:-1], execution)
-        else:
-            runs[key] = (*runs.get(key, ()), execution)
-        if key in self.backlog:
-            self.consume_activation(key)
-        elif self.feeds is None:  # ``leave`` without AND-joins: only ``pending`` changes
-            self.pending.pop(key, None)
-        else:
-            self.leave(key)
+        self.consume_activation(key)
         self.last_output = output
         if self.observers:
             self.event(
@@ -764,8 +619,7 @@ class Run(Frontier):
         self, key: str, suspension: Suspend, given: Any = None
     ) -> Suspend[Any, WorkflowExecution]:
         """Freeze the execution suspended; the outcome carries ``given`` data if there is any."""
-        if self.status is not EXEC_RUNNING:  # running -> suspended is an edge (a test)
-            check_transition(self.status, EXEC_SUSPENDED)
+        check_transition(self.status, EXEC_SUSPENDED)
         self.status = EXEC_SUSPENDED
         execution = self.frozen(EXEC_SUSPENDED, self.state, key, suspension, None, None)
         if self.observers:
@@ -792,12 +646,11 @@ class Run(Frontier):
         assert suspension is not None
         assert key is not None
         cn = self.graph.nodes[key]
-        if self.status is not EXEC_SUSPENDED:  # suspended -> running is an edge (a test)
-            check_transition(self.status, EXEC_RUNNING)
+        check_transition(self.status, EXEC_RUNNING)
         self.status = EXEC_RUNNING
         if self.observers:
             self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
-        node_run = NodeRun.resumed(self.runs[key][-1])  # suspended_node_run, inlined
+        node_run = self.suspended_node_run(key)
         now = self.now_hint or self.clock()
         self.now_hint = None
         if suspension.kind == "retry":
@@ -890,10 +743,5 @@ class Run(Frontier):
             params, problem = prepare_params(self, cn, node_run, ctx, count=False)
             if problem is not None:
                 return self.settle_failure(cn, node_run, problem)
-            if resume_fn is wait_resume and type(params) is dict and cn.timeout is None:
-                # The built-in wait's resume, inlined (the rule: ``quick_wait_value``).
-                value = quick_wait_value(params, ctx, resume_data)
-            else:
-                call = (params, ctx, resume_data)
-                return (resume_fn, call, cn.timeout, (cn, node_run, ctx, True))
+            return (resume_fn, (params, ctx, resume_data), cn.timeout, (cn, node_run, ctx, True))
         return self.settle_value(cn, node_run, ctx, value, from_resume=True)

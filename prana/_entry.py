@@ -35,7 +35,7 @@ from prana._registry import Registry
 from prana._state import (
     ATTEMPT_RUNNING,
     EXEC_SUSPENDED,
-    NODE_SUSPENDED,
+    NODE_RUNNING,
     check_attempt_transition,
     check_node_transition,
 )
@@ -223,8 +223,7 @@ def _prepare_resume(
             "or the execution's records do not have"
         )
     last = runs[-1]
-    if last.status is not NODE_SUSPENDED:  # suspended -> running is an edge (a test)
-        check_node_transition(key, last.status, NodeStatus.RUNNING)
+    check_node_transition(key, last.status, NODE_RUNNING)
     kind = execution.suspension.kind
     if kind == "retry":
         if not isinstance(execution.suspension.data, RetryData):

@@ -45,7 +45,13 @@ from prana._model import (
 )
 from prana._recovery import check_max_interruptions, recover
 from prana._registry import Registry
-from prana._state import ATTEMPT_TRANSITIONS, FINAL, check_node_transition, check_transition
+from prana._state import (
+    ATTEMPT_TRANSITIONS,
+    FINAL,
+    check_attempt_transition,
+    check_node_transition,
+    check_transition,
+)
 
 
 def execute_workflow(
@@ -283,7 +289,10 @@ def cancel_execution(
         last = runs[key][-1]
         check_node_transition(key, last.status, NodeStatus.CANCELLED)
         attempts = list(last.attempts)
-        if attempts and AttemptOutcome.CANCELLED in ATTEMPT_TRANSITIONS[attempts[-1].outcome]:
+        if attempts and ATTEMPT_TRANSITIONS[attempts[-1].outcome]:  # still open: cancelled
+            check_attempt_transition(
+                key, attempts[-1].number, attempts[-1].outcome, AttemptOutcome.CANCELLED
+            )
             attempts[-1] = attrs.evolve(
                 attempts[-1], ended_at=now, outcome=AttemptOutcome.CANCELLED
             )

@@ -23,18 +23,14 @@ from prana._jsoncheck import json_size
 from prana._limits import attempts_exceeded, error_size, kept_error, record_full
 from prana._model import (
     NEVER_RETRY_CODES,
-    AttemptOutcome,
     ErrorCode,
     ErrorInfo,
-    NodeStatus,
     Outcome,
-    new_attempt_record,
-    new_node_execution,
     new_retry_data,
     new_suspend,
 )
 from prana._noderun import NodeRun, redacted_error, with_detail
-from prana._state import ATTEMPT_FAILED, NODE_SUSPENDED
+from prana._state import ATTEMPT_FAILED, NODE_FAILED, NODE_SUSPENDED
 
 if TYPE_CHECKING:
     from prana._engine import Run
@@ -119,42 +115,9 @@ def settle_failure(
             delay_seconds, max_attempts = retry
             # floor, so rounding never puts resume_at past a retry_timeout budget
             delay_ms = math.floor(delay_seconds * 1000) if delay_seconds > 0 else 0
-            # The hot path: close_attempt + freeze + record, inlined. Both edges it takes,
-            # running -> failed (the attempt) and running -> suspended (the run), are in
-            # prana._state's tables (a test checks).
             run.kept += size
-            attempts = node_run.attempts
-            attempts.append(
-                new_attempt_record(
-                    number,
-                    node_run.attempt_started,
-                    now,
-                    ATTEMPT_FAILED,
-                    error,
-                    node_run.attempt_due,
-                    delay_ms,
-                    node_run.attempt_redrive,
-                )
-            )
-            record = new_node_execution(
-                key,
-                NODE_SUSPENDED,
-                node_run.execution_index,
-                node_run.run_index,
-                node_run.started_at,
-                None,
-                node_run.params,
-                None,
-                None,
-                error,
-                tuple(attempts),
-            )
-            runs = run.runs
-            if node_run.recorded:
-                runs[key] = (*runs[key][:-1], record)
-            else:
-                runs[key] = (*runs.get(key, ()), record)
-                node_run.recorded = True
+            node_run.close_attempt(ATTEMPT_FAILED, now, error, delay_ms)
+            run.record(node_run, node_run.freeze(NODE_SUSPENDED, None, None, error))
             data = new_retry_data(
                 delay_ms,
                 number + 1,
@@ -196,8 +159,8 @@ def settle_failure(
     mode = cn.node.settings.on_error
     if mode == "stop_workflow":
         now = run.clock()
-        node_run.close_attempt(AttemptOutcome.FAILED, now, error)
-        run.record(node_run, node_run.freeze(NodeStatus.FAILED, error=error, completed_at=now))
+        node_run.close_attempt(ATTEMPT_FAILED, now, error)
+        run.record(node_run, node_run.freeze(NODE_FAILED, None, None, error, now))
         # The activation stays pending: a redrive runs the node again with it.
         return run.fail_execution(error)
     port = "main" if mode == "continue" else "error"

@@ -25,7 +25,12 @@ from prana._model import (
     new_error_info,
     new_node_execution,
 )
-from prana._state import ATTEMPT_RUNNING, check_attempt_transition, check_node_transition
+from prana._state import (
+    ATTEMPT_RUNNING,
+    NODE_RUNNING,
+    check_attempt_transition,
+    check_node_transition,
+)
 
 
 class NodeRun:
@@ -106,7 +111,7 @@ class NodeRun:
         error: ErrorInfo | None = None,
         retry_delay_ms: int | None = None,
     ) -> None:
-        check_attempt_transition(self.key, self.attempt_number, AttemptOutcome.RUNNING, outcome)
+        check_attempt_transition(self.key, self.attempt_number, ATTEMPT_RUNNING, outcome)
         self.attempts.append(
             new_attempt_record(
                 self.attempt_number,
@@ -159,14 +164,13 @@ class NodeRun:
     def freeze(
         self,
         status: NodeStatus,
-        *,
         output: Any = None,
         port: str | None = None,
         error: ErrorInfo | None = None,
         completed_at: datetime | None = None,
     ) -> NodeExecution:
         """The run's record as it settles with ``status`` (the run was running)."""
-        check_node_transition(self.key, NodeStatus.RUNNING, status)
+        check_node_transition(self.key, NODE_RUNNING, status)
         return new_node_execution(
             self.key,
             status,

@@ -44,7 +44,7 @@ from prana._model import (
 )
 from prana._registry import Registry
 from prana._resolve import resolve
-from prana._state import check_transition
+from prana._state import check_node_transition, check_transition
 
 __all__ = ["redrive_execution"]
 
@@ -130,6 +130,7 @@ def redrive_execution(
     next_index = execution.next_index
     if start == failed and runs[-1].status is NodeStatus.FAILED:
         last = runs[-1]
+        check_node_transition(start, last.status, NodeStatus.SUSPENDED)  # the operator's edge
         number = 1 if reset_attempts or not last.attempts else last.attempts[-1].number + 1
         node_executions[start] = (
             *runs[:-1],

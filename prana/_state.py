@@ -71,15 +71,19 @@ FINAL_VALUES: frozenset[str] = frozenset(s.value for s in FINAL)
 """``FINAL`` as the values records and queries hold."""
 
 
-_NEXT: dict[str, frozenset[str]] = {
-    src.value: frozenset(dst.value for dst in targets) for src, targets in TRANSITIONS.items()
-}
-"""The table by value: strings hash in C (and keep their hash), enum members in Python."""
+def edges_by_value(table: Mapping[Any, frozenset[Any]]) -> frozenset[tuple[str, str]]:
+    """A table's edges as ``(from, to)`` pairs of values, what the checks read at run time:
+    strings hash in C (and keep their hash), enum members in Python."""
+    return frozenset((src.value, dst.value) for src, targets in table.items() for dst in targets)
+
+
+_EDGES = edges_by_value(TRANSITIONS)
+"""``TRANSITIONS`` by value (``edges_by_value``)."""
 
 
 def check_transition(current: ExecutionStatus, new: ExecutionStatus) -> None:
     """Raise ``ResumeError`` unless ``current -> new`` is an edge of the table."""
-    if new._value_ not in _NEXT[current._value_]:
+    if (current._value_, new._value_) not in _EDGES:
         raise ResumeError(
             f"an execution that is {current.value} cannot become {new.value}; "
             f"from {current.value} it may become: {_targets(TRANSITIONS, current)}"
@@ -112,14 +116,10 @@ ATTEMPT_TRANSITIONS: dict[AttemptOutcome, frozenset[AttemptOutcome]] = {
 """An attempt's outcomes; an attempt starts ``running`` (see the theory of operation)."""
 
 
-_NODE_EDGES: frozenset[tuple[str, str]] = frozenset(
-    (src.value, dst.value) for src, targets in NODE_TRANSITIONS.items() for dst in targets
-)
-"""``NODE_TRANSITIONS`` by value (see ``_NEXT``)."""
-_ATTEMPT_EDGES: frozenset[tuple[str, str]] = frozenset(
-    (src.value, dst.value) for src, targets in ATTEMPT_TRANSITIONS.items() for dst in targets
-)
-"""``ATTEMPT_TRANSITIONS`` by value (see ``_NEXT``)."""
+_NODE_EDGES = edges_by_value(NODE_TRANSITIONS)
+"""``NODE_TRANSITIONS`` by value (``edges_by_value``)."""
+_ATTEMPT_EDGES = edges_by_value(ATTEMPT_TRANSITIONS)
+"""``ATTEMPT_TRANSITIONS`` by value (``edges_by_value``)."""
 
 
 def check_node_transition(key: str, current: NodeStatus, new: NodeStatus) -> None:
@@ -176,7 +176,9 @@ EXEC_PENDING = ExecutionStatus.PENDING
 EXEC_RUNNING = ExecutionStatus.RUNNING
 EXEC_SUSPENDED = ExecutionStatus.SUSPENDED
 EXEC_COMPLETED = ExecutionStatus.COMPLETED
+NODE_RUNNING = NodeStatus.RUNNING
 NODE_COMPLETED = NodeStatus.COMPLETED
+NODE_FAILED = NodeStatus.FAILED
 NODE_SUSPENDED = NodeStatus.SUSPENDED
 ATTEMPT_RUNNING = AttemptOutcome.RUNNING
 ATTEMPT_COMPLETED = AttemptOutcome.COMPLETED

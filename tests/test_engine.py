@@ -56,14 +56,19 @@ def test_each_call_carries_its_own_continuation() -> None:
     assert isinstance(outcome, Completed)
     assert outcome.output == 12
     nodes = [(c[3][0].key, c[3][1].key, c[3][2].node_key, c[3][3]) for c in calls]
-    # the built-in trigger is settled inline (Run.quick_trigger): no call for it
-    assert nodes == [("a", "a", "a", False), ("b", "b", "b", False)]
+    assert nodes == [
+        ("start", "start", "start", False),
+        ("a", "a", "a", False),
+        ("b", "b", "b", False),
+    ]
 
 
 def test_a_failed_call_is_settled_by_its_continuation() -> None:
     """Sending (False, exception) fails the node the call's continuation names."""
     engine = _engine()
-    call = next(engine)  # the trigger was settled inline
+    fn, args, _, continuation = next(engine)
+    assert continuation[0].key == "start"
+    call = engine.send((True, fn(*args)))
     assert call[3][0].key == "a"
     try:
         engine.send((False, ConnectionError("down")))

@@ -102,23 +102,3 @@ def test_heap_entries_order_as_most_recent_then_key(items: list[tuple[int, str]]
         key for _, key in sorted(items, key=lambda item: (-item[0], item[1]))
     ]
     assert [(-(e // width), order.keys[e % width]) for e in entries] == items
-
-
-def test_a_fan_out_is_picked_by_drive_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 1 -> 50 -> 1 fan-in never calls pick_ready: drive's inlined pick (the heap's top is
-    current and no waiting join) takes every node; a slower pick would fail this."""
-    registry = Registry()
-    registry.register("test.one", lambda params, ctx: 1)
-    registry.register("test.ports", lambda params, ctx: len(ctx.input))
-    calls = []
-    slow = Frontier.pick_ready
-
-    def counted(self: Frontier) -> str | None:
-        calls.append(1)
-        return slow(self)
-
-    monkeypatch.setattr(Frontier, "pick_ready", counted)
-    outcome = execute_workflow(fan_in(50), None, registry=registry)
-    assert isinstance(outcome, Completed)
-    assert outcome.output == 50
-    assert calls == []

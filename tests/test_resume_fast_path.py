@@ -27,7 +27,6 @@ from prana import (
     Failed,
     Node,
     NodeSettings,
-    Outcome,
     Registry,
     Suspend,
     TimerData,
@@ -37,7 +36,6 @@ from prana import (
     loads,
     resume_workflow,
 )
-from prana._entry import loaded_run
 from prana._jsoncheck import _shared, shared_json
 from prana._model import new_suspend
 from prana._noderuns import NodeRuns
@@ -317,70 +315,6 @@ def test_a_light_resume_leaves_the_source_run_unread(registry: Registry, kind: s
     assert type(runs.raw_items()["start"]) is list  # still the stored rows, unbuilt
     assert dumps(done.execution) == dumps(direct.execution)
     assert done.execution == direct.execution
-
-
-def _called_wait(registry: Registry) -> Registry:
-    """``registry`` with ``wait.wait`` registered again with the same functions, wrapped:
-    the engine cannot tell it is the built-in, so it calls its resume."""
-    spec = registry.get("wait.wait")
-    assert spec is not None
-    assert spec.resume is not None
-    built_in = spec.resume
-    registry.register(
-        "wait.wait",
-        spec.fn,
-        lambda params, ctx, data: built_in(params, ctx, data),
-        output_ports=("main",),
-    )
-    return registry
-
-
-@pytest.mark.parametrize("mode", ["schedule", "interval", "webhook"])
-def test_the_built_in_wait_resumes_without_a_call(mode: str) -> None:
-    """The built-in wait's resume is settled inline: resuming it yields the next node's
-    call first, never the wait's; the records equal those of the resume called."""
-    modes: dict[str, dict[str, Any]] = {
-        "schedule": {"mode": "schedule", "schedule_at": "{{ $input.main.at }}"},
-        "interval": {"mode": "interval", "duration": 5, "unit": "minutes"},
-        "webhook": {"mode": "webhook"},
-    }
-    params = modes[mode]
-    wf = Workflow(
-        id="wait",
-        nodes=[
-            Node(key="start", type="manual.trigger"),
-            Node(key="wait", type="wait.wait", params=params),
-            Node(key="after", type="test.echo"),
-        ],
-        connections=[
-            Connection(from_node="start", to_node="wait"),
-            Connection(from_node="wait", to_node="after"),
-        ],
-    )
-    data = {"at": (T0 + timedelta(minutes=5)).isoformat()}
-    later = ManualClock(T0 + timedelta(minutes=6))
-    ends: list[Outcome] = []
-    for registry in (Registry(), _called_wait(Registry())):
-        registry.register("test.echo", lambda params, ctx: ctx.input["main"])
-        paused = execute_workflow(
-            wf, data, registry=registry, clock=ManualClock(T0), execution_id="e"
-        )
-        assert isinstance(paused, Suspend)
-        assert paused.execution is not None
-        run = loaded_run(paused.execution, {"hook": 1}, wf, registry, later, None, None)
-        engine = run.resume(paused.execution, {"hook": 1})
-        first_call = next(engine)[3][0].key  # the node of the first call the engine yields
-        engine.close()
-        assert first_call == ("after" if not ends else "wait")  # the built-in: no wait call
-        loaded = loads(dumps(paused.execution))
-        ends.append(
-            resume_workflow(loaded, {"hook": 1}, workflow=wf, registry=registry, clock=later)
-        )
-    quick, called = ends
-    assert isinstance(quick, Completed)
-    assert quick.output == ({"hook": 1} if mode == "webhook" else data)
-    # equal as records: a delivered webhook's digest differs by its random token alone
-    assert quick.execution == called.execution
 
 
 # -- the engine's suspensions ----------------------------------------------------------------

@@ -20,8 +20,6 @@ from prana import (
     Completed,
     Connection,
     ExecutionStatus,
-    Failed,
-    Limits,
     Node,
     NodeSettings,
     NodeStatus,
@@ -29,7 +27,6 @@ from prana import (
     Suspend,
     Workflow,
     _entry,
-    dumps,
     execute_workflow,
     resume_workflow,
 )
@@ -40,7 +37,7 @@ from prana._hooks import NO_TOKENS
 from prana._model import AttemptOutcome, WorkflowExecution, hot_record_problems, with_lease
 from prana._state import (
     _ATTEMPT_EDGES,
-    _NEXT,
+    _EDGES,
     _NODE_EDGES,
     ATTEMPT_TRANSITIONS,
     NODE_TRANSITIONS,
@@ -158,7 +155,7 @@ def test_a_resumed_pause_reads_the_clock_after_its_callback(flaky: Registry) -> 
 @pytest.mark.parametrize(
     ("table", "edges"),
     [
-        (TRANSITIONS, {(src, dst) for src, targets in _NEXT.items() for dst in targets}),
+        (TRANSITIONS, _EDGES),
         (NODE_TRANSITIONS, _NODE_EDGES),
         (ATTEMPT_TRANSITIONS, _ATTEMPT_EDGES),
     ],
@@ -215,23 +212,6 @@ def test_a_checkpoint_reuses_the_rows_of_nodes_it_did_not_change(flaky: Registry
     )
 
 
-def test_the_inlined_settles_take_edges_of_the_tables() -> None:
-    """complete_node, settle_failure's retry path and the inline trigger build their records
-    without the transition checks, and a resume takes a suspended record's edge without
-    looking: the edges they take must stay edges of prana._state's tables."""
-    assert AttemptOutcome.COMPLETED in ATTEMPT_TRANSITIONS[AttemptOutcome.RUNNING]
-    assert AttemptOutcome.FAILED in ATTEMPT_TRANSITIONS[AttemptOutcome.RUNNING]
-    assert NodeStatus.COMPLETED in NODE_TRANSITIONS[NodeStatus.RUNNING]
-    assert NodeStatus.SUSPENDED in NODE_TRANSITIONS[NodeStatus.RUNNING]
-    # the resume check skips the table for a suspended node's record (_entry._prepare_resume)
-    assert NodeStatus.RUNNING in NODE_TRANSITIONS[NodeStatus.SUSPENDED]
-    # start, resume, complete and suspend_execution check only an unusual status
-    assert ExecutionStatus.RUNNING in TRANSITIONS[ExecutionStatus.PENDING]
-    assert ExecutionStatus.RUNNING in TRANSITIONS[ExecutionStatus.SUSPENDED]
-    assert ExecutionStatus.COMPLETED in TRANSITIONS[ExecutionStatus.RUNNING]
-    assert ExecutionStatus.SUSPENDED in TRANSITIONS[ExecutionStatus.RUNNING]
-
-
 def test_with_lease_is_evolve_through_the_slot_twin(flaky: Registry) -> None:
     """with_lease(execution, at) equals attrs.evolve(execution, lease_expires_at=at) and
     builds through the slot twin (a runner calls it at every checkpoint and renewal)."""
@@ -246,36 +226,6 @@ def test_with_lease_is_evolve_through_the_slot_twin(flaky: Registry) -> None:
     assert execution.lease_expires_at is None
     assert with_lease(leased, None) == execution
     assert "_twin()" in inspect.getsource(with_lease)
-
-
-@pytest.mark.parametrize("input_data", [0, {"a": [1, 2.5, None, "x"]}, None])
-def test_the_inline_trigger_writes_what_calling_it_would(flaky: Registry, input_data: Any) -> None:
-    """The built-in manual trigger settled inline gives the same execution, record for
-    record, as the trigger called as an action (a checkpoint forces the call)."""
-    wf = _retry_workflow()
-    quick = execute_workflow(wf, input_data, registry=flaky, clock=ManualClock(), execution_id="e")
-    called = execute_workflow(
-        wf,
-        input_data,
-        registry=flaky,
-        clock=ManualClock(),
-        execution_id="e",
-        checkpoint=lambda execution: None,
-    )
-    assert isinstance(quick, Suspend)
-    assert dumps(quick.execution) == dumps(called.execution)
-    assert quick.execution == called.execution
-    assert quick.execution.kept_size == called.execution.kept_size
-
-
-def test_the_inline_trigger_stays_out_where_the_call_could_differ(flaky: Registry) -> None:
-    """Over a Limits size cap the trigger runs as an action, and fails as one would."""
-    small = Registry(limits=Limits(max_record_size=15))
-    small.register("test.fails_once", _fails_once)
-    failed = execute_workflow(_retry_workflow(), "x" * 10, registry=small)
-    assert isinstance(failed, Failed)
-    assert failed.error.node_key == "start"
-    assert failed.error.code == "limit_exceeded"
 
 
 def test_execution_ids_are_fresh_random_hex() -> None:

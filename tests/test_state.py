@@ -353,6 +353,75 @@ def test_each_attempt_edge_happens_through_the_executor(
     ATTEMPT_WALKS[edge]()
 
 
+def _walk_exec_pending_cancelled() -> None:
+    outcome, *_ = _paused()
+    pending = attrs.evolve(outcome.execution, status=ExecutionStatus.PENDING)
+    assert cancel_execution(pending).status is ExecutionStatus.CANCELLED
+
+
+def _walk_exec_suspended_running() -> None:
+    outcome, wf, registry = _paused()
+    resumed = resume_workflow(outcome.execution, {"ok": 1}, workflow=wf, registry=registry)
+    assert resumed.execution.status is ExecutionStatus.COMPLETED
+
+
+def _walk_exec_suspended_cancelled() -> None:
+    outcome, *_ = _paused()
+    assert cancel_execution(outcome.execution).status is ExecutionStatus.CANCELLED
+
+
+def _walk_exec_failed_suspended() -> None:
+    outcome, wf, registry, _ = _run(Node(key="a", type="test.down"))
+    assert outcome.execution.status is ExecutionStatus.FAILED
+    redriven = redrive_execution(outcome.execution, workflow=wf, registry=registry)
+    assert redriven.status is ExecutionStatus.SUSPENDED
+
+
+S = ExecutionStatus
+EXEC_WALKS: dict[tuple[ExecutionStatus, ExecutionStatus], Callable[[], None]] = {
+    (S.PENDING, S.RUNNING): _walk_node_running_completed,
+    (S.PENDING, S.CANCELLED): _walk_exec_pending_cancelled,
+    (S.RUNNING, S.RUNNING): _walk_attempt_running_interrupted,
+    (S.RUNNING, S.SUSPENDED): _walk_node_running_suspended,
+    (S.RUNNING, S.COMPLETED): _walk_node_running_completed,
+    (S.RUNNING, S.FAILED): _walk_node_running_failed,
+    (S.RUNNING, S.CANCELLED): _walk_node_running_cancelled,
+    (S.SUSPENDED, S.RUNNING): _walk_exec_suspended_running,
+    (S.SUSPENDED, S.CANCELLED): _walk_exec_suspended_cancelled,
+    (S.FAILED, S.SUSPENDED): _walk_exec_failed_suspended,
+}
+WALKS: list[tuple[Any, str, Any, Callable[[], None]]] = [
+    *((TRANSITIONS, "_EDGES", edge, walk) for edge, walk in EXEC_WALKS.items()),
+    *((NODE_TRANSITIONS, "_NODE_EDGES", edge, walk) for edge, walk in NODE_WALKS.items()),
+    *((ATTEMPT_TRANSITIONS, "_ATTEMPT_EDGES", edge, walk) for edge, walk in ATTEMPT_WALKS.items()),
+]
+
+
+def test_every_execution_edge_has_a_walk() -> None:
+    """Each edge of the executions' table is walked below, and nothing else is."""
+    assert set(EXEC_WALKS) == set(EDGES)
+
+
+@pytest.mark.parametrize(
+    ("table", "name", "edge", "walk"),
+    WALKS,
+    ids=[f"{name[1:-6] or 'exec'}:{a.value}->{b.value}" for _, name, (a, b), _ in WALKS],
+)
+def test_removing_an_edge_makes_its_walk_refuse(
+    monkeypatch: pytest.MonkeyPatch, table: Any, name: str, edge: Any, walk: Callable[[], None]
+) -> None:
+    """Every status change goes through the tables at run time: without the edge it takes
+    (the table and the pairs the checks read), the walk that takes it is refused."""
+    from prana import _state
+
+    src, dst = edge
+    walk()  # the tables as they are: the walk goes through
+    monkeypatch.setitem(table, src, table[src] - {dst})
+    monkeypatch.setattr(_state, name, _state.edges_by_value(table))
+    with pytest.raises(ResumeError, match="cannot become"):
+        walk()
+
+
 def _with_record(execution: WorkflowExecution, key: str, **changes: Any) -> WorkflowExecution:
     record = attrs.evolve(_node(execution, key), **changes)
     return attrs.evolve(execution, node_executions={**execution.node_executions, key: (record,)})
