@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from doubles import T0, raising
+from doubles import HYPOTHESIS_PROFILE, T0, raising
 from hypothesis import HealthCheck, settings
 
 from prana import ActionContext, Registry
@@ -41,9 +41,7 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=timedelta(seconds=2))
-settings.load_profile(
-    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
-)
+settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ in ``conftest.py``.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from scheduling.abc import ExecutionStore
+
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or (
+    "ci" if os.environ.get("CI") else "dev"
+)
+"""The Hypothesis profile ``conftest.py`` loads (``ci`` when ``CI`` is set); a property that
+asks CI for more examples than by hand reads it."""
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 """The start of every test's clock: a fixed, aware instant."""

@@ -10,9 +10,10 @@ same script. ``make_registry`` builds a fresh registry for each example.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
 import attrs
@@ -179,6 +180,32 @@ def make_registry(script: Script) -> Registry:
     registry.register(MERGE, step)  # takes whatever ports it is wired to: an AND-join
     registry.register(APPROVAL, approval, approved)
     return registry
+
+
+Turns = Callable[[str, int, int], int]
+"""How many times an async test action yields to the event loop before it answers, by
+``(node key, run index, attempt)``: a completion order drawn by a test, not by timing."""
+
+
+def make_async_registry(script: Script, turns: Turns) -> Registry:
+    """``make_registry``'s actions, async: each yields ``turns(...)`` times, then answers
+    as the sync one does (the same functions, called after the yields)."""
+    sync = make_registry(script)
+    registry = Registry()
+    for type_name in (STEP, MERGE, APPROVAL):
+        spec = sync.get(type_name)
+        assert spec is not None
+        registry.register(type_name, _yielding(spec.fn, turns), spec.resume)
+    return registry
+
+
+def _yielding(fn: Callable[..., Any], turns: Turns) -> Callable[..., Any]:
+    async def action(params: Any, ctx: ActionContext) -> Any:
+        for _ in range(turns(ctx.node_key, ctx.run_index, ctx.attempt)):
+            await asyncio.sleep(0)  # a turn of the loop, not a timed wait
+        return fn(params, ctx)
+
+    return action
 
 
 # -- plain text ------------------------------------------------------------------------------
