@@ -47,6 +47,8 @@ def settle_suspend(run: Run, cn: CompiledNode, node_run: NodeRun, value: Suspend
             problem = f"Suspend({kind!r}) needs {expected} data, got {type(data).__name__}"
         else:
             problem = _time_problem(kind, data)
+            if problem is None and kind == "sub_workflow" and run.issued:
+                problem = _kept_secret_problem(data, run.issued)
     else:
         json_issue = json_problem(data)
         if json_issue is not None:
@@ -89,6 +91,18 @@ def settle_suspend(run: Run, cn: CompiledNode, node_run: NodeRun, value: Suspend
 
 
 _UTC = timezone.utc
+
+
+def _kept_secret_problem(data: SubWorkflowData, issued: dict[str, str]) -> str | None:
+    """Why a sub-workflow's input may not be recorded, if it holds a ``$secrets`` value or a
+    resume token: the child starts from the input the parent's record keeps, as it is."""
+    if redact_tokens(data.input, issued) == data.input:
+        return None
+    return (
+        "the sub-workflow input holds a $secrets value or a $webhooks token, which the "
+        "record would keep as it is (the child starts from it); read $secrets.<name> in the "
+        "child workflow instead (it shares the registry)"
+    )
 
 
 def _time_problem(kind: str, data: Any) -> str | None:

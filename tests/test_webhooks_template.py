@@ -506,3 +506,31 @@ def test_a_secret_the_registry_cannot_redact_safely_is_refused(secrets: Any) -> 
 
     with pytest.raises(InvalidSettingsError, match="Registry secrets"):
         Registry(secrets=secrets)
+
+
+def test_a_secret_in_a_sub_workflow_input_fails_the_node_and_is_not_recorded() -> None:
+    """The child starts from the input the parent's record keeps, so a ``$secrets`` value
+    there would be stored as it is: the node fails, naming the fix, and the record holds no
+    trace of the secret (the child reads ``$secrets`` itself: it shares the registry)."""
+    from prana import ExecutionStatus as Status
+
+    workflow = Workflow(
+        id="parent",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="sub",
+                type="workflow.execute_workflow",
+                params={"workflow_id": "child", "input": {"auth": "{{ $secrets.API_KEY }}"}},
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="sub")],
+    )
+    outcome = execute_workflow(workflow, registry=Registry(secrets={"API_KEY": SECRET}))
+    assert outcome.execution is not None
+    text = dumps(outcome.execution)
+    assert SECRET not in text
+    assert not _decodes_to(text, SECRET)
+    assert outcome.execution.status is Status.FAILED
+    assert outcome.execution.error is not None
+    assert "$secrets" in outcome.execution.error.message
