@@ -22,9 +22,13 @@ from doubles import T0, Flaky, webhook_node, workflow
 
 from prana import (
     ActionContext,
+    AttemptOutcome,
     Completed,
+    ExecutionStatus,
+    Failed,
     Node,
     NodeSettings,
+    NonRetryable,
     Registry,
     ResumeError,
     RetryData,
@@ -33,10 +37,13 @@ from prana import (
     Workflow,
     WorkflowExecution,
     aexecute_workflow,
+    cancel_execution,
+    dumps,
     execute_workflow,
+    loads,
     resume_workflow,
 )
-from prana._model import NodeStatus
+from prana._model import NodeStatus, OnError
 from prana.testing import ManualClock
 
 SECTION_9 = "issue 23: DESIGN.md section 9 (branches side by side) is not built yet"
@@ -226,6 +233,118 @@ def test_a_node_after_the_paused_one_waits_for_it() -> None:
     assert "j" not in outcome.execution.node_executions
 
 
+# -- failures, cancels and the stored record with several pauses ------------------------------
+
+
+def _boom(params: Any, ctx: ActionContext) -> Any:
+    raise NonRetryable("no")
+
+
+def _wait_beside_failure(on_error: OnError) -> Workflow:
+    """``start`` -> ``a`` (a webhook wait, first by key) and ``start`` -> ``b`` (fails) ->
+    ``c``; ``b``'s ``on_error`` as given."""
+    return workflow(
+        Node(key="a", type="wait.wait", params={"mode": "webhook"}),
+        Node(key="b", type="test.boom", settings=NodeSettings(on_error=on_error)),
+        Node(key="c", type="test.ok"),
+        edges=[("start", "a"), ("start", "b"), ("b", "c")],
+    )
+
+
+def _boom_registry() -> Registry:
+    registry = _registry()
+    registry.register("test.boom", _boom)
+    return registry
+
+
+@pytest.mark.xfail(strict=True, reason=SECTION_9)
+def test_a_stop_closes_the_other_pauses() -> None:
+    """``b`` fails under ``stop_workflow`` while ``a`` waits: the execution fails and
+    ``a``'s wait is closed ``cancelled``, no pause left."""
+    outcome = execute_workflow(
+        _wait_beside_failure("stop_workflow"), {}, registry=_boom_registry(), clock=ManualClock(T0)
+    )
+    assert isinstance(outcome, Failed)
+    assert outcome.error.node_key == "b"
+    a = outcome.execution.node("a")
+    assert a is not None
+    assert a.status is NodeStatus.CANCELLED
+    assert a.attempts[-1].outcome is AttemptOutcome.CANCELLED
+    assert _pauses(outcome.execution) == []
+
+
+@pytest.mark.xfail(strict=True, reason=SECTION_9)
+def test_continue_leaves_the_sibling_pause_waiting() -> None:
+    """``b`` fails under ``continue``: it completes with an error output, ``c`` runs, and
+    the execution still waits on ``a``."""
+    outcome = execute_workflow(
+        _wait_beside_failure("continue"), {}, registry=_boom_registry(), clock=ManualClock(T0)
+    )
+    assert isinstance(outcome, Suspend)
+    assert outcome.kind == "webhook"
+    assert _completed(outcome.execution) == {"start", "b", "c"}
+    assert [p[0] for p in _pauses(outcome.execution)] == ["a"]
+
+
+def _two_waits() -> Workflow:
+    return workflow(
+        Node(key="w1", type="wait.wait", params={"mode": "webhook"}),
+        Node(
+            key="w2",
+            type="wait.wait",
+            params={"mode": "interval", "duration": 5, "unit": "minutes"},
+        ),
+        edges=[("start", "w1"), ("start", "w2")],
+    )
+
+
+@pytest.mark.xfail(strict=True, reason=SECTION_9)
+def test_cancel_closes_every_pause() -> None:
+    """A webhook wait and a timer: ``cancel_execution`` closes both node runs."""
+    outcome = execute_workflow(_two_waits(), {}, registry=_registry(), clock=ManualClock(T0))
+    assert isinstance(outcome, Suspend)
+    assert len(_pauses(outcome.execution)) == 2
+    cancelled = cancel_execution(outcome.execution, clock=ManualClock(T0))
+    assert cancelled.status is ExecutionStatus.CANCELLED
+    for key in ("w1", "w2"):
+        record = cancelled.node(key)
+        assert record is not None
+        assert record.status is NodeStatus.CANCELLED
+    assert _pauses(cancelled) == []
+
+
+@pytest.mark.xfail(strict=True, reason=SECTION_9)
+def test_several_pauses_survive_dumps_and_loads() -> None:
+    """The pauses (a timer due in 5 minutes first, then the webhook wait, due when it
+    expires in 24 hours) come back from ``loads(dumps(...))`` equal, typed data and due
+    times included."""
+    outcome = execute_workflow(_two_waits(), {}, registry=_registry(), clock=ManualClock(T0))
+    assert isinstance(outcome, Suspend)
+    assert outcome.kind == "timer"
+    execution = outcome.execution
+    pauses = _pauses(execution)
+    assert [(k, kind, due) for k, _, kind, _, due in pauses] == [
+        ("w2", "timer", T0 + timedelta(minutes=5)),
+        ("w1", "webhook", T0 + timedelta(hours=24)),
+    ]
+    again = loads(dumps(execution))
+    assert again == execution
+    assert _pauses(again) == pauses
+
+
+@pytest.mark.xfail(strict=True, reason=SECTION_9)
+def test_ninety_nine_branches_complete_before_the_hundredth_s_retry_suspends() -> None:
+    """The bench's fan-out with one branch failing once under a 1-hour backoff, async: the
+    other 99 complete before ``aexecute_workflow`` returns the ``Suspend``."""
+    keys = [f"b{i:03d}" for i in range(100)]
+    wf = _fan_out(keys, {"b042": 3600.0})
+    outcome = asyncio.run(aexecute_workflow(wf, {}, registry=_registry(), clock=ManualClock(T0)))
+    assert isinstance(outcome, Suspend)
+    assert outcome.kind == "retry"
+    assert _completed(outcome.execution) == {"start", *keys} - {"b042"}
+    assert [p[0] for p in _pauses(outcome.execution)] == ["b042"]
+
+
 # -- (b) async branches overlap, bounded ------------------------------------------------------
 
 
@@ -330,3 +449,34 @@ def test_finishing_order_never_changes_the_record() -> None:
     expected = execute_workflow(wf, {}, registry=sync, clock=ManualClock(T0))
     assert isinstance(outcome, Completed)
     assert _record(outcome.execution) == _record(expected.execution)
+
+
+@pytest.mark.xfail(strict=True, reason=SECTION_9)
+def test_a_stop_cancels_the_attempts_in_flight_and_awaits_them() -> None:
+    """``n0`` fails under ``stop_workflow`` while ``n1``..``n3`` await their gates: each is
+    cancelled (it sees ``CancelledError``) and recorded ``cancelled``."""
+    nodes = [Node(key="n0", type="test.boom")] + [
+        Node(key=f"n{i}", type="test.gated") for i in range(1, 4)
+    ]
+    wf = workflow(*nodes, edges=[("start", n.key) for n in nodes])
+    seen: list[str] = []
+
+    async def gated(params: Any, ctx: ActionContext) -> Any:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append(ctx.node_key)
+            raise
+        return None
+
+    registry = _boom_registry()
+    registry.register("test.gated", gated)
+    outcome = asyncio.run(aexecute_workflow(wf, {}, registry=registry, clock=ManualClock(T0)))
+    assert isinstance(outcome, Failed)
+    assert outcome.error.node_key == "n0"
+    assert seen == ["n1", "n2", "n3"]
+    for key in ("n1", "n2", "n3"):
+        record = outcome.execution.node(key)
+        assert record is not None
+        assert record.status is NodeStatus.CANCELLED
+        assert record.attempts[-1].outcome is AttemptOutcome.CANCELLED
