@@ -83,7 +83,14 @@ PRIVATE_NAME = re.compile(r"`+((?:\w+\.)*_[A-Za-z0-9][\w.]*)`+")
 
 def _public_modules() -> list[str]:
     """The packages and every public module of the adapters and stores."""
-    names = ["prana", "prana.dialects", "prana.testing", "scheduling", "scheduling.abc"]
+    names = [
+        "prana",
+        "prana.dialects",
+        "prana.testing",
+        "scheduling",
+        "scheduling.abc",
+        "scheduling.testing",
+    ]
     for package in ("scheduling.adapters", "scheduling.stores"):
         path = importlib.import_module(package).__path__
         names += [f"{package}.{m.name}" for m in pkgutil.iter_modules(path) if m.name[0] != "_"]
