@@ -1513,6 +1513,10 @@ class Runner(Generic[SchedulerT]):
                 version = self.store.save(execution, expected)
             except StaleVersionError:
                 del self._unsaved[execution_id]
+                stored = self._stored_as(execution)
+                if stored is not None:  # the failed save went through (its answer was lost)
+                    self._settle(execution, stored, held)
+                    return True
                 logger.warning(
                     "the outcome of execution %s, kept since its save failed, was dropped: "
                     "another runner or a cancel moved the execution on first",
@@ -1532,6 +1536,15 @@ class Runner(Generic[SchedulerT]):
         )
         self._settle(execution, version, held)
         return True
+
+    def _stored_as(self, execution: WorkflowExecution) -> int | None:
+        """The stored version of ``execution`` if the store holds it as it is, else ``None``:
+        a save whose connection dropped after its commit raised, yet stored the record."""
+        try:
+            stored, version = self.store.load(execution.id)
+        except (StoreError, RecordError, ExecutionNotFound):
+            return None
+        return version if stored == execution else None
 
     def _cannot_resume(self, execution_id: str, error: Exception) -> None:
         """An alarm of a record that cannot be read or resumed: say so once, leave it stored.

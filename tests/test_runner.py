@@ -20,6 +20,7 @@ from prana import (
     ActionContext,
     AttemptOutcome,
     Connection,
+    EventType,
     ExecutionStatus,
     InvalidSettingsError,
     InvalidWorkflowError,
@@ -1824,3 +1825,42 @@ def test_an_outcome_whose_save_failed_is_stored_once_the_store_is_back() -> None
     assert done.status is ExecutionStatus.COMPLETED
     assert [a.outcome for a in run.attempts] == [AttemptOutcome.FAILED, AttemptOutcome.COMPLETED]
     assert h.flaky.calls == 2  # the action ran once per attempt
+
+
+class AnswerLostStore(MemoryStore):
+    """A ``MemoryStore`` whose next save, once ``lose`` is set, is stored and then raises
+    (a database connection lost after its ``COMMIT`` went through)."""
+
+    lose = False
+
+    def save(self, execution: WorkflowExecution, expected_version: int | None = None) -> int:
+        version = super().save(execution, expected_version)
+        if self.lose:
+            self.lose = False
+            raise StoreError("server closed the connection unexpectedly")
+        return version
+
+
+def test_an_outcome_stored_though_its_save_raised_is_settled_not_dropped() -> None:
+    """A save that went through but raised (the connection lost after its commit) leaves
+    the kept outcome's compare-and-set to find the very record it would write: it is
+    settled (its events delivered), not dropped as if another runner had moved on."""
+    store = AnswerLostStore()
+    h = Harness(store, fails=1)
+    with h.runner as runner:
+        eid = runner.start(workflow(flaky_node()))
+
+        def lose_the_answer(ctx: object) -> None:
+            store.lose = True  # attempt 2's final save is stored, then raises
+
+        h.flaky.hook = lose_the_answer
+        h.scheduler.advance(1)
+        for _ in range(3):
+            h.clock.advance(1)
+            runner.rearm_due()
+            h.scheduler.advance(0)
+        done = runner.get(eid)
+    assert done.status is ExecutionStatus.COMPLETED
+    assert h.flaky.calls == 2
+    ends = [e for e in h.events if e.type is EventType.EXECUTION_COMPLETED]
+    assert [e.execution_id for e in ends] == [eid]
