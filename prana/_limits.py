@@ -151,6 +151,9 @@ MAX_ERROR_MESSAGE = 2_000
 """The most characters of an error's message a record keeps (the rest is cut, and says so)."""
 MAX_ERROR_DETAILS = 4_000
 """The largest size (as ``Limits`` counts) of an error's details a record keeps."""
+MAX_TRACEBACK = 8_000
+"""The most characters of an error's traceback a record keeps: its end, where the
+exception was raised (the start is cut, and says so)."""
 _DETAIL_TEXT = 500
 """The most characters of one detail kept when the details are cut down to size."""
 
@@ -163,24 +166,36 @@ def error_size(error: ErrorInfo) -> int:
         + len(error.module)
         + len(error.message)
         + max(json_size(error.details), 0)
+        + (0 if error.traceback is None else len(error.traceback))
     )
 
 
 def kept_error(error: ErrorInfo) -> tuple[ErrorInfo, int]:
     """``error`` cut to what a record keeps of one attempt's error, and its ``error_size``:
     its message to ``MAX_ERROR_MESSAGE`` characters, its details to ``MAX_ERROR_DETAILS``
-    (numbers, bools and nulls kept, each text cut to 500 characters, while they fit). An
-    action quoting a 65 KB URL in each of 2,000 attempts made a 261 MB record."""
-    message, details = error.message, error.details
+    (numbers, bools and nulls kept, each text cut to 500 characters, while they fit), its
+    traceback to the last ``MAX_TRACEBACK`` characters. An action quoting a 65 KB URL in
+    each of 2,000 attempts made a 261 MB record."""
+    message, details, traceback = error.message, error.details, error.traceback
     details_size = max(json_size(details), 0)
-    if len(message) <= MAX_ERROR_MESSAGE and details_size <= MAX_ERROR_DETAILS:
+    traceback_size = 0 if traceback is None else len(traceback)
+    if (
+        len(message) <= MAX_ERROR_MESSAGE
+        and details_size <= MAX_ERROR_DETAILS
+        and traceback_size <= MAX_TRACEBACK
+    ):
         names = len(error.code) + len(error.type) + len(error.module)
-        return error, names + len(message) + details_size
+        return error, names + len(message) + details_size + traceback_size
     if len(message) > MAX_ERROR_MESSAGE:
         message = _cut(message, MAX_ERROR_MESSAGE)
     if details_size > MAX_ERROR_DETAILS:
         details = _cut_details(details)
-    cut = new_error_info(error.code, error.type, error.module, message, details, error.node_key)
+    if traceback is not None and traceback_size > MAX_TRACEBACK:
+        left = traceback_size - MAX_TRACEBACK
+        traceback = f"({left:,} characters not kept)\n...{traceback[-MAX_TRACEBACK:]}"
+    cut = new_error_info(
+        error.code, error.type, error.module, message, details, error.node_key, traceback
+    )
     return cut, error_size(cut)
 
 

@@ -411,7 +411,10 @@ class ErrorInfo:
     value that is not a JSON object is kept under ``"details"``, as its ``repr`` when not
     JSON-native), the HTTP status a client's exception carries (``status_code``: from
     ``exc.status_code``, ``exc.response.status_code`` or an int ``exc.status``), plus what
-    prana adds (``retry_after_ignored``, ...).
+    prana adds (``retry_after_ignored``, ...). ``traceback`` is where the exception was
+    raised, as text in Python's own layout (each frame's file, line and function, no
+    source; the chain of causes), bounded and redacted as the message is; ``None`` for a
+    failure prana found itself.
     """
 
     code: str
@@ -420,6 +423,7 @@ class ErrorInfo:
     message: str
     details: ErrorDetails = None
     node_key: str | None = None
+    traceback: str | None = None
 
     def as_output(self) -> dict[str, Any]:
         """The error-shaped output a node completes with under ``continue`` modes."""
@@ -887,7 +891,7 @@ updated_at, completed_at, trace_context, lease_expires_at, kept_size)``."""
 new_activation: Callable[..., Activation] = _fast_constructor(Activation)
 """``new_activation(node_key, seq, sources)``."""
 new_error_info: Callable[..., ErrorInfo] = _fast_constructor(ErrorInfo)
-"""``new_error_info(code, type, module, message, details, node_key)``."""
+"""``new_error_info(code, type, module, message, details, node_key, traceback=None)``."""
 new_retry_data: Callable[..., RetryData] = _fast_constructor(RetryData)
 """``new_retry_data(retry_delay_ms, attempt_number, max_attempts, original_error, resume_at,
 redrive)``."""

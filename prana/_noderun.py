@@ -212,7 +212,80 @@ def error_info(
                 {"status_code": status} if details is None else {**details, "status_code": status}
             )
     cls = type(cause)
-    return new_error_info(value, cls.__name__, cls.__module__, str(cause), details, node_key)
+    return new_error_info(
+        value, cls.__name__, cls.__module__, str(cause), details, node_key, traceback_text(exc)
+    )
+
+
+MAX_TRACEBACK_FRAMES = 16
+"""The most frames of one exception a traceback keeps: the outermost 4 and the innermost
+12 (where it was raised), the rest counted (a ``RecursionError`` has a thousand)."""
+MAX_TRACEBACK_CHAIN = 5
+"""The most exceptions of a chain (``raise ... from``, or raised while handling another)
+a traceback keeps, the last ones: the rest counted."""
+_CHAIN_MESSAGE = 300
+"""The most characters of a cause's message a traceback keeps."""
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def traceback_text(exc: BaseException) -> str:
+    """``exc``'s traceback and its chain of causes in Python's layout, without source lines
+    (reading files is slow and shows code, not data), bounded by ``MAX_TRACEBACK_FRAMES``
+    and ``MAX_TRACEBACK_CHAIN``; the record cuts the text to ``MAX_TRACEBACK``."""
+    chain: list[tuple[BaseException, str]] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    joint = ""
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append((current, joint))
+        if current.__cause__ is not None:
+            current, joint = current.__cause__, _CAUSE
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current, joint = current.__context__, _CONTEXT
+        else:
+            current = None
+    parts: list[str] = []
+    left = len(chain) - MAX_TRACEBACK_CHAIN
+    if left > 0:
+        parts.append(f"({left} earlier exception{'s' if left > 1 else ''} not kept)\n")
+        chain = chain[:MAX_TRACEBACK_CHAIN]
+    for item, following in reversed(chain):
+        parts.append(_one_traceback(item))
+        parts.append(following)
+    return "".join(parts).rstrip("\n")
+
+
+def _one_traceback(exc: BaseException) -> str:
+    frames: list[tuple[str, int, str]] = []
+    tb = exc.__traceback__
+    count = 0
+    while tb is not None:
+        count += 1
+        code = tb.tb_frame.f_code
+        frames.append((code.co_filename, tb.tb_lineno, code.co_name))
+        if len(frames) > MAX_TRACEBACK_FRAMES:
+            del frames[4]  # keep the outermost 4 and the innermost ones
+        tb = tb.tb_next
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    for i, (file, line, function) in enumerate(frames):
+        if i == 4 and count > MAX_TRACEBACK_FRAMES:
+            lines.append(f"  ... {count - MAX_TRACEBACK_FRAMES:,} more frames not kept\n")
+        lines.append(f'  File "{file}", line {line}, in {function}\n')
+    cls = type(exc)
+    name = cls.__qualname__
+    if cls.__module__ != "builtins":
+        name = f"{cls.__module__}.{name}"
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - an exception's own __str__ may raise anything
+        message = "<its message could not be read>"
+    if len(message) > _CHAIN_MESSAGE:
+        left = len(message) - _CHAIN_MESSAGE
+        message = f"{message[:_CHAIN_MESSAGE]}... ({left:,} more characters)"
+    lines.append(f"{name}: {message}\n" if message else f"{name}\n")
+    return "".join(lines)
 
 
 def status_of(exc: BaseException) -> int | None:
@@ -280,7 +353,7 @@ def with_detail(error: ErrorInfo, key: str, value: Any) -> ErrorInfo:
     )
     merged[key] = value
     return new_error_info(
-        error.code, error.type, error.module, error.message, merged, error.node_key
+        error.code, error.type, error.module, error.message, merged, error.node_key, error.traceback
     )
 
 
@@ -290,6 +363,11 @@ def redacted_error(error: ErrorInfo, issued: Mapping[str, str]) -> ErrorInfo:
     record keeps neither."""
     message = redact_tokens(error.message, issued)
     details = redact_tokens(error.details, issued)
-    if message == error.message and details == error.details:
+    traceback = error.traceback
+    if traceback is not None:
+        traceback = redact_tokens(traceback, issued)
+    if message == error.message and details == error.details and traceback == error.traceback:
         return error
-    return new_error_info(error.code, error.type, error.module, message, details, error.node_key)
+    return new_error_info(
+        error.code, error.type, error.module, message, details, error.node_key, traceback
+    )

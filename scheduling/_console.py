@@ -554,4 +554,12 @@ def format_timeline(execution: WorkflowExecution, now: datetime | None = None) -
             lines.append(text)
         if run.error is not None and not run.attempts:
             lines.append(f"      error: {format_error(run.error)}")
+    for run in execution.ordered_node_executions():  # each run's last traceback
+        failed = [a for a in run.attempts if a.error is not None and a.error.traceback]
+        error = failed[-1].error if failed else run.error
+        if error is not None and error.traceback:
+            where = f" of attempt {failed[-1].number}" if failed else ""
+            lines.append("")
+            lines.append(f"  traceback of {run.node_key} run {run.run_index}{where}:")
+            lines.extend(f"    {line}" for line in error.traceback.splitlines())
     return "\n".join(printable(line).replace("\n", "\\n") for line in lines)

@@ -112,8 +112,15 @@ def test_list_and_show_json_have_stable_documented_fields(
     (call,) = shown["node_executions"]["call"]
     assert [a["outcome"] for a in call["attempts"]] == ["failed", "completed"]
     assert call["attempts"][0]["error"]["type"] == "ConnectionError"
+    assert call["attempts"][0]["error"]["traceback"].endswith(", in flaky\nConnectionError: down")
     assert call["attempts"][0]["retry_delay_ms"] == 10
     assert "pending" not in shown
+    code, out, _ = cli(site, capsys, "show", row["id"])
+    assert code == 0
+    text = out[out.index("  traceback of call run 0 of attempt 1:\n") :]
+    assert "    Traceback (most recent call last):\n" in text
+    assert 'op_actions.py", line ' in text
+    assert ", in flaky\n    ConnectionError: down\n" in text
 
 
 def test_list_filters_by_workflow_and_pages_after_an_id(

@@ -379,6 +379,7 @@ def test_document_shape() -> None:
                 "message": "x",
                 "details": None,
                 "node_key": None,
+                "traceback": None,
             },
             "resume_at": "2030-01-01T00:00:05Z",
         },

@@ -520,6 +520,8 @@ def test_api_one_execution_with_attempts_and_schedule() -> None:
     first, second = call["attempts"]
     assert first["outcome"] == "failed"
     assert first["error"]["type"] == "ConnectionError"
+    assert first["error"]["traceback"].startswith("Traceback (most recent call last):\n")
+    assert first["error"]["traceback"].endswith(", in __call__\nConnectionError: down")
     assert second["outcome"] == "completed"
     assert second["retry"] is True
     assert second["retry_delay_ms"] == 5000 or first["retry_delay_ms"] == 5000
@@ -671,6 +673,8 @@ def test_pages_escape_and_show_the_timeline() -> None:
     assert "<script>alert(1)</script>" not in page
     assert page.count('class="attempt"') == 4  # start, call x2, approve
     assert "↻" in page
+    assert "<details class=traceback><summary>traceback of attempt 1</summary><pre>" in page
+    assert "ConnectionError: down</pre></details>" in page
     assert "data-events=" in page
     assert fragment.startswith('<dl class="meta card" data-status="suspended"')
     assert execution_id in listing

@@ -58,6 +58,8 @@ margin:12px 0}
 form.filters{display:flex;gap:8px;margin:0 0 12px;align-items:center}
 input,select,button{font:inherit;padding:4px 8px}
 .pager{display:flex;gap:12px;margin:10px 0}
+details.traceback pre{background:#f3f4f7;border:1px solid var(--line);padding:8px;
+overflow-x:auto;font-size:12px;white-space:pre}
 .live{font-size:12px;color:var(--muted)}
 """
 
@@ -316,6 +318,17 @@ def _node_card(node: dict[str, Any], origin: datetime | None, span_s: float) -> 
     extra = ""
     if node["error"] and not node["attempts"]:
         extra += f"<p>{_error_text(node['error'])}</p>"
+    failed = [a for a in node["attempts"] if a["error"] and a["error"].get("traceback")]
+    error, what = (
+        (failed[-1]["error"], f" of attempt {failed[-1]['number']}")
+        if failed
+        else (node["error"], "")
+    )
+    if error and error.get("traceback"):
+        extra += (
+            f"<details class=traceback><summary>traceback{what}</summary>"
+            f"<pre>{escape(error['traceback'])}</pre></details>"
+        )
     if node["output"] is not None:
         extra += f"<p class=muted>output {_json(node['output'])}</p>"
     return head + bar + attempts + "".join(previews) + extra + "</div>"

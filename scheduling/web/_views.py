@@ -43,6 +43,7 @@ def _error(error: ErrorInfo | None) -> dict[str, Any] | None:
         "message": error.message,
         "details": error.details,
         "node_key": error.node_key,
+        "traceback": error.traceback,
     }
 
 
