@@ -7,9 +7,11 @@ engine generator (``prana._engine``). ``asyncio`` is imported only when needed.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import threading
 from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from prana._engine import Call, Result
@@ -17,6 +19,13 @@ from prana._errors import AttemptTimeout, NonRetryable
 from prana._model import Outcome, Output
 
 _NEVER_AWAITABLE = frozenset({str, int, float, bool, type(None), dict, list, tuple, Output})
+
+AROUND_CALL: contextvars.ContextVar[Callable[[Any], AbstractContextManager[object]] | None] = (
+    contextvars.ContextVar("prana_around_call", default=None)
+)
+"""What each action call runs inside, given its ``ActionContext``, or ``None``:
+``scheduling.otel.TracingObserver`` sets it while a step runs, so the attempt's span is the
+current one inside the action (its worker thread and event loop included)."""
 
 
 def drive_sync(engine: Generator[Call, Result, Outcome]) -> Outcome:
@@ -30,6 +39,14 @@ def drive_sync(engine: Generator[Call, Result, Outcome]) -> Outcome:
 
 
 def _call_sync(call: Call) -> Result:
+    around = AROUND_CALL.get()
+    if around is not None:
+        with around(call[3][2]):
+            return _call_sync_in(call)
+    return _call_sync_in(call)
+
+
+def _call_sync_in(call: Call) -> Result:
     fn, args, timeout, _ = call
     try:
         value = fn(*args) if timeout is None else _call_in_thread(fn, args, timeout)
@@ -50,7 +67,8 @@ def _call_in_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeout: floa
         except BaseException as exc:  # noqa: BLE001 - carried back to the caller's thread
             box.append((False, exc))
 
-    worker = threading.Thread(target=target, name="prana-attempt", daemon=True)
+    context = contextvars.copy_context()  # the caller's context: its current span
+    worker = threading.Thread(target=context.run, args=(target,), name="prana-attempt", daemon=True)
     worker.start()
     worker.join(timeout)
     if not box:
@@ -107,13 +125,22 @@ async def drive_async(engine: Generator[Call, Result, Outcome]) -> Outcome:
 
 
 async def _call_async(call: Call) -> Result:
+    around = AROUND_CALL.get()
+    if around is not None:
+        with around(call[3][2]):
+            return await _call_async_in(call)
+    return await _call_async_in(call)
+
+
+async def _call_async_in(call: Call) -> Result:
     import asyncio
 
     fn, args, timeout, _ = call
     try:
         if timeout is not None and not inspect.iscoroutinefunction(fn):
             loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(None, lambda: fn(*args))
+            context = contextvars.copy_context()  # the caller's context: its current span
+            future = loop.run_in_executor(None, lambda: context.run(fn, *args))
             value = await _await_with_timeout(future, timeout)
         else:
             value = fn(*args)

@@ -2,7 +2,8 @@
 
 For the ``scheduling`` package (and anyone writing a shell of their own around the pure
 core): taking up a record whose process died, failing a webhook wait past its deadline,
-checking a clock once, the hot-path status constants, the webhook token check, the
+checking a clock once, the hot-path status constants, what an action call runs inside
+(``AROUND_CALL``: a tracer's attempt span), the webhook token check, the
 sub-workflow limits' messages. Users of workflows need none of it, so it is not in
 ``prana.__all__``, and it is **not covered by the user API's stability promise**: names
 here may change in any release, together with the ``scheduling`` package that uses them.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from prana._builtins import WAIT_UNITS
 from prana._builtins import _wait_resume as wait_resume
 from prana._checkpoint import CheckpointById
+from prana._drivers import AROUND_CALL
 from prana._durations import format_duration, is_aware
 from prana._entry import _utcnow as utcnow
 from prana._entry import check_clock
@@ -30,6 +32,7 @@ from prana._resolve import resolve as resolve_policies
 from prana._state import EXEC_RUNNING, EXEC_SUSPENDED, FINAL
 
 __all__ = [
+    "AROUND_CALL",
     "CheckpointById",
     "EXEC_RUNNING",
     "EXEC_SUSPENDED",

@@ -12,7 +12,10 @@ Spans (``tracer`` name ``prana``):
   its resume) until it completes, fails, is cancelled or suspends again;
 - ``prana.attempt``: one attempt of one node, a child of its step, ended by the attempt's
   outcome (completed, failed, retry scheduled, suspended). Its status is ERROR when the
-  attempt failed.
+  attempt failed, with ``error.type`` and an ``exception`` event (``exception.type``,
+  ``exception.message``, ``exception.stacktrace``: the recorded traceback). It is the
+  current span while the action runs (inside ``begin``/``resume``, as a ``Runner`` runs
+  every step), so a span the action opens is its child.
 
 Attributes: ``prana.execution_id``, ``prana.workflow_id``, ``prana.node_key``,
 ``prana.run_index``, ``prana.attempt``, ``prana.max_attempts``, ``prana.outcome``, and for
@@ -42,12 +45,15 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from prana import Event, EventType
+from prana.shell import AROUND_CALL
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
     from datetime import datetime
 
     from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
+
+    from prana import ActionContext
 
 __all__ = ["TracingObserver", "trace_id_for"]
 
@@ -167,6 +173,7 @@ class TracingObserver:
         self._w3c.inject(carrier, context=current)
         opening = _Opening(self, span)
         opening_token = _OPENING.set(opening)
+        around_token = AROUND_CALL.set(self._attempt_current)
         token = context.attach(current)
         try:
             yield carrier or None
@@ -175,6 +182,7 @@ class TracingObserver:
             raise
         finally:
             context.detach(token)
+            AROUND_CALL.reset(around_token)
             _OPENING.reset(opening_token)
         if opening.execution_id is None:  # refused before the run began
             self._abandon(opening, "the start was refused before its run began")
@@ -200,18 +208,38 @@ class TracingObserver:
         from opentelemetry import context
 
         trace = self._trace
-        restored = self._w3c.extract(dict(trace_context)) if trace_context else None
-        if restored is None or not trace.get_current_span(restored).get_span_context().is_valid:
+        around_token = AROUND_CALL.set(self._attempt_current)
+        try:
+            restored = self._w3c.extract(dict(trace_context)) if trace_context else None
+            if restored is None or not trace.get_current_span(restored).get_span_context().is_valid:
+                yield
+                return
+            caller = trace.get_current_span().get_span_context()
+            resuming_token = _RESUMING.set((caller if caller.is_valid else None,))
+            token = context.attach(restored)
+            try:
+                yield
+            finally:
+                context.detach(token)
+                _RESUMING.reset(resuming_token)
+        finally:
+            AROUND_CALL.reset(around_token)
+
+    @contextlib.contextmanager
+    def _attempt_current(self, ctx: ActionContext) -> Iterator[None]:
+        """Make the attempt's span current while its action runs (``AROUND_CALL``)."""
+        from opentelemetry import context
+
+        with self._lock:
+            span = self._attempts.get((ctx.execution_id, ctx.node_key, ctx.run_index))
+        if span is None:
             yield
             return
-        caller = trace.get_current_span().get_span_context()
-        resuming_token = _RESUMING.set((caller if caller.is_valid else None,))
-        token = context.attach(restored)
+        token = context.attach(self._trace.set_span_in_context(span))
         try:
             yield
         finally:
             context.detach(token)
-            _RESUMING.reset(resuming_token)
 
     # -- events --------------------------------------------------------------------------------
 
@@ -309,6 +337,17 @@ class TracingObserver:
             span.set_attribute("prana.error.type", error.type)
             span.set_attribute("prana.error.code", error.code)
             span.set_attribute("prana.error.message", error.message)
+            if outcome in ("failed", "retry_scheduled"):
+                name = (
+                    error.type
+                    if error.module in ("builtins", "")
+                    else (f"{error.module}.{error.type}")
+                )
+                span.set_attribute("error.type", name)
+                exception = {"exception.type": name, "exception.message": error.message}
+                if error.traceback:
+                    exception["exception.stacktrace"] = error.traceback
+                span.add_event("exception", exception, timestamp=_ns(event))
         if outcome in ("failed", "retry_scheduled"):
             status = self._trace.Status(
                 self._trace.StatusCode.ERROR,

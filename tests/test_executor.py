@@ -907,7 +907,7 @@ def test_error_codes_are_stored_as_the_same_plain_strings(registry: Registry) ->
     assert '{"code":"output_not_json","type":"OutputNotJSON","module":"prana","message":' in text
     assert (
         '{"code":"non_retryable","type":"ValueError","module":"builtins","message":"no",'
-        '"details":null,"node_key":"refuse"}'
+        '"details":null,"node_key":"refuse","traceback":"Traceback (most recent call last):'
     ) in text
     assert dumps(loads(text)) == text
 

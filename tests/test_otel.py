@@ -430,3 +430,117 @@ def test_tracing_observer_needs_only_the_api(monkeypatch: pytest.MonkeyPatch) ->
         execution_id = runner.start(WORKFLOW, None)
     assert runner.get(execution_id).status is ExecutionStatus.COMPLETED
     assert runner.get(execution_id).trace_context is None  # no SDK: nothing worth storing
+
+
+# -- the attempt's span is current while the action runs ---------------------------------------
+
+
+def _inner_action(provider: TracerProvider, kind: str) -> Any:
+    """An action that opens its own span (as httpx or psycopg instrumentation would)."""
+    tracer = provider.get_tracer("app")
+
+    def sync(params: Any, ctx: Any) -> Any:
+        with tracer.start_as_current_span("inner"):
+            return {"ok": True}
+
+    async def run_async(params: Any, ctx: Any) -> Any:
+        import asyncio
+
+        await asyncio.sleep(0)
+        with tracer.start_as_current_span("inner"):
+            await asyncio.sleep(0)
+            return {"ok": True}
+
+    return run_async if kind == "async" else sync
+
+
+@pytest.mark.parametrize(
+    ("kind", "timeout"), [("sync", None), ("sync", 30), ("async", None), ("async", 30)]
+)
+def test_a_span_opened_inside_an_action_is_the_attempts_child(kind: str, timeout: Any) -> None:
+    """``prana.attempt`` is the current span while the action runs, in a worker thread (a
+    timeout) or on an event loop too: a span the action opens is its child, not
+    ``prana.start``'s."""
+    provider, spans = _provider()
+    registry = Registry()
+    registry.register("test.inner", _inner_action(provider, kind))
+    wf = Workflow(
+        id="inner",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="call", type="test.inner", settings=NodeSettings(timeout=timeout)),
+        ],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+    clock = ManualClock()
+    with _runner(MemoryStore(), clock, provider, registry) as runner:
+        execution_id = runner.start(wf, None)
+        assert runner.get(execution_id).status is ExecutionStatus.COMPLETED
+    finished = spans.get_finished_spans()
+    (attempt,) = _attempts(finished, "call")
+    inner = _one(finished, "inner")
+    assert _ids(inner)[2] == _ids(attempt)[1]
+    assert _ids(inner)[0] == _ids(attempt)[0]
+
+
+def test_a_span_opened_inside_an_awaited_action_is_the_attempts_child() -> None:
+    """Driven by ``aexecute_workflow`` inside the tracer's ``begin`` (by hand, no runner)."""
+    import asyncio
+
+    from prana import aexecute_workflow
+
+    provider, spans = _provider()
+    registry = Registry()
+    registry.register("test.inner", _inner_action(provider, "async"))
+    wf = Workflow(
+        id="inner",
+        nodes=[Node(key="start", type="manual.trigger"), Node(key="call", type="test.inner")],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+    tracer = TracingObserver(provider)
+    clock = ManualClock()
+
+    async def main() -> Any:
+        with tracer.begin(clock()) as trace_context:
+            return await aexecute_workflow(
+                wf, registry=registry, clock=clock, observers=[tracer], trace_context=trace_context
+            )
+
+    outcome = asyncio.run(main())
+    assert outcome.execution.status is ExecutionStatus.COMPLETED
+    finished = spans.get_finished_spans()
+    (attempt,) = _attempts(finished, "call")
+    assert _ids(_one(finished, "inner"))[2] == _ids(attempt)[1]
+
+
+def test_a_failed_attempt_records_an_exception_event() -> None:
+    """The semantic conventions' ``exception`` event (type, message, stacktrace: the
+    recorded traceback) and ``error.type`` on the failed attempt's span."""
+    provider, spans = _provider()
+    registry = Registry()
+
+    def lookup(params: Any, ctx: Any) -> Any:
+        order: dict[str, Any] = {}
+        return order["address"]
+
+    registry.register("test.lookup", lookup)
+    wf = Workflow(
+        id="failing",
+        nodes=[Node(key="start", type="manual.trigger"), Node(key="call", type="test.lookup")],
+        connections=[Connection(from_node="start", to_node="call")],
+    )
+    with _runner(MemoryStore(), ManualClock(), provider, registry) as runner:
+        execution_id = runner.start(wf, None)
+        recorded = runner.get(execution_id).error
+    assert recorded is not None
+    assert recorded.traceback is not None
+    (attempt,) = _attempts(spans.get_finished_spans(), "call")
+    attributes = dict(attempt.attributes or {})
+    assert attributes["error.type"] == "KeyError"
+    (event,) = [e for e in attempt.events if e.name == "exception"]
+    assert dict(event.attributes or {}) == {
+        "exception.type": "KeyError",
+        "exception.message": "'address'",
+        "exception.stacktrace": recorded.traceback,
+    }
+    assert ", in lookup\nKeyError: 'address'" in recorded.traceback
