@@ -561,14 +561,16 @@ class Run(Frontier):
                     "ResultRejected",
                 )
                 return self.settle_failure(cn, node_run, error, output=output)
+        shown = port
         if self.issued:
             output = redact_tokens(output, self.issued)
+            shown = redact_tokens(port, self.issued)
             if updates:
                 updates = redact_tokens(updates, self.issued)
         if updates:
             self.state.update(updates)
         self.kept += size
-        self.complete_node(cn, node_run, output, port)
+        self.complete_node(cn, node_run, output, port, shown_port=shown)
         return None
 
     def keep(self, key: str, what: str, size: int) -> ErrorInfo | None:
@@ -595,10 +597,14 @@ class Run(Frontier):
         port: str,
         *,
         error: ErrorInfo | None = None,
+        shown_port: str | None = None,
     ) -> None:
+        """Record the node run completed on ``port`` (kept as ``shown_port``, the name with
+        any secret redacted, when given) and deliver its output there."""
         self.now_hint = now = self.clock()
         node_run.close_attempt(ATTEMPT_COMPLETED if error is None else ATTEMPT_FAILED, now, error)
-        self.record(node_run, node_run.freeze(NODE_COMPLETED, output, port, error, now))
+        shown = port if shown_port is None else shown_port
+        self.record(node_run, node_run.freeze(NODE_COMPLETED, output, shown, error, now))
         key = cn.key
         self.consume_activation(key)
         self.last_output = output

@@ -534,3 +534,27 @@ def test_a_secret_in_a_sub_workflow_input_fails_the_node_and_is_not_recorded() -
     assert outcome.execution.status is Status.FAILED
     assert outcome.execution.error is not None
     assert "$secrets" in outcome.execution.error.message
+
+
+def test_a_port_an_action_names_after_a_secret_is_recorded_redacted() -> None:
+    """An action may name its output port from its params; the record's ``output_port``
+    keeps ``[secret]`` in place of a ``$secrets`` value, as the output does."""
+    from prana import Output
+    from prana._hooks import SECRET_REDACTED
+
+    registry = Registry(secrets={"API_KEY": SECRET})
+    registry.register("api.route", lambda params, ctx: Output({}, port=params["to"]))
+    workflow = Workflow(
+        id="port",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="route", type="api.route", params={"to": "p-{{ $secrets.API_KEY }}"}),
+        ],
+        connections=[Connection(from_node="start", to_node="route")],
+    )
+    outcome = execute_workflow(workflow, registry=registry)
+    assert outcome.execution is not None
+    assert SECRET not in dumps(outcome.execution)
+    run = outcome.execution.node("route")
+    assert run is not None
+    assert run.output_port == f"p-{SECRET_REDACTED}"
