@@ -1,7 +1,8 @@
 """Conformance suites for your own store or scheduler, run by your own pytest suite.
 
-Subclass one in a test module, give it a fixture that builds a fresh backend, and pytest
-runs every check against it::
+``StoreConformance`` checks an ``ExecutionStore``, ``SchedulerConformance`` a
+``Scheduler``. Subclass one in a test module, give it a fixture that builds a fresh
+backend, and pytest runs every check against it::
 
     from scheduling.testing import StoreConformance
 
@@ -52,12 +53,12 @@ from scheduling._errors import (
     WorkflowConflictError,
     WorkflowNotFound,
 )
-from scheduling.abc import ExecutionStore, TreeCountingStore
+from scheduling.abc import ExecutionStore, Scheduler, TreeCountingStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
-__all__ = ["StoreConformance"]
+__all__ = ["FireRecorder", "SchedulerConformance", "StoreConformance"]
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 _BOOM = ErrorInfo(code="action_error", type="RuntimeError", module="builtins", message="boom")
@@ -506,3 +507,188 @@ class StoreConformance:
         assert store.count_tree("nobody", 100) == 0
         store.save(execution("lone:child"), None)  # a tree whose root is not stored
         assert store.count_tree("lone", 100) == 1
+
+
+# -- schedulers ---------------------------------------------------------------------------
+
+
+class FireRecorder:
+    """A ``fire`` callback that records each call; ``then(execution_id)`` runs after it.
+
+    ``listeners`` are called after each recorded call (an event loop's waiter, say).
+    """
+
+    def __init__(self, then: Callable[[str], object] | None = None) -> None:
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self.then = then
+        self.listeners: list[Callable[[], None]] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> object:
+        """Record one firing, wake the waiters, then run ``then``."""
+        with self._cond:
+            self.calls.append((args, kwargs))
+            self._cond.notify_all()
+        for listener in self.listeners:
+            listener()
+        return self.then(args[0]) if self.then is not None else None
+
+    @property
+    def ids(self) -> list[str]:
+        """The execution ids fired, in order."""
+        return [args[0] for args, _ in self.calls]
+
+    def wait_threaded(self, count: int, timeout: float) -> bool:
+        """Block until ``count`` calls were recorded; False after ``timeout`` seconds."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.calls) >= count, timeout=timeout)
+
+
+class _FireFailedError(RuntimeError):
+    """What the failing ``fire`` callback of the failing-alarm check raises."""
+
+
+_Op = tuple[str, str, float]  # ("schedule", id, ms from now) or ("cancel", id, 0)
+
+SCENARIOS: dict[str, tuple[list[_Op], list[str]]] = {
+    "due order": (
+        [("schedule", "x", 100), ("schedule", "y", 40), ("schedule", "z", 160)],
+        ["y", "x", "z"],
+    ),
+    "replace with a later time": (
+        [("schedule", "x", 20), ("schedule", "x", 140), ("schedule", "z", 80)],
+        ["z", "x"],
+    ),
+    "replace with an earlier time": (
+        [("schedule", "x", 150), ("schedule", "x", 20), ("schedule", "z", 190)],
+        ["x", "z"],
+    ),
+    "cancel": (
+        [("schedule", "x", 30), ("schedule", "y", 60), ("cancel", "x", 0), ("schedule", "z", 90)],
+        ["y", "z"],
+    ),
+    "cancel unknown id": ([("cancel", "nobody", 0), ("schedule", "z", 30)], ["z"]),
+    "already overdue": ([("schedule", "x", -10_000), ("schedule", "z", 60)], ["x", "z"]),
+}
+"""Each scenario's operations and the ids that must fire, in order."""
+
+
+class SchedulerConformance:
+    """The ``Scheduler`` promises, as pytest tests over a ``scheduler`` fixture you define.
+
+    Subclass it as ``class TestMyScheduler(SchedulerConformance)`` and define ``scheduler``
+    (a fresh one; shut it down after the ``yield``). Alarms are due at most a few hundred
+    milliseconds ahead by the wall clock, and each check waits on an event, never sleeps.
+    A scheduler that fires by another clock overrides ``now``, and one that needs driving
+    (an event loop, a hand-moved clock) overrides ``start`` and ``wait_for``.
+    """
+
+    timeout: float = 5.0
+    """Seconds to wait for an alarm that must fire; reached only on a failure."""
+
+    lead_ms: float = 250
+    """How far ahead of one reading of now a scenario's alarms begin, so that every call
+    giving them is made before the first is due, however slowly a loaded machine runs."""
+
+    @pytest.fixture
+    def scheduler(self) -> Iterator[Scheduler]:
+        """A fresh scheduler: define this fixture in your subclass."""
+        pytest.fail("define a `scheduler` fixture in your SchedulerConformance subclass")
+
+    def now(self, scheduler: Scheduler) -> datetime:
+        """The scheduler's now: the wall clock, in UTC."""
+        return datetime.now(timezone.utc)
+
+    def start(self, scheduler: Scheduler, fire: FireRecorder) -> None:
+        """Start the scheduler with ``fire``."""
+        scheduler.start(fire)
+
+    def wait_for(self, scheduler: Scheduler, fire: FireRecorder, count: int) -> None:
+        """Let alarms fire until ``fire`` saw ``count`` calls; fail after ``timeout``."""
+        fire.wait_threaded(count, self.timeout)
+        assert len(fire.calls) >= count, f"only {fire.ids} fired, wanted {count}"
+
+    def _play(self, scheduler: Scheduler, ops: list[_Op], lead_ms: float) -> None:
+        base = self.now(scheduler) + timedelta(milliseconds=lead_ms)
+        for op, execution_id, ms in ops:
+            if op == "schedule":
+                scheduler.schedule(execution_id, base + timedelta(milliseconds=ms))
+            else:
+                scheduler.cancel(execution_id)
+
+    def test_the_scheduler_matches_the_protocol(self, scheduler: Scheduler) -> None:
+        """The scheduler is a ``Scheduler`` by the runtime-checkable protocol."""
+        assert isinstance(scheduler, Scheduler)
+
+    @pytest.mark.parametrize("scenario", list(SCENARIOS))
+    def test_alarms_fire_once_each_in_due_order(self, scheduler: Scheduler, scenario: str) -> None:
+        """Due order; one alarm per id, a new time replacing the old; cancel (an unknown id
+        ignored); an alarm already overdue still fires."""
+        ops, expected = SCENARIOS[scenario]
+        fire = FireRecorder()
+        self.start(scheduler, fire)
+        self._play(scheduler, ops, self.lead_ms)
+        self.wait_for(scheduler, fire, len(expected))
+        assert fire.ids == expected
+
+    def test_fire_carries_only_the_execution_id(self, scheduler: Scheduler) -> None:
+        """The fire callback gets exactly one positional argument: the execution id."""
+        fire = FireRecorder()
+        self.start(scheduler, fire)
+        scheduler.schedule("exec-1", self.now(scheduler) + timedelta(milliseconds=20))
+        self.wait_for(scheduler, fire, 1)
+        assert fire.calls == [(("exec-1",), {})]
+
+    def test_an_alarm_armed_before_start_fires_after_it(self, scheduler: Scheduler) -> None:
+        """An alarm scheduled before ``start`` waits for it and then fires."""
+        fire = FireRecorder()
+        scheduler.schedule("early", self.now(scheduler) + timedelta(milliseconds=30))
+        self.start(scheduler, fire)
+        self.wait_for(scheduler, fire, 1)
+        assert fire.ids == ["early"]
+
+    def test_fire_may_rearm_its_own_execution_for_now(self, scheduler: Scheduler) -> None:
+        """A callback that re-arms its own id for now (a 0 ms retry) is fired again."""
+
+        def rearm_once(execution_id: str) -> None:
+            if len(fire.calls) == 1:
+                scheduler.schedule(execution_id, self.now(scheduler))
+
+        fire = FireRecorder(then=rearm_once)
+        self.start(scheduler, fire)
+        scheduler.schedule("again", self.now(scheduler) + timedelta(milliseconds=20))
+        self.wait_for(scheduler, fire, 2)
+        assert fire.ids == ["again", "again"]
+
+    def test_shutdown_drops_pending_alarms_and_start_works_again(
+        self, scheduler: Scheduler
+    ) -> None:
+        """After ``shutdown`` a pending alarm never fires, and the scheduler starts again."""
+        first = FireRecorder()
+        self.start(scheduler, first)
+        scheduler.schedule("dropped", self.now(scheduler) + timedelta(milliseconds=30))
+        scheduler.shutdown()
+        second = FireRecorder()
+        self.start(scheduler, second)
+        scheduler.schedule("sentinel", self.now(scheduler) + timedelta(milliseconds=80))
+        self.wait_for(scheduler, second, 1)
+        assert (first.ids, second.ids) == ([], ["sentinel"])
+
+    def test_alarms_after_a_failing_one_still_fire(self, scheduler: Scheduler) -> None:
+        """A fire callback that raises never stops the scheduler: alarms armed before and
+        after the failure fire, also after a second failure."""
+
+        def fail_bad(execution_id: str) -> None:
+            if execution_id.startswith("bad"):
+                raise _FireFailedError(f"boom {execution_id}")
+
+        fire = FireRecorder(then=fail_bad)
+        self.start(scheduler, fire)
+        scheduler.schedule("bad-1", self.now(scheduler) + timedelta(milliseconds=10))
+        scheduler.schedule("good-1", self.now(scheduler) + timedelta(milliseconds=60))
+        self.wait_for(scheduler, fire, 2)
+        scheduler.schedule("bad-2", self.now(scheduler) + timedelta(milliseconds=10))
+        self.wait_for(scheduler, fire, 3)
+        scheduler.schedule("good-2", self.now(scheduler) + timedelta(milliseconds=10))
+        self.wait_for(scheduler, fire, 4)
+        assert fire.ids == ["bad-1", "good-1", "bad-2", "good-2"]

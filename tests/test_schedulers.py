@@ -1,10 +1,9 @@
 """The ``Scheduler`` protocol, tested once over every adapter, then each adapter's own behaviour.
 
-``ManualScheduler`` is the reference: each shared scenario runs on it first, and every
-real adapter must fire the same ids in the same order. Real adapters use delays of at most
-0.2 s (after a lead of ``LEAD_MS`` in the shared scenarios, so that a loaded machine gives
-every alarm before the first is due) and wait for completion on an event with a timeout;
-nothing sleeps.
+The shared part is the shipped kit, ``scheduling.testing.SchedulerConformance``, run over
+each adapter through a harness that reads its now and lets its alarms fire (a manual clock
+advanced, an event loop driven). Real adapters use delays of at most 0.2 s after the kit's
+lead and wait for completion on an event with a timeout; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from scheduling.adapters import apscheduler as aps_module
 from scheduling.adapters.apscheduler import APSchedulerAdapter, job_id, stop_scheduler
 from scheduling.adapters.asyncio import AsyncioScheduler
 from scheduling.adapters.manual import ManualScheduler, SchedulerStateError
+from scheduling.testing import FireRecorder, SchedulerConformance
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -45,30 +45,11 @@ def real_now() -> datetime:
     return datetime.now(UTC)
 
 
-class Recorder:
-    """A fire callback that records every call and wakes whoever waits for a count."""
+class Recorder(FireRecorder):
+    """The kit's recorder, waiting ``TIMEOUT`` by default."""
 
-    def __init__(self, then: Callable[[str], object] | None = None) -> None:
-        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-        self.then = then
-        self.listeners: list[Callable[[], None]] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> object:
-        with self._cond:
-            self.calls.append((args, kwargs))
-            self._cond.notify_all()
-        for listener in self.listeners:
-            listener()
-        return self.then(args[0]) if self.then is not None else None
-
-    @property
-    def ids(self) -> list[str]:
-        return [args[0] for args, _ in self.calls]
-
-    def wait_threaded(self, count: int) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self.calls) >= count, timeout=TIMEOUT)
+    def wait_threaded(self, count: int, timeout: float = TIMEOUT) -> bool:
+        return super().wait_threaded(count, timeout)
 
 
 class SchedulerHarness:
@@ -80,10 +61,10 @@ class SchedulerHarness:
     def now(self) -> datetime:
         return real_now()
 
-    def start(self, fire: Recorder) -> None:
+    def start(self, fire: FireRecorder) -> None:
         self.scheduler.start(fire)
 
-    def wait_for(self, recorder: Recorder, count: int) -> None:
+    def wait_for(self, recorder: FireRecorder, count: int) -> None:
         """Let alarms fire until ``recorder`` saw ``count`` calls; fail after ``TIMEOUT``."""
         raise NotImplementedError
 
@@ -101,13 +82,13 @@ class ManualHarness(SchedulerHarness):
     def now(self) -> datetime:
         return self.clock()
 
-    def wait_for(self, recorder: Recorder, count: int) -> None:
+    def wait_for(self, recorder: FireRecorder, count: int) -> None:
         # advance() hands a failing callback's error to its caller (the driver), which goes
         # on advancing: later alarms must still fire
         for _ in range(count + 1):
             try:
                 self.scheduler.advance(1.0)  # longer than any scenario
-            except CallbackFailedError:
+            except RuntimeError:  # the failing-alarm check's callback
                 continue
             break
         assert len(recorder.calls) >= count, f"only {recorder.ids} fired, wanted {count}"
@@ -119,8 +100,8 @@ class ThreadHarness(SchedulerHarness):
     def __init__(self) -> None:
         self.scheduler = APSchedulerAdapter()
 
-    def wait_for(self, recorder: Recorder, count: int) -> None:
-        assert recorder.wait_threaded(count), f"only {recorder.ids} fired, wanted {count}"
+    def wait_for(self, recorder: FireRecorder, count: int) -> None:
+        assert recorder.wait_threaded(count, TIMEOUT), f"only {recorder.ids} fired, wanted {count}"
 
 
 class LoopHarness(SchedulerHarness):
@@ -130,13 +111,13 @@ class LoopHarness(SchedulerHarness):
         self.loop = asyncio.new_event_loop()
         self.scheduler = make(self.loop)
 
-    def start(self, fire: Recorder) -> None:
+    def start(self, fire: FireRecorder) -> None:
         async def start() -> None:
             self.scheduler.start(fire)
 
         self.loop.run_until_complete(start())
 
-    def wait_for(self, recorder: Recorder, count: int) -> None:
+    def wait_for(self, recorder: FireRecorder, count: int) -> None:
         async def wait() -> None:
             woke = asyncio.Event()
             recorder.listeners.append(woke.set)
@@ -173,7 +154,6 @@ HARNESSES: list[type[SchedulerHarness]] = [
     ThreadHarness,
     APSAsyncioHarness,
 ]
-REAL_HARNESSES = HARNESSES[1:]
 
 
 @pytest.fixture(params=HARNESSES, ids=lambda h: h.name)
@@ -183,47 +163,48 @@ def harness(request: pytest.FixtureRequest) -> Iterator[SchedulerHarness]:
     h.close()
 
 
-@pytest.fixture(params=REAL_HARNESSES, ids=lambda h: h.name)
-def real_harness(request: pytest.FixtureRequest) -> Iterator[SchedulerHarness]:
-    h: SchedulerHarness = request.param()
-    yield h
-    h.close()
+# --- the shared protocol suite: the kit over every adapter --------------------------------
 
 
-# --- the shared protocol suite ----------------------------------------------------------
+class HarnessConformance(SchedulerConformance):
+    """``scheduling.testing.SchedulerConformance``, driven through one harness."""
 
-Op = tuple[str, str, float]  # ("schedule", id, ms from now) or ("cancel", id, 0)
+    make: type[SchedulerHarness]
+    h: SchedulerHarness
 
-SCENARIOS: dict[str, tuple[list[Op], list[str]]] = {
-    # name: (operations, the ids fired, in order)
-    "due order": (
-        [("schedule", "x", 100), ("schedule", "y", 40), ("schedule", "z", 160)],
-        ["y", "x", "z"],
-    ),
-    "replace with a later time": (
-        [("schedule", "x", 20), ("schedule", "x", 140), ("schedule", "z", 80)],
-        ["z", "x"],
-    ),
-    "replace with an earlier time": (
-        [("schedule", "x", 150), ("schedule", "x", 20), ("schedule", "z", 190)],
-        ["x", "z"],
-    ),
-    "cancel": (
-        [("schedule", "x", 30), ("schedule", "y", 60), ("cancel", "x", 0), ("schedule", "z", 90)],
-        ["y", "z"],
-    ),
-    "cancel unknown id": ([("cancel", "nobody", 0), ("schedule", "z", 30)], ["z"]),
-    "already overdue": ([("schedule", "x", -10_000), ("schedule", "z", 60)], ["x", "z"]),
-}
+    @pytest.fixture
+    def scheduler(self) -> Iterator[Scheduler]:
+        self.h = self.make()
+        yield self.h.scheduler
+        self.h.close()
+
+    def now(self, scheduler: Scheduler) -> datetime:
+        return self.h.now()
+
+    def start(self, scheduler: Scheduler, fire: FireRecorder) -> None:
+        self.h.start(fire)
+
+    def wait_for(self, scheduler: Scheduler, fire: FireRecorder, count: int) -> None:
+        self.h.wait_for(fire, count)
 
 
-LEAD_MS = 250
-"""How long after a real adapter's scenario is read from its clock its alarms begin: the
-calls that give them (and cancel one) are all made by then, however slowly a loaded machine
-runs them, so what fires, and in what order, is the scenario's."""
+class TestManualScheduler(HarnessConformance):
+    make = ManualHarness
 
 
-def play(h: SchedulerHarness, ops: list[Op], lead_ms: float = 0) -> None:
+class TestAsyncioScheduler(HarnessConformance):
+    make = AsyncioHarness
+
+
+class TestAPSchedulerBackground(HarnessConformance):
+    make = ThreadHarness
+
+
+class TestAPSchedulerAsyncio(HarnessConformance):
+    make = APSAsyncioHarness
+
+
+def play(h: SchedulerHarness, ops: list[tuple[str, str, float]], lead_ms: float = 0) -> None:
     """Give ``ops`` to the adapter, every due time from one reading of its now (plus
     ``lead_ms``): their order is the scenario's, however long the calls between take."""
     base = h.now() + timedelta(milliseconds=lead_ms)
@@ -245,132 +226,12 @@ class StallingHarness(ManualHarness):
         return self.clock()
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_a_scenario_fires_in_its_order_however_slowly_it_is_given(scenario: str) -> None:
-    """Was: ``play`` read now again for each alarm, so 60 ms lost between two calls (a
+class TestStallingManualScheduler(HarnessConformance):
+    """Was: each alarm's due time read now again, so 60 ms lost between two calls (a
     loaded machine) put ``y`` (due in 40 ms) after ``x`` (due in 100 ms): the real adapters'
-    order check failed under load. Every due time comes from one reading now."""
-    h = StallingHarness()
-    recorder = Recorder()
-    h.scheduler.start(recorder)
-    ops, expected = SCENARIOS[scenario]
-    play(h, ops)
-    h.wait_for(recorder, len(expected))
-    assert recorder.ids == expected
+    order check failed under load. Every due time of a scenario comes from one reading."""
 
-
-def test_every_adapter_satisfies_the_protocol(harness: SchedulerHarness) -> None:
-    """Each adapter is a ``Scheduler`` by the runtime-checkable protocol."""
-    assert isinstance(harness.scheduler, Scheduler)
-
-
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_manual_reference_scenarios(scenario: str) -> None:
-    """The manual reference fires each scenario's ids in the expected order."""
-    h = ManualHarness()
-    recorder = Recorder()
-    h.scheduler.start(recorder)
-    ops, expected = SCENARIOS[scenario]
-    play(h, ops)
-    h.wait_for(recorder, len(expected))
-    assert recorder.ids == expected
-
-
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_real_adapters_match_the_manual_reference(
-    real_harness: SchedulerHarness, scenario: str
-) -> None:
-    """A real adapter fires the same ids in the same order as the manual reference."""
-    reference, reference_recorder = ManualHarness(), Recorder()
-    reference.scheduler.start(reference_recorder)
-    ops, _ = SCENARIOS[scenario]
-    play(reference, ops)
-    reference.wait_for(reference_recorder, 0)
-
-    recorder = Recorder()
-    real_harness.start(recorder)
-    play(real_harness, ops, LEAD_MS)
-    real_harness.wait_for(recorder, len(reference_recorder.ids))
-    assert recorder.ids == reference_recorder.ids
-
-
-def test_fire_carries_only_the_execution_id(harness: SchedulerHarness) -> None:
-    """The fire callback gets exactly one positional argument: the execution id string."""
-    recorder = Recorder()
-    harness.start(recorder)
-    harness.scheduler.schedule("exec-1", harness.now() + timedelta(milliseconds=20))
-    harness.wait_for(recorder, 1)
-    assert recorder.calls == [(("exec-1",), {})]
-
-
-def test_alarm_armed_before_start_fires_after_start(harness: SchedulerHarness) -> None:
-    """An alarm scheduled before ``start`` waits for it and then fires."""
-    recorder = Recorder()
-    harness.scheduler.schedule("early", harness.now() + timedelta(milliseconds=30))
-    harness.start(recorder)
-    harness.wait_for(recorder, 1)
-    assert recorder.ids == ["early"]
-
-
-def test_fire_may_rearm_its_own_execution_for_now(harness: SchedulerHarness) -> None:
-    """A callback that re-arms its own id for now (a 0 ms retry) is fired again, not skipped."""
-
-    def rearm_once(execution_id: str) -> None:
-        if len(recorder.calls) == 1:
-            harness.scheduler.schedule(execution_id, harness.now())
-
-    recorder = Recorder(then=rearm_once)
-    harness.start(recorder)
-    harness.scheduler.schedule("again", harness.now() + timedelta(milliseconds=20))
-    harness.wait_for(recorder, 2)
-    assert recorder.ids == ["again", "again"]
-
-
-def test_shutdown_drops_pending_alarms_and_start_works_again(harness: SchedulerHarness) -> None:
-    """After ``shutdown`` a pending alarm never fires, and the adapter can be started again."""
-    first = Recorder()
-    harness.start(first)
-    harness.scheduler.schedule("dropped", harness.now() + timedelta(milliseconds=30))
-    harness.scheduler.shutdown()
-
-    second = Recorder()
-    harness.start(second)
-    harness.scheduler.schedule("sentinel", harness.now() + timedelta(milliseconds=80))
-    harness.wait_for(second, 1)
-    assert (first.ids, second.ids) == ([], ["sentinel"])
-
-
-class CallbackFailedError(RuntimeError):
-    """What the failing fire callback of the conformance check raises."""
-
-
-def check_alarms_after_a_failing_one_still_fire(harness: SchedulerHarness) -> None:
-    """The conformance check: a fire callback that raises never stops the scheduler.
-
-    Alarms already armed fire after the failure, and so do alarms armed after it (a timer
-    thread or task that died on the first error would fire neither), including after a
-    second failure.
-    """
-
-    def fail_bad(execution_id: str) -> None:
-        if execution_id.startswith("bad"):
-            raise CallbackFailedError(f"boom {execution_id}")
-
-    recorder = Recorder(then=fail_bad)
-    harness.start(recorder)
-    harness.scheduler.schedule("bad-1", harness.now() + timedelta(milliseconds=10))
-    harness.scheduler.schedule("good-1", harness.now() + timedelta(milliseconds=60))
-    harness.wait_for(recorder, 2)
-    harness.scheduler.schedule("bad-2", harness.now() + timedelta(milliseconds=10))
-    harness.wait_for(recorder, 3)
-    harness.scheduler.schedule("good-2", harness.now() + timedelta(milliseconds=10))
-    harness.wait_for(recorder, 4)
-    assert recorder.ids == ["bad-1", "good-1", "bad-2", "good-2"]
-
-
-def test_alarms_after_a_failing_one_still_fire(harness: SchedulerHarness) -> None:
-    """Every adapter keeps firing after a fire callback raised (checked once per adapter)."""
-    check_alarms_after_a_failing_one_still_fire(harness)
+    make = StallingHarness
 
 
 class DyingThreadScheduler:
@@ -439,7 +300,7 @@ class DyingThreadHarness(SchedulerHarness):
         self.scheduler = DyingThreadScheduler()
         self.ended = threading.Event()
 
-    def start(self, fire: Recorder) -> None:
+    def start(self, fire: FireRecorder) -> None:
         def ended() -> None:
             self.ended.set()
             with fire._cond:
@@ -448,7 +309,7 @@ class DyingThreadHarness(SchedulerHarness):
         self.scheduler.on_exit = ended
         self.scheduler.start(fire)
 
-    def wait_for(self, recorder: Recorder, count: int) -> None:
+    def wait_for(self, recorder: FireRecorder, count: int) -> None:
         with recorder._cond:
             recorder._cond.wait_for(
                 lambda: len(recorder.calls) >= count or self.ended.is_set(), timeout=TIMEOUT
@@ -457,21 +318,23 @@ class DyingThreadHarness(SchedulerHarness):
 
 
 def test_the_suite_catches_a_timer_thread_that_dies_after_a_failing_alarm() -> None:
-    """The broken double passes every other shared check, and fails the failing-alarm one."""
-    healthy = DyingThreadHarness()
-    recorder = Recorder()
-    healthy.start(recorder)
-    play(healthy, SCENARIOS["due order"][0])
-    healthy.wait_for(recorder, 3)
-    assert recorder.ids == SCENARIOS["due order"][1]
-    healthy.close()
+    """The broken double passes the kit's due-order check, and fails the failing-alarm one."""
 
-    broken = DyingThreadHarness()
+    class Dying(HarnessConformance):
+        make = DyingThreadHarness
+
+    kit = Dying()
+    kit.h = DyingThreadHarness()
+    try:
+        kit.test_alarms_fire_once_each_in_due_order(kit.h.scheduler, "due order")
+    finally:
+        kit.h.close()
+    kit.h = DyingThreadHarness()
     try:
         with pytest.raises(AssertionError, match=r"only \['bad-1'\] fired, wanted 2"):
-            check_alarms_after_a_failing_one_still_fire(broken)
+            kit.test_alarms_after_a_failing_one_still_fire(kit.h.scheduler)
     finally:
-        broken.close()
+        kit.h.close()
 
 
 def test_naive_due_at_is_refused(harness: SchedulerHarness) -> None:
