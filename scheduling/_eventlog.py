@@ -9,15 +9,20 @@ event                             level     message
 ================================  ========  =============================================
 ``execution_started``             INFO      ``execution <id> of <workflow> started``
 ``node_retry_scheduled``          INFO      ``... node <key> failed (<error>); attempt
-                                            <next>/<max> retrying in <delay>s``
-``node_retry_exhausted``          WARNING   ``... node <key> gave up after <n> attempt(s)``
-``node_failed``                   WARNING   ``... node <key> failed: <error>``
+                                            <next>/<max> retrying in <delay>``
+``node_retry_exhausted``          INFO      ``... node <key> gave up after <n> attempt(s)``
+``node_failed``                   INFO      ``... node <key> failed (attempt <n>): <error>``,
+                                            then its traceback at DEBUG
 ``execution_suspended``           INFO      ``... waits on <kind> at <key>`` (DEBUG: retry)
-``execution_completed``           INFO
-``execution_failed``              WARNING
-``execution_cancelled``           INFO
-other node and resume events      DEBUG
+``execution_completed``           INFO      ``execution <id> of <workflow> completed``
+``execution_failed``              WARNING   ``... of <workflow> failed at node <key>:
+                                            <error>``: the one WARNING of a failure
+``execution_cancelled``           INFO      ``execution <id> of <workflow> cancelled``
+other node and resume events      DEBUG     ``... node <key> started (attempt <n>)``, ...
 ================================  ========  =============================================
+
+Durations are written by ``prana.shell.format_duration``, as on the console and the web
+page (``250ms``, ``2.0s``, ``1m30s``).
 
 ``attempt`` is the event's: for a scheduled retry, the attempt that will run next.
 Fields (``LogRecord`` attributes): ``prana_event``, ``execution_id``, ``workflow_id``,
@@ -32,7 +37,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from prana import Event, EventType
-from prana.shell import emit
+from prana.shell import emit, format_duration
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -45,8 +50,8 @@ logger = logging.getLogger(LOGGER_NAME)
 _LEVELS = {
     EventType.EXECUTION_STARTED: logging.INFO,
     EventType.NODE_RETRY_SCHEDULED: logging.INFO,
-    EventType.NODE_RETRY_EXHAUSTED: logging.WARNING,
-    EventType.NODE_FAILED: logging.WARNING,
+    EventType.NODE_RETRY_EXHAUSTED: logging.INFO,
+    EventType.NODE_FAILED: logging.INFO,
     EventType.EXECUTION_SUSPENDED: logging.INFO,
     EventType.EXECUTION_COMPLETED: logging.INFO,
     EventType.EXECUTION_FAILED: logging.WARNING,
@@ -54,38 +59,54 @@ _LEVELS = {
     EventType.EXECUTION_REDRIVEN: logging.INFO,
     EventType.EXECUTION_RECOVERED: logging.WARNING,
 }
+"""One WARNING per failed execution (``execution_failed``): a node's failure is INFO, as
+``on_error`` may continue past it; when it ends the execution, that line says so."""
 
 
 def _message(event: Event) -> str:
     head = f"execution {event.execution_id}"
     error = f"{event.error.type}: {event.error.message}" if event.error is not None else ""
+    node = f"node {event.node_key}"
+    attempt = f" (attempt {event.attempt})" if event.attempt is not None else ""
     kind = event.type
     if kind is EventType.EXECUTION_STARTED:
         return f"{head} of {event.workflow_id} started"
+    if kind is EventType.NODE_STARTED:
+        return f"{head}: {node} started{attempt}"
+    if kind is EventType.NODE_COMPLETED:
+        return f"{head}: {node} completed{attempt}"
     if kind is EventType.NODE_RETRY_SCHEDULED:
         of = f"/{event.max_attempts}" if event.max_attempts is not None else ""
-        delay = (event.delay_ms or 0) / 1000
-        return (
-            f"{head}: node {event.node_key} failed ({error}); attempt {event.attempt}{of} "
-            f"retrying in {delay:g}s"
-        )
+        delay = format_duration((event.delay_ms or 0) / 1000)
+        return f"{head}: {node} failed ({error}); attempt {event.attempt}{of} retrying in {delay}"
     if kind is EventType.NODE_RETRY_EXHAUSTED:
-        return f"{head}: node {event.node_key} gave up after {event.attempt} attempt(s): {error}"
+        return f"{head}: {node} gave up after {event.attempt} attempt(s): {error}"
     if kind is EventType.NODE_FAILED:
-        return f"{head}: node {event.node_key} failed: {error}"
+        return f"{head}: {node} failed{attempt}: {error}"
+    if kind is EventType.NODE_SUSPENDED:
+        return f"{head}: {node} waits on {event.kind}"
+    if kind is EventType.NODE_RESUMED:
+        return f"{head}: {node} resumed ({event.kind})"
     if kind is EventType.EXECUTION_SUSPENDED:
         return f"{head} waits on {event.kind} at {event.node_key}"
+    if kind is EventType.EXECUTION_RESUMED:
+        return f"{head} of {event.workflow_id} resumed ({event.kind})"
+    if kind is EventType.EXECUTION_COMPLETED:
+        return f"{head} of {event.workflow_id} completed"
+    if kind is EventType.EXECUTION_CANCELLED:
+        return f"{head} of {event.workflow_id} cancelled"
     if kind is EventType.EXECUTION_FAILED:
-        return f"{head} failed: {error}" if error else f"{head} failed"
+        where = event.node_key or (event.error.node_key if event.error is not None else None)
+        at = f" at node {where}{attempt}" if where is not None else ""
+        return f"{head} of {event.workflow_id} failed{at}: {error or 'no error recorded'}"
     if kind is EventType.EXECUTION_REDRIVEN:
-        return f"{head} redriven from node {event.node_key} (attempt {event.attempt}) after {error}"
+        return f"{head} redriven from {node}{attempt} after {error}"
     if kind is EventType.EXECUTION_RECOVERED:
         return (
-            f"{head} taken up again: attempt {event.attempt} of node {event.node_key} was "
+            f"{head} taken up again: attempt {event.attempt} of {node} was "
             "interrupted (its process stopped)"
         )
-    where = f" node {event.node_key}" if event.node_key is not None else ""
-    return f"{head}:{where} {event.name}"
+    return f"{head}: {event.name.replace('_', ' ')}"  # an event type added later
 
 
 def wanted() -> bool:
@@ -129,6 +150,17 @@ def log_event(event: Event) -> None:
         "error_message": error.message if error is not None else None,
     }
     logger.log(level, "%s", _message(event), extra=extra)
+    if (
+        event.type is EventType.NODE_FAILED
+        and error is not None
+        and error.traceback
+        and logger.isEnabledFor(logging.DEBUG)
+    ):
+        logger.debug(
+            "execution %s: node %s failed here:\n%s",
+            *(event.execution_id, event.node_key, error.traceback),
+            extra=extra,
+        )
 
 
 class HeldEvents:

@@ -96,9 +96,14 @@ def test_runner_logs_retries_and_failures_with_fields(caplog: pytest.LogCaptureF
     assert retry.attempt == 2  # type: ignore[attr-defined]
     assert retry.delay_ms == 2000  # type: ignore[attr-defined]
     assert retry.error_type == "ConnectionError"  # type: ignore[attr-defined]
-    assert "retrying in 2s" in retry.getMessage()
-    assert by_event["node_retry_exhausted"].levelno == logging.WARNING
+    assert "retrying in 2.0s" in retry.getMessage()  # format_duration, as the console
+    assert by_event["node_retry_exhausted"].levelno == logging.INFO
+    assert by_event["node_failed"].levelno == logging.INFO
     assert by_event["execution_failed"].levelno == logging.WARNING
+    warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert warnings == [
+        f"execution {execution_id} of logged failed at node call: ConnectionError: down"
+    ]  # one WARNING per failed execution
     assert by_event["execution_started"].levelno == logging.INFO
     assert "node_started" not in by_event  # DEBUG, below the captured level
     assert len([r for r in records if r.prana_event == "node_retry_scheduled"]) == 1  # type: ignore[attr-defined]
@@ -182,3 +187,61 @@ def test_a_worker_whose_rearming_fails_says_so_once_then_once_back(
         ("ERROR", failed),
         ("WARNING", "re-arming due executions works again, after 3 failed rounds"),
     ]
+
+
+def test_the_traceback_is_logged_at_debug_after_the_nodes_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """DEBUG carries the failed node's recorded traceback, one record, after its INFO line."""
+    clock = ManualClock()
+    runner = Runner(
+        registry=flaky_registry(5),
+        store=MemoryStore(),
+        scheduler=ManualScheduler(clock=clock),
+    )
+    with caplog.at_level(logging.DEBUG, logger="scheduling.events"), runner:
+        execution_id = runner.start(_workflow(max_attempts=1), None)
+    recorded = runner.get(execution_id).error
+    assert recorded is not None
+    assert recorded.traceback is not None
+    records = [r for r in caplog.records if r.name == "scheduling.events"]
+    (debug,) = [r for r in records if "Traceback" in r.getMessage()]
+    assert debug.levelno == logging.DEBUG
+    assert debug.getMessage() == (
+        f"execution {execution_id}: node call failed here:\n{recorded.traceback}"
+    )
+    assert records.index(debug) > [r.prana_event for r in records].index("node_failed")  # type: ignore[attr-defined]
+
+
+def test_every_event_reads_as_a_sentence() -> None:
+    """No line is the raw event name (``execution <id>: execution_completed``)."""
+    from datetime import datetime, timezone
+
+    from prana import ErrorInfo, Event, EventType
+    from scheduling._eventlog import _message
+
+    error = ErrorInfo(code="action_error", type="KeyError", module="builtins", message="'a'")
+    at = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    for kind in EventType:
+        event = Event(
+            type=kind, execution_id="e1", workflow_id="wf", at=at, node_key="call",
+            run_index=0, attempt=2, max_attempts=3, delay_ms=90_000, error=error, kind="timer",
+        )  # fmt: skip
+        text = _message(event)
+        assert kind.value not in text, text
+        assert text.startswith("execution e1"), text
+    retry = Event(
+        type=EventType.NODE_RETRY_SCHEDULED, execution_id="e1", workflow_id="wf", at=at,
+        node_key="call", attempt=2, max_attempts=3, delay_ms=90_000, error=error,
+    )  # fmt: skip
+    assert "retrying in 1m30s" in _message(retry)
+
+
+def test_the_web_writes_durations_as_the_console_and_the_log() -> None:
+    """One formatter: 90 s is ``1m30s`` on the console, in the log and on the page."""
+    from prana.shell import format_duration
+    from scheduling.web._html import _duration
+
+    for ms in (0, 250, 2_000, 15_636, 90_000, 7_300_000):
+        assert _duration(ms) == format_duration(ms / 1000)
+    assert _duration(None) == "-"

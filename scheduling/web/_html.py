@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from prana import ExecutionStatus
+from prana.shell import format_duration
 from scheduling.web._views import FINAL
 
 __all__ = ["SCRIPT", "execution_fragment", "execution_page", "list_page", "login_page"]
@@ -139,16 +140,8 @@ def _badge(status: str) -> str:
 
 
 def _duration(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    seconds = ms / 1000
-    if abs(seconds) < 1:
-        return f"{ms} ms"
-    if abs(seconds) < 120:
-        return f"{seconds:.1f} s"
-    if abs(seconds) < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+    """``ms`` as the console and the log write a duration (``format_duration``)."""
+    return "-" if ms is None else format_duration(ms / 1000)
 
 
 def _seconds(value: float) -> str:
