@@ -557,6 +557,12 @@ HTTP_SPEC: Final[dict[str, Any]] = {
 }
 """How ``http.request`` is registered, here and by ``prana.http.register_http``."""
 
+HTTP_EXTRA_NEEDED: Final = (
+    "the built-in 'http.request' needs httpx, which is not installed: "
+    "pip install 'prana-workflows[http]'"
+)
+"""What a workflow using ``http.request``, or ``register_http``, is told without httpx."""
+
 
 @functools.cache
 def http_available() -> bool:

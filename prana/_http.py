@@ -47,7 +47,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from prana._builtins import HTTP_SPEC, http_available
+from prana._builtins import HTTP_EXTRA_NEEDED, HTTP_SPEC, http_available
 from prana._egress import EgressPolicy
 from prana._errors import NonRetryable, RetryAfter, rebuilt_exception
 
@@ -127,21 +127,23 @@ def register_http(
     allow_private_hosts: bool = False,
     allow_networks: Iterable[Any] = (),
 ) -> None:
-    """Register (or replace) ``http.request`` on ``registry`` if httpx is installed.
+    """Register (or replace) ``http.request`` on ``registry``; httpx must be installed.
 
     ``transport`` (an httpx transport, e.g. ``httpx.MockTransport(handler)`` in tests) is
     handed to every client the action opens; ``None`` uses the network. By default the
     action reaches public addresses only; ``allow_networks`` (addresses or networks such
     as ``"10.1.0.0/16"``) opens those, ``allow_private_hosts=True`` lifts the rule. That
-    choice is the application's: nothing in a workflow definition can make it.
+    choice is the application's: nothing in a workflow definition can make it. Without
+    httpx it raises ``ModuleNotFoundError`` naming the ``http`` extra.
     """
-    if http_available():
-        action = HTTPRequestAction(
-            transport=transport,
-            allow_private_hosts=allow_private_hosts,
-            allow_networks=allow_networks,
-        )
-        registry.register("http.request", action, **HTTP_SPEC)
+    if not http_available():
+        raise ModuleNotFoundError(HTTP_EXTRA_NEEDED, name="httpx")
+    action = HTTPRequestAction(
+        transport=transport,
+        allow_private_hosts=allow_private_hosts,
+        allow_networks=allow_networks,
+    )
+    registry.register("http.request", action, **HTTP_SPEC)
 
 
 @functools.cache

@@ -619,6 +619,14 @@ def check_actions(workflows: Sequence[Workflow], registry: Registry, actions: st
         return
     from prana.shell import closest_types
 
+    if "http.request" in missing:
+        from prana.http import register_http
+
+        try:
+            register_http(Registry())  # raises, naming the extra, when httpx is missing
+        except ModuleNotFoundError as exc:
+            raise CLIError(str(exc)) from None
+
     types = ", ".join(repr(t) for t in missing)
     guesses = [
         f"{t!r} -> {' or '.join(repr(c) for c in close)}"

@@ -1,0 +1,99 @@
+"""What a new user meets first: a clashing folder, a missing extra, the command's answers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from prana import Registry
+from prana._builtins import http_available
+from prana.http import register_http
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+ROOT = Path(__file__).parent.parent
+
+WORKFLOW = """\
+id: fetch
+version: 1
+nodes:
+  - key: start
+    type: manual.trigger
+  - key: get
+    type: http.request
+    params: {url: "https://example.test"}
+connections:
+  - {from_node: start, to_node: get}
+"""
+
+
+def prana(cwd: Path, *args: str, path: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """``python -m prana ARGS`` in ``cwd``, this checkout first on the path after ``path``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((*path, str(ROOT))))
+    return subprocess.run(
+        [sys.executable, "-m", "prana", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_a_users_own_scheduling_folder_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """Was: ``ModuleNotFoundError: No module named 'scheduling._cli'``, since ``python -m``
+    imports the current directory's ``scheduling/`` before prana's shell."""
+    (tmp_path / "scheduling").mkdir()
+    (tmp_path / "scheduling" / "__init__.py").write_text("")
+    result = prana(tmp_path, "--version")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert str(tmp_path / "scheduling") in result.stderr
+    assert "folder named `scheduling`" in result.stderr
+    assert "installed `prana` command" in result.stderr
+
+
+@pytest.fixture
+def no_httpx(tmp_path: Path) -> str:
+    """A folder whose ``sitecustomize`` hides httpx, as on a machine without the extra."""
+    folder = tmp_path / "no_httpx"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text("import sys\nsys.modules['httpx'] = None\n")
+    return str(folder)
+
+
+def test_without_httpx_a_workflow_using_http_request_names_the_extra(
+    tmp_path: Path, no_httpx: str
+) -> None:
+    """Was: "not built in: pass --actions MODULE", for an action the docs say is built in."""
+    (tmp_path / "wf.yaml").write_text(WORKFLOW)
+    result = prana(tmp_path, "run", "wf.yaml", "--db", "prana.db", path=(no_httpx,))
+    assert result.returncode == 2, result.stderr
+    assert "pip install 'prana-workflows[http]'" in result.stderr
+    assert "--actions" not in result.stderr
+
+
+@pytest.fixture
+def httpx_missing(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """httpx hidden from this process (``http_available`` asked again, before and after)."""
+    monkeypatch.setitem(sys.modules, "httpx", None)
+    http_available.cache_clear()
+    yield
+    http_available.cache_clear()
+
+
+@pytest.mark.usefixtures("httpx_missing")
+def test_register_http_without_httpx_raises_naming_the_extra() -> None:
+    """Was: ``register_http`` returned having registered nothing."""
+    registry = Registry()
+    with pytest.raises(ModuleNotFoundError, match=r"prana-workflows\[http\]") as info:
+        register_http(registry)
+    assert info.value.name == "httpx"
+    assert "http.request" not in registry
