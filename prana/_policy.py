@@ -372,6 +372,9 @@ def _bool(field: str) -> Callable[[Any, Any, Any], None]:
 
 # --- the policy ---------------------------------------------------------------------------
 
+_RAPPEL_NAMES = frozenset({"attempts", "exception_types", "backoff_seconds"})
+"""Rappel's ``RetryPolicy`` keywords, read by ``prana.dialects.rappel``."""
+
 
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
@@ -434,6 +437,19 @@ class RetryPolicy:
 
     max_attempts: int | None = 3
     backoff: Backoff = "exponential"
+
+    def __new__(cls, **settings: Any) -> RetryPolicy:
+        """Refuse Rappel's names with the fix: attrs' ``__init__`` would raise a bare
+        ``TypeError`` (``unexpected keyword argument 'attempts'``)."""
+        rappel = sorted(settings.keys() & _RAPPEL_NAMES)
+        if rappel:
+            raise InvalidSettingsError(
+                f"RetryPolicy: {rappel[0]}= is Rappel's name; write "
+                f"prana.dialects.rappel({rappel[0]}=...) for Rappel's meaning, or prana's "
+                "own fields (max_attempts, retry_on, initial_delay)"
+            )
+        return super().__new__(cls)
+
     initial_delay: float = attrs.field(default=1.0, converter=_initial_delay)
     multiplier: float = attrs.field(default=2.0, converter=_multiplier)
     max_delay: float = attrs.field(default=60.0, converter=_max_delay)

@@ -151,6 +151,15 @@ def test_bad_settings_raise_naming_the_field(kwargs: dict[str, Any], field: str)
         RetryPolicy(**kwargs)
 
 
+@pytest.mark.parametrize("name", ["attempts", "exception_types", "backoff_seconds"])
+def test_rappels_names_say_where_they_are_read(name: str) -> None:
+    """``RetryPolicy(attempts=3)`` (Rappel's spelling, taken until this release) says to
+    write ``prana.dialects.rappel(...)``, not only that the keyword is unexpected."""
+    settings: dict[str, Any] = {name: 3}
+    with pytest.raises(InvalidSettingsError, match=rf"{name}=.*prana\.dialects\.rappel"):
+        RetryPolicy(**settings)
+
+
 def test_unlimited_attempts_need_a_budget() -> None:
     """max_attempts=None is allowed only together with retry_timeout."""
     with pytest.raises(InvalidSettingsError, match="retry_timeout"):
