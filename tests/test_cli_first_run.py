@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from processes import ACTIONS, Prana, wait_until
 
-from prana import Registry
+from prana import Connection, Node, Registry, Workflow, dumps_workflow
 from prana._builtins import http_available
 from prana.http import register_http
 
@@ -97,3 +100,67 @@ def test_register_http_without_httpx_raises_naming_the_extra() -> None:
         register_http(registry)
     assert info.value.name == "httpx"
     assert "http.request" not in registry
+
+
+def test_prana_run_stopped_by_sigterm_says_so_and_exits_143(
+    tmp_path: Path, processes: list[Prana]
+) -> None:
+    """Was: exit 143 without a word (Ctrl-C says "interrupted" and exits 130)."""
+    workflow = Workflow(
+        id="gated",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(
+                key="gate",
+                type="fault.gate",
+                params={"started": str(tmp_path / "started"), "release": str(tmp_path / "never")},
+            ),
+        ],
+        connections=[Connection(from_node="start", to_node="gate")],
+    )
+    (tmp_path / "wf.json").write_text(dumps_workflow(workflow))
+    run = Prana(["run", "wf.json", "--actions", ACTIONS, "--db", "prana.db"], cwd=tmp_path)
+    processes.append(run)
+    assert wait_until(lambda: (tmp_path / "started").exists()), run.stderr
+    run.send(signal.SIGTERM)
+    assert run.wait() == 143
+    assert run.stdout.splitlines()[-1] == (
+        "terminated (SIGTERM); suspended executions stay in the store for the next worker"
+    )
+    assert "Traceback" not in run.stderr
+
+
+def test_a_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    """Was: ``in "<unicode string>", line 2``: YAML's marks now name the file."""
+    (tmp_path / "broken.yaml").write_text("id: x\nnodes: [a\n")
+    result = prana(tmp_path, "run", "broken.yaml", "--db", "prana.db")
+    assert result.returncode == 2
+    assert '"broken.yaml", line 2' in result.stderr
+    assert "<unicode string>" not in result.stderr
+
+
+def test_db_status_json_says_the_schema_versions(tmp_path: Path) -> None:
+    """``prana db status --json``: where, the stored and the code's schema version, a state."""
+    assert prana(tmp_path, "db", "upgrade", "--db", "prana.db").returncode == 0
+    result = prana(tmp_path, "db", "status", "--json", "--db", "prana.db")
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert status == {
+        "format": 1,
+        "database": "prana.db",
+        "schema_version": status["code_schema_version"],
+        "code_schema_version": status["code_schema_version"],
+        "state": "current",
+    }
+    assert isinstance(status["code_schema_version"], int)
+
+
+def test_version_says_what_is_installed(tmp_path: Path, no_httpx: str) -> None:
+    """Was: the version only, while the README says it "says what is installed"."""
+    result = prana(tmp_path, "--version", path=(no_httpx,))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("prana ")
+    assert lines[1].startswith("schema version: SQLite ")
+    assert "  [http] not installed (no httpx)" in lines
+    assert "  [yaml] installed" in lines

@@ -86,9 +86,10 @@ def test_py_typed_markers_exist() -> None:
     "argv", [["-m", "prana", "--version"], ["-m", "scheduling._cli", "--version"]]
 )
 def test_python_dash_m_prana_and_version(argv: list[str]) -> None:
-    """``python -m prana --version`` prints the version and the distribution name."""
+    """``python -m prana --version`` starts with the version and the distribution name."""
     out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == f"prana {prana.__version__} (distribution prana-workflows)"
+    first = out.stdout.splitlines()[0]
+    assert first == f"prana {prana.__version__} (distribution prana-workflows)"
 
 
 def test_python_dash_m_prana_runs_the_cli() -> None:

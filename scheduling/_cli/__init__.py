@@ -5,7 +5,7 @@ Every command works on one store: a SQLite database (``--db``, default ``./prana
 prints one line to stderr and exits with its documented code (``main``): 2 a mistake in the
 command (a missing workflow file, bad JSON or YAML), 4 an unknown execution id, 5 a store
 that cannot be used (no database there, a corrupt record); a run whose execution fails or
-is cancelled exits with 1, and Ctrl-C with 130.
+is cancelled exits with 1, Ctrl-C with 130 and SIGTERM with 143.
 
 Each command lives in its own module of this package, exposing ``register(add)``; adding a
 command is one module and one line in ``_COMMANDS``.
@@ -14,10 +14,13 @@ command is one module and one line in ``_COMMANDS``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import sqlite3
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from prana import PranaError
@@ -39,6 +42,7 @@ from scheduling._cli._common import (
     EXIT_INTERRUPTED,
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
+    EXIT_TERMINATED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     CLIError,
@@ -51,7 +55,7 @@ from scheduling._cli._common import (
 from scheduling._console import printable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 __all__ = ["CLIError", "load_actions", "load_workflow_file", "main"]
 
@@ -66,14 +70,49 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _parser() -> argparse.ArgumentParser:
-    import prana
+class _VersionAction(argparse.Action):
+    """``--version``: what is installed, worked out only when asked."""
 
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(installed())
+        parser.exit()
+
+
+def installed() -> str:
+    """The version, each store's schema version, and which extras' packages are importable."""
+    import importlib.util
+
+    import prana
+    from scheduling.stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
+
+    lines = [f"prana {prana.__version__} (distribution {_ownership.DISTRIBUTION})"]
+    schemas = f"schema version: SQLite {SQLITE_SCHEMA}"
+    try:
+        from scheduling.stores.postgres import SCHEMA_VERSION as POSTGRES_SCHEMA
+    except ImportError:
+        schemas += ", PostgreSQL (needs the postgres extra)"
+    else:
+        schemas += f", PostgreSQL {POSTGRES_SCHEMA}"
+    lines.append(schemas)
+    extras: dict[str, list[str]] = {}
+    for module, extra in _EXTRAS.items():
+        extras.setdefault(extra, []).append(module)
+    for extra, modules in sorted(extras.items()):
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        said = "installed" if not missing else f"not installed (no {', '.join(missing)})"
+        lines.append(f"  [{extra}] {said}")
+    return "\n".join([*lines[:2], "extras:", *lines[2:]])
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="prana", description="Run workflows with retries that survive restarts.")
     parser.add_argument(
         "--version",
-        action="version",
-        version=f"prana {prana.__version__} (distribution {_ownership.DISTRIBUTION})",
+        action=_VersionAction,
+        help="show the version, the schema versions and which extras are installed, and exit",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -103,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     0 done; 1 the execution it ran failed or was cancelled (``lint``: it found warnings); 2
     a mistake in the command; 3
     refused by the execution's state; 4 no such execution; 5 the store cannot be used;
-    130 interrupted. A reader that stops early (``| head``) changes none of this.
+    130 interrupted; 143 terminated (SIGTERM). A reader that stops early (``| head``)
+    changes none of this.
     """
     stdout = sys.stdout
     quiet = _QuietWhenReaderGone(stdout)
@@ -168,8 +208,11 @@ def _main(argv: Sequence[str] | None) -> int:
         else store_warnings()
     )
     try:
-        with logs:
+        with logs, _sigterm_raises():
             code: int = args.handler(args)
+    except _TerminatedError:
+        print("terminated (SIGTERM); suspended executions stay in the store for the next worker")
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("interrupted; suspended executions stay in the store for the next worker")
         return EXIT_INTERRUPTED
@@ -180,6 +223,29 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"prana: error: {printable(one_line(exc))}", file=sys.stderr)
         return exit_code_for(exc)
     return code
+
+
+class _TerminatedError(BaseException):
+    """Raised by the SIGTERM handler of ``_sigterm_raises``, as SIGINT raises KeyboardInterrupt."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While inside (in the main thread), SIGTERM raises ``_TerminatedError``, so a command
+    stopped by it says so like Ctrl-C instead of dying silently; ``worker`` and ``serve``
+    put their own graceful handler in its place while they run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise _TerminatedError
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 _EXTRAS = {

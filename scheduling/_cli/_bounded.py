@@ -7,6 +7,7 @@ real workflow or payload does, before a parser recurses, allocates or walks with
 
 from __future__ import annotations
 
+import io
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +108,9 @@ def load_yaml(text: str, what: str) -> Any:
 
     Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
 
-    doc = yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    stream = io.StringIO(text)
+    stream.name = what  # YAML's error marks name the file, not "<unicode string>"
+    doc = yaml.load(stream, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
     _check_expansion(doc, what)
     return doc
 

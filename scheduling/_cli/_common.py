@@ -46,7 +46,9 @@ PostgreSQL schema; a command that only reads or steers creates none), the databa
 unreachable or unreadable (a corrupt record included), a driver (extra) is missing, its
 schema is newer than this prana, or a foreign ``scheduling`` package is installed."""
 EXIT_INTERRUPTED = 130
-"""Ctrl-C."""
+"""Ctrl-C (SIGINT)."""
+EXIT_TERMINATED = 143
+"""Stopped by SIGTERM (``worker`` and ``serve`` stop gracefully on it and exit 0)."""
 WORKER_POLL_SECONDS = 1.0
 LEASE_SECONDS = 30.0
 MAX_SECONDS = 86_400.0

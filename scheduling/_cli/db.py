@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,11 @@ def register(add: AddCommand) -> None:
         "action",
         choices=("upgrade", "status"),
         help="upgrade: apply the migrations the database lacks; status: show its version",
+    )
+    db.add_argument(
+        "--json",
+        action="store_true",
+        help="status: print JSON (schema_version, code_schema_version, state; see the docs)",
     )
     db.set_defaults(handler=_cmd_db)
 
@@ -79,6 +85,10 @@ def _status(args: argparse.Namespace) -> int:
     version, where, latest = _stored_version(args)
     if version is None:
         raise no_database(where)
+    if args.json:
+        state = "current" if version == latest else ("newer" if version > latest else "behind")
+        said = {"format": 1, "database": where, "schema_version": version}
+        print(json.dumps({**said, "code_schema_version": latest, "state": state}, indent=2))
     if version > latest:
         raise SchemaTooNewError(
             f"{where}: the database schema is at version {version}, newer than this prana "
@@ -89,7 +99,8 @@ def _status(args: argparse.Namespace) -> int:
             f"{where}: the database schema is at version {version}, this prana needs "
             f"{latest}; run `prana db upgrade`"
         )
-    print(f"schema at version {version} (up to date)")
+    if not args.json:
+        print(f"schema at version {version} (up to date)")
     return EXIT_OK
 
 
