@@ -35,7 +35,7 @@ PRANA_PUBLIC = {
 }  # fmt: skip
 
 SHELL_SEAM = {
-    "EXEC_RUNNING", "EXEC_SUSPENDED", "FINAL", "MAX_WORKFLOW_VERSION", "WAIT_UNITS",
+    "AROUND_CALL", "EXEC_RUNNING", "EXEC_SUSPENDED", "FINAL", "MAX_WORKFLOW_VERSION", "WAIT_UNITS",
     "CheckpointById", "ParentRef", "arecover_execution", "check_clock", "check_max_interruptions",
     "closest_types", "compile_workflow", "delivered", "emit", "expire_webhook", "format_duration",
     "is_aware", "parse_token", "recover_execution", "resolve_policies", "schedule_head",
