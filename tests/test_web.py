@@ -20,6 +20,7 @@ from prana import (
     ExecutionStatus,
     Node,
     NodeSettings,
+    NonRetryable,
     Registry,
     RetryPolicy,
     Suspend,
@@ -987,3 +988,81 @@ def test_every_policy_form_gets_its_schedule_preview(
     (preview,) = _schedule(run, loads_workflow(json.dumps(doc)), Registry())  # type: ignore[arg-type]
     assert preview["policy"].endswith("attempts") or "attempts," in preview["policy"]
     assert [row["typical_delay_s"] for row in preview["rows"]] == typical
+
+
+# --- the list: what failed, what waits ------------------------------------------------------
+
+
+def _one_node(wid: str, action: str, retry: RetryPolicy | None = None) -> Workflow:
+    return Workflow(
+        id=wid,
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="work", type=action, settings=NodeSettings(retry=retry)),
+        ],
+        connections=[Connection(from_node="start", to_node="work")],
+    )
+
+
+def test_the_list_shows_what_failed_and_what_waits_and_filters_by_code() -> None:
+    """A failed row says its node, error code and attempts; a suspended one what it waits on
+    (a retry due at a time, a webhook with no due time); ``code`` keeps the failures with
+    that error code. The same in the JSON API and the HTML page."""
+    from doubles import raising
+
+    registry = Registry()
+    registry.register("test.flaky", Flaky(0))
+    registry.register("test.boom", raising(KeyError("zip")))
+    registry.register("test.refuse", raising(NonRetryable(ValueError("no"))))
+    registry.register("test.down", raising(ConnectionError("down")))
+    clock = ManualClock()
+    retry = RetryPolicy(max_attempts=3, backoff="constant", initial_delay=5)
+    with (
+        Runner(
+            registry=registry, store=MemoryStore(), scheduler=ManualScheduler(clock=clock)
+        ) as runner,
+        serve(create_app(runner, token=OPERATOR)) as url,
+        httpx.Client(base_url=url, headers=_auth()) as client,
+    ):
+        webhook = runner.start(approval(), None)
+        boom = runner.start(_one_node("boom", "test.boom"), None)
+        refused = runner.start(_one_node("refuse", "test.refuse"), None)
+        retrying = runner.start(_one_node("down", "test.down", retry), None)
+        clock.advance(5)
+        runner.run_due()  # down's second attempt fails: its third is due at +10 s
+        items = {row["id"]: row for row in client.get("/api/executions").json()["items"]}
+        by_code = client.get("/api/executions", params={"code": "non_retryable"}).json()
+        html = client.get("/executions").text
+        filtered_html = client.get("/executions", params={"code": "action_error"}).text
+        wrong = client.get("/api/executions", params={"code": "x", "status": "completed"})
+    assert items[webhook]["failure"] is None
+    expires = items[webhook]["due_at"]  # the wait's timeout
+    assert items[webhook]["waiting"] == {
+        "kind": "webhook",
+        "node_key": "approve",
+        "due_at": expires,
+    }
+    assert items[retrying]["waiting"]["kind"] == "retry"
+    assert items[retrying]["waiting"]["due_at"] == items[retrying]["due_at"] is not None
+    assert items[boom]["failure"]["code"] == "action_error"
+    assert items[refused]["waiting"] is None
+    assert items[refused]["failure"] == {
+        "node_key": "work",
+        "code": "non_retryable",
+        "type": "ValueError",
+        "message": "no",
+        "attempts": 1,
+        "failed_at": items[refused]["failure"]["failed_at"],
+    }
+    assert [row["id"] for row in by_code["items"]] == [refused]
+    assert wrong.status_code == 400
+    assert "work · non_retryable · 1 attempt" in html
+    assert (
+        f'webhook at <code>approve</code>, until a delivery, expires <time datetime="{expires}"'
+        in html
+    )
+    assert "retry at <code>work</code>, due <time" in html
+    assert '<option value="non_retryable">' in html
+    assert boom in filtered_html
+    assert refused not in filtered_html
+    assert '<option value="action_error" selected>' in filtered_html

@@ -19,6 +19,7 @@ from scheduling._records import unreadable_row
 
 if TYPE_CHECKING:
     from prana import WorkflowExecution
+    from scheduling._listing import Failure
     from scheduling.abc import ExecutionSummary, UnreadableRow
 
 LIST_FORMAT = 1
@@ -60,33 +61,6 @@ def unreadable_json(row: UnreadableRow) -> dict[str, Any]:
     """A ``prana list --json`` row the store could not read: its id, status ``unreadable``,
     ``problem`` (``"field: message"``); the fields it could not read are ``null``."""
     return unreadable_row(row, failure=None)
-
-
-@attrs.frozen
-class Failure:
-    """What an operator needs of a dead letter: where it failed, why, after how many tries."""
-
-    node: str | None
-    code: str | None
-    type: str | None
-    message: str | None
-    attempts: int
-    failed_at: datetime | None
-
-
-def failure_of(execution: WorkflowExecution) -> Failure:
-    """The failure of a failed execution: its error's node and code, that node's attempts."""
-    error = execution.error
-    node = error.node_key if error is not None else None
-    run = execution.node(node) if node is not None else None
-    return Failure(
-        node=node,
-        code=error.code if error is not None else None,
-        type=error.type if error is not None else None,
-        message=error.message if error is not None else None,
-        attempts=len(run.attempts) if run is not None else 0,
-        failed_at=execution.completed_at or execution.updated_at,
-    )
 
 
 def execution_json(execution: WorkflowExecution, record_version: int) -> dict[str, Any]:

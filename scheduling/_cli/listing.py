@@ -9,18 +9,11 @@ import sys
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from prana import ExecutionStatus, RecordError
+from prana import ExecutionStatus
 from scheduling._cli._common import EXIT_OK, CLIError, open_store, resolve_id
-from scheduling._cli._json import (
-    LIST_FORMAT,
-    Failure,
-    execution_json,
-    failure_of,
-    summary_json,
-    unreadable_json,
-)
+from scheduling._cli._json import LIST_FORMAT, execution_json, summary_json, unreadable_json
 from scheduling._console import printable
-from scheduling._errors import UnreadableRowsError
+from scheduling._listing import Failure, read_page
 from scheduling.abc import UnreadableRow
 from scheduling.stores._sql import MAX_LIMIT
 
@@ -28,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from scheduling._cli._common import AddCommand
-    from scheduling.abc import ExecutionStore, ExecutionSummary
+    from scheduling.abc import ExecutionSummary
 
 
 def register(add: AddCommand) -> None:
@@ -39,6 +32,11 @@ def register(add: AddCommand) -> None:
         help=f"only executions with this status: {', '.join(s.value for s in ExecutionStatus)}",
     )
     listing.add_argument("--workflow", help="only executions of this workflow id")
+    listing.add_argument(
+        "--code",
+        metavar="ERROR_CODE",
+        help="only failed executions whose error has this code (action_error, timeout, ...)",
+    )
     listing.add_argument(
         "--after",
         metavar="ID",
@@ -73,19 +71,23 @@ def _cmd_list(args: argparse.Namespace) -> int:
         # One row past the page says whether another page follows (a limit out of range
         # is asked for as given, so the store refuses it with its own message).
         limit: int = args.limit
-        probe = limit + 1 if 1 <= limit < MAX_LIMIT else limit
-        try:
-            rows: Sequence[ExecutionSummary | UnreadableRow] = store.list(
-                status, limit=probe, workflow_id=args.workflow, after=after
-            )
-        except UnreadableRowsError as exc:
-            rows = exc.rows
-            for problem in exc.problems:
-                warning = f"prana: warning: {printable(problem)}; listed as unreadable"
-                print(warning, file=sys.stderr)
-        next_after = rows[limit - 1].id if len(rows) > limit else None
-        rows = rows[:limit]
-        failures, rows = _failures(store, rows)
+        if args.code is not None and status not in (None, ExecutionStatus.FAILED):
+            raise CLIError(f"--code {args.code}: only failed executions have an error code")
+        page = read_page(
+            store,
+            status,
+            limit=limit,
+            workflow=args.workflow,
+            after=after,
+            code=args.code,
+            probe=1 <= limit < MAX_LIMIT,
+            waits=False,
+        )
+        for problem in page.problems:
+            print(f"prana: warning: {printable(problem)}; listed as unreadable", file=sys.stderr)
+        rows, failures, next_after = page.rows, page.failures, page.next_after
+        if args.code is not None:
+            status = ExecutionStatus.FAILED
     finally:
         store.close()
     if args.json:
@@ -108,35 +110,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if next_after is not None:
         print(f"more: the next page is --after {printable(shlex.quote(next_after))}")
     return EXIT_OK
-
-
-def _failures(
-    store: ExecutionStore, rows: Sequence[ExecutionSummary | UnreadableRow]
-) -> tuple[dict[str, Failure], list[ExecutionSummary | UnreadableRow]]:
-    """Each failed row's failure, read from its record (only failed rows are loaded), and
-    the rows again, a failed one whose record cannot be read as an ``UnreadableRow`` (said
-    on stderr): one bad record must not hide the rest of the page."""
-    from scheduling._errors import ExecutionNotFound
-
-    found: dict[str, Failure] = {}
-    listed: list[ExecutionSummary | UnreadableRow] = []
-    for row in rows:
-        if not isinstance(row, UnreadableRow) and row.status is ExecutionStatus.FAILED:
-            try:
-                execution, _ = store.load(row.id)
-            except ExecutionNotFound:  # deleted between the listing and the load
-                listed.append(row)
-                continue
-            except RecordError as exc:
-                where = f"stored execution {row.id!r} cannot be read: "
-                problem = "; ".join(exc.problems) or str(exc).splitlines()[0].removeprefix(where)
-                warning = f"prana: warning: stored execution {row.id!r}: {problem}"
-                print(f"{printable(warning)}; listed as unreadable", file=sys.stderr)
-                listed.append(UnreadableRow(id=row.id, problem=problem))
-                continue
-            found[row.id] = failure_of(execution)
-        listed.append(row)
-    return found, listed
 
 
 def _print_dead_letters(

@@ -57,26 +57,25 @@ from scheduling._errors import (
     HookAlreadyDelivered,
     HookError,
     StoreError,
-    UnreadableRowsError,
     WorkflowNotFound,
 )
+from scheduling._listing import read_page
 from scheduling._records import unreadable_row
 from scheduling.abc import UnreadableRow
 from scheduling.web import _html
 from scheduling.web._views import FINAL, execution_view, summary_view
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 
     from starlette.requests import Request
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from scheduling._runner import Runner
-    from scheduling.abc import ExecutionSummary
 
     Handler = Callable[[Request], Awaitable[Response]]
-    ListArgs = tuple[str | None, str | None, int, str | None]
-    """A list query's ``status``, ``workflow``, ``limit`` and ``after``."""
+    ListArgs = tuple[str | None, str | None, int, str | None, str | None]
+    """A list query's ``status``, ``workflow``, ``limit``, ``after`` and error ``code``."""
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
@@ -665,35 +664,42 @@ def _list_args(request: Request) -> ListArgs | Response:
         return _error(400, f"status={status!r}: use one of {', '.join(_html.STATUSES)}")
     workflow = query.get("workflow") or None
     after = query.get("after") or None
-    for name, value in (("workflow", workflow), ("after", after)):
+    code = query.get("code") or None
+    for name, value in (("workflow", workflow), ("after", after), ("code", code)):
         if value is not None and not value.isprintable():
             return _error(400, f"{name}={value!r}: control characters name nothing")
+    if code is not None and status not in (None, "failed"):
+        return _error(400, f"code={code!r}: only failed executions have an error code")
     try:
         limit = int(query.get("limit", "50"))
     except ValueError:
         return _error(400, "limit is a whole number")
     if not 1 <= limit <= MAX_PAGE:
         return _error(400, f"use 1 <= limit <= {MAX_PAGE}")
-    return status, workflow, limit, after
+    return status, workflow, limit, after, code
 
 
 def _list_rows(
-    runner: Runner, status: str | None, workflow: str | None, limit: int, after: str | None
+    runner: Runner,
+    status: str | None,
+    workflow: str | None,
+    limit: int,
+    after: str | None,
+    code: str | None,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """One page, filtered by the store, and the cursor of the next (``None``: the last)."""
+    """One page (``scheduling._listing.read_page``, as ``prana list``) and the cursor of
+    the next (``None``: the last)."""
     wanted = ExecutionStatus(status) if status else None
-    try:
-        rows: Sequence[ExecutionSummary | UnreadableRow] = runner.store.list(
-            wanted, limit=limit + 1, workflow_id=workflow, after=after
-        )
-    except UnreadableRowsError as exc:  # list the rest; the bad rows by id, as unreadable
-        logger.warning("listed as unreadable: %s", "; ".join(exc.problems))
-        rows = exc.rows
-    page = rows[:limit]
+    page = read_page(runner.store, wanted, limit=limit, workflow=workflow, after=after, code=code)
+    for problem in page.problems:
+        logger.warning("listed as unreadable: %s", problem)
     items = [
-        unreadable_row(row) if isinstance(row, UnreadableRow) else summary_view(row) for row in page
+        unreadable_row(row, failure=None, waiting=None)
+        if isinstance(row, UnreadableRow)
+        else summary_view(row, page.failures.get(row.id), page.waiting.get(row.id))
+        for row in page.rows
     ]
-    return items, page[-1].id if len(rows) > limit else None
+    return items, page.next_after
 
 
 async def _page_or_400(
@@ -738,7 +744,7 @@ async def _api_list(request: Request) -> Response:
     found = await _page_or_400(request)
     if isinstance(found, Response):
         return found
-    (_, _, limit, after), items, next_after = found
+    (_, _, limit, after, _), items, next_after = found
     return JSONResponse({"items": items, "limit": limit, "after": after, "next_after": next_after})
 
 
@@ -751,13 +757,14 @@ async def _page_list(request: Request) -> Response:
     found = await _page_or_400(request)
     if isinstance(found, Response):
         return found
-    (status, workflow, limit, after), items, next_after = found
+    (status, workflow, limit, after, code), items, next_after = found
     return HTMLResponse(
         _html.list_page(
             items,
             root=_root(request),
             status=status,
             workflow=workflow,
+            code=code,
             limit=limit,
             after=after,
             next_after=next_after,

@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from prana import ExecutionStatus
+from prana import ErrorCode, ExecutionStatus
 from prana.shell import format_duration
 from scheduling.web._views import FINAL
 
@@ -23,6 +23,8 @@ __all__ = ["SCRIPT", "execution_fragment", "execution_page", "list_page", "login
 
 STATUSES = tuple(s.value for s in ExecutionStatus)
 """Every execution status, in the enum's order: the list filter's choices."""
+ERROR_CODES = tuple(c.value for c in ErrorCode)
+"""Every error code, in the enum's order: the list's error filter's choices."""
 
 _CSS = """
 :root{--bg:#f7f7f9;--fg:#1d1f24;--muted:#6b7180;--line:#e2e4ea;--card:#fff;
@@ -170,15 +172,21 @@ def list_page(
     limit: int,
     after: str | None,
     next_after: str | None,
+    code: str | None = None,
 ) -> str:
-    """The executions list: filters, a table newest first, and links to the first and next page."""
+    """The executions list: filters, a table newest first (what failed, what waits), and
+    links to the first and next page."""
     options = ['<option value="">any status</option>'] + [
         f'<option value="{s}"{" selected" if s == status else ""}>{s}</option>' for s in STATUSES
+    ]
+    codes = ['<option value="">any error</option>'] + [
+        f'<option value="{c}"{" selected" if c == code else ""}>{c}</option>' for c in ERROR_CODES
     ]
     filters = (
         '<form class="filters" method="get">'
         f'<select name="status">{"".join(options)}</select>'
         f'<input name="workflow" placeholder="workflow id" value="{escape(workflow or "")}">'
+        f'<select name="code" title="failed with this error code">{"".join(codes)}</select>'
         '<button type="submit">Filter</button></form>'
     )
     body_rows = []
@@ -195,17 +203,18 @@ def list_page(
             f'<td><a class="mono" href="{link}">{escape(row["id"])}</a></td>'
             f"{workflow_cell}"
             f"<td>{_badge(row['status'])}</td>"
+            f"<td>{_failure_cell(row.get('failure'))}{_waiting_cell(row.get('waiting'))}</td>"
             f"<td>{_time(row['updated_at'])}</td>"
-            f"<td>{_time(row['due_at'])}</td>"
             "</tr>"
         )
     if not body_rows:
         body_rows.append('<tr><td colspan=5 class="muted">No executions.</td></tr>')
     table = (
         "<table id=executions><thead><tr><th>execution</th><th>workflow</th><th>status</th>"
-        f"<th>updated</th><th>due</th></tr></thead><tbody>{''.join(body_rows)}</tbody></table>"
+        "<th>failed at / waits on</th><th>updated</th></tr></thead>"
+        f"<tbody>{''.join(body_rows)}</tbody></table>"
     )
-    base = {k: v for k, v in (("status", status), ("workflow", workflow)) if v}
+    base = {k: v for k, v in (("status", status), ("workflow", workflow), ("code", code)) if v}
     pager = []
     if after is not None:
         query = urlencode({**base, "limit": limit})
@@ -215,6 +224,37 @@ def list_page(
         pager.append(f'<a href="?{escape(query)}">older →</a>')
     body = f"<h1>Executions</h1>{filters}{table}<div class=pager>{''.join(pager)}</div>"
     return _page("Executions", body, root)
+
+
+def _failure_cell(failure: dict[str, Any] | None) -> str:
+    """``node · code · N attempts``, the error on hover."""
+    if not failure:
+        return ""
+    attempts = failure["attempts"]
+    text = (
+        f"{failure['node_key'] or '-'} · {failure['code'] or '-'} · "
+        f"{attempts} attempt{'' if attempts == 1 else 's'}"
+    )
+    error = f"{failure['type']}: {failure['message']}" if failure["type"] else ""
+    return f'<span class="err" title="{escape(error)}">{escape(text)}</span>'
+
+
+_UNTIL = {"webhook": "until a delivery", "sub_workflow": "until its sub-workflow ends"}
+
+
+def _waiting_cell(waiting: dict[str, Any] | None) -> str:
+    """``retry at <node>, due <time>``, or ``webhook at <node>, until a delivery, expires
+    <time>``."""
+    if not waiting:
+        return ""
+    where = f" at <code>{escape(waiting['node_key'])}</code>" if waiting["node_key"] else ""
+    until = _UNTIL.get(waiting["kind"])
+    due = waiting["due_at"]
+    if until is None:
+        when = f"due {_time(due)}" if due else "until resumed"
+    else:  # a webhook's due time is when it expires
+        when = f"{until}, expires {_time(due)}" if due else until
+    return f"{escape(waiting['kind'])}{where}, {when}"
 
 
 def _timeline_bar(node: dict[str, Any], origin: datetime, span_s: float) -> str:

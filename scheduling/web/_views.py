@@ -16,6 +16,7 @@ from scheduling._runner import FINAL_STATUSES
 
 if TYPE_CHECKING:
     from prana import NodeExecution, Registry, Workflow, WorkflowExecution
+    from scheduling._listing import Failure, Waiting
     from scheduling.abc import ExecutionSummary
 
 __all__ = ["FINAL", "execution_view", "summary_view"]
@@ -47,9 +48,13 @@ def _error(error: ErrorInfo | None) -> dict[str, Any] | None:
     }
 
 
-def summary_view(row: ExecutionSummary) -> dict[str, Any]:
+def summary_view(
+    row: ExecutionSummary, failure: Failure | None = None, waiting: Waiting | None = None
+) -> dict[str, Any]:
     """One row of the list: id, workflow, status, the record's version (``record_version``,
-    as ``prana list --json`` names it) and times."""
+    as ``prana list --json`` names it), times, and for a failed row its ``failure`` (node,
+    error code and type, message, attempts), for a suspended one its ``waiting`` (kind,
+    node, due time: ``None`` until a delivery)."""
     return {
         "id": row.id,
         "workflow_id": row.workflow_id,
@@ -58,6 +63,19 @@ def summary_view(row: ExecutionSummary) -> dict[str, Any]:
         "record_version": row.version,
         "due_at": _iso(row.due_at),
         "updated_at": _iso(row.updated_at),
+        "failure": None
+        if failure is None
+        else {
+            "node_key": failure.node,
+            "code": failure.code,
+            "type": failure.type,
+            "message": failure.message,
+            "attempts": failure.attempts,
+            "failed_at": _iso(failure.failed_at),
+        },
+        "waiting": None
+        if waiting is None
+        else {"kind": waiting.kind, "node_key": waiting.node, "due_at": _iso(waiting.due_at)},
         "problem": None,
     }
 
