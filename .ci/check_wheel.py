@@ -6,6 +6,9 @@ import sys
 import zipfile
 from email.parser import Parser
 
+DEV_TOOLS = ("pytest", "hypothesis", "mypy", "ruff", "mkdocs", "playwright", "pyright", "build")
+"""Tools for working on prana: the `dev` dependency group, never a user's requirement."""
+
 
 def main(path: str) -> int:
     """Print what is missing from the wheel at ``path``; exit 1 if anything is."""
@@ -22,6 +25,9 @@ def main(path: str) -> int:
         problems.append("missing the LICENSE file in .dist-info/licenses/")
     if meta["Name"] != "prana-workflows":
         problems.append(f"distribution name is {meta['Name']!r}, not 'prana-workflows'")
+    dev = [r for r in meta.get_all("Requires-Dist") or [] if r.startswith(DEV_TOOLS)]
+    if dev or "dev" in (meta.get_all("Provides-Extra") or []):
+        problems.append(f"dev tools in the published metadata: {dev or 'the dev extra'}")
     if any(n.startswith(("tests/", "docs/")) for n in names):
         problems.append("tests/ or docs/ leaked into the wheel")
     for problem in problems:

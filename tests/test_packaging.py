@@ -15,7 +15,14 @@ import pytest
 import prana
 import scheduling
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (pytest brings tomli there)
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+
 ROOT = Path(__file__).parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+DEV_TOOLS = ("pytest", "hypothesis", "mypy", "ruff", "mkdocs", "playwright", "pyright", "build")
 FOREIGN_INIT = textwrap.dedent(
     """
     # the unrelated 2016 `scheduling` package's __init__.py, as PyPI ships it
@@ -65,15 +72,21 @@ def test_distribution_name_version_and_license() -> None:
     assert "Typing :: Typed" in (meta.get_all("Classifier") or [])
 
 
-def test_procrastinate_extra_is_bounded_and_test_tools_are_not_user_facing() -> None:
-    """The procrastinate extra has an upper bound; pytest is only in the dev extra."""
-    requires = importlib.metadata.requires("prana-workflows") or []
-    procrastinate = [r for r in requires if r.startswith("procrastinate")]
-    assert procrastinate
+def test_procrastinate_extra_is_bounded_and_test_tools_are_not_published() -> None:
+    """The procrastinate extra has an upper bound; the dev tools are a PEP 735 dependency
+    group, not an extra: nothing of them in the metadata a wheel publishes (they were an
+    extra, ``dev``, listed by every index page and resolver)."""
+    project = PYPROJECT["project"]
+    procrastinate = project["optional-dependencies"]["procrastinate"]
     assert all("<" in r for r in procrastinate)
-    test_tools = [r for r in requires if r.startswith(("pytest", "hypothesis", "mypy"))]
-    assert test_tools
-    assert all(r.replace("'", '"').endswith('extra == "dev"') for r in test_tools)
+    assert "dev" not in project["optional-dependencies"]
+    published = [r for extra in project["optional-dependencies"].values() for r in extra]
+    published += project["dependencies"]
+    assert [r for r in published if r.startswith(DEV_TOOLS)] == []
+    group = PYPROJECT["dependency-groups"]["dev"]
+    assert {"pytest", "hypothesis", "mypy", "ruff", "mkdocs"} <= {
+        re.split(r"[<>=\[ ]", r)[0] for r in group
+    }
 
 
 def test_py_typed_markers_exist() -> None:

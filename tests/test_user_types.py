@@ -145,7 +145,7 @@ def pyright_problems(user_project: Path) -> dict[str, list[str]]:
     if pyright is None:
         if REQUIRED_IN_CI:
             pytest.fail("pyright is not installed; CI installs it with the dev extra")
-        pytest.skip("pyright is not installed (pip install -e '.[dev]' brings it)")
+        pytest.skip("pyright is not installed (pip install -e . --group dev brings it)")
     (user_project / "pyrightconfig.json").write_text(
         json.dumps({"typeCheckingMode": "strict", "pythonVersion": "3.10"})
     )
