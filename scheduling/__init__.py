@@ -19,6 +19,8 @@ from scheduling._errors import (
     WorkflowNotFound,
 )
 from scheduling._runner import Runner
+from scheduling._schedule_runs import ScheduleNotFound, SlotOutcome, StoredSchedule
+from scheduling._schedules import At, Cron, Every, Schedule
 from scheduling.abc import ExecutionStore, ExecutionSummary, Fire, Scheduler, UnreadableRow
 
 __prana_shell__ = True  # tells this package from the unrelated PyPI `scheduling` (_ownership)
@@ -26,7 +28,10 @@ _ownership.check()
 _logging.getLogger("scheduling").addHandler(_logging.NullHandler())
 
 __all__ = [
+    "At",
     "ConsoleView",
+    "Cron",
+    "Every",
     "ExecutionNotFound",
     "ExecutionStore",
     "ExecutionSummary",
@@ -38,10 +43,14 @@ __all__ = [
     "HookNotFound",
     "RetryStats",
     "Runner",
+    "Schedule",
+    "ScheduleNotFound",
     "Scheduler",
     "SchedulerStateError",
+    "SlotOutcome",
     "StaleVersionError",
     "StoreError",
+    "StoredSchedule",
     "UnreadableRow",
     "UnreadableRowsError",
     "WorkflowConflictError",

@@ -112,6 +112,9 @@ from scheduling._records import (
     first_tracer,
     suspended_without_due_time,
 )
+from scheduling._schedule_runs import ALARM_PREFIX as SCHEDULE_ALARM
+from scheduling._schedule_runs import Schedules
+from scheduling._schedules import Schedule
 from scheduling.abc import (
     BatchingScheduler,
     BulkScheduler,
@@ -620,6 +623,8 @@ class Runner(Generic[SchedulerT]):
             if self.recover:
                 self._arm_all(self.store.alarms())
                 self._repair_parents()
+                if hasattr(self.store, "schedule_rows"):
+                    self.schedules.arm_all()  # slots missed while down are caught up
         except BaseException:
             self._open = True
             self.close()
@@ -1071,6 +1076,24 @@ class Runner(Generic[SchedulerT]):
 
     # -- the async facade --------------------------------------------------------------
 
+    @property
+    def schedules(self) -> Schedules:
+        """The schedules kept in this runner's store: add, list, pause, resume, trigger."""
+        return Schedules(self)
+
+    def schedule(self, schedule: Schedule, *, replace: bool = False) -> Schedule:
+        """Store ``schedule`` and arm its next slot: each slot starts one execution.
+
+        The slot's execution id is ``sched:<id>:<slot>``, so runners sharing the store
+        start each slot once. ``replace=True`` changes a stored schedule of the same id.
+        """
+        self.schedules.add(schedule, replace=replace)
+        return schedule
+
+    async def aschedule(self, schedule: Schedule, *, replace: bool = False) -> Schedule:
+        """``schedule`` from async code (the store's writes run in a thread)."""
+        return await asyncio.to_thread(self.schedule, schedule, replace=replace)
+
     async def astart(
         self,
         workflow: Workflow,
@@ -1454,6 +1477,9 @@ class Runner(Generic[SchedulerT]):
         """
         if execution_id in self._unsaved:
             return self._save_unsaved(execution_id)
+        if execution_id.startswith(SCHEDULE_ALARM):
+            self.schedules.tick(execution_id[len(SCHEDULE_ALARM) :])
+            return True
         try:
             self._step(execution_id, self._alarm_check)
         except ExecutionNotFound:

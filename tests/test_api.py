@@ -48,7 +48,8 @@ SCHEDULING_PUBLIC = {
     "ConsoleView", "ExecutionNotFound", "ExecutionStore", "ExecutionSummary", "Fire",
     "HookAlreadyDelivered", "HookConflict", "HookError", "HookGone", "HookNotFound",
     "RetryStats", "Runner", "Scheduler", "SchedulerStateError", "StaleVersionError",
-    "StoreError", "UnreadableRow", "UnreadableRowsError", "WorkflowConflictError",
+    "StoreError", "At", "Cron", "Every", "Schedule", "ScheduleNotFound", "SlotOutcome",
+    "StoredSchedule", "UnreadableRow", "UnreadableRowsError", "WorkflowConflictError",
     "WorkflowNotFound",
 }  # fmt: skip
 

@@ -200,7 +200,7 @@ def test_postgres_records_refuses_newer_and_adopts_old(
     table = sql.Identifier(postgres_store.schema or "public", "prana_schema_version")
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         rows = conn.execute(sql.SQL("SELECT version FROM {}").format(table)).fetchall()
-        assert rows == [(1,)]
+        assert rows == [(v,) for v in range(1, postgres_module.SCHEMA_VERSION + 1)]
         conn.execute(sql.SQL("DELETE FROM {}").format(table))
     unversioned = PostgresStore(postgres_dsn, schema=postgres_store.schema)
     try:
@@ -305,9 +305,10 @@ def test_db_status_on_postgres_creates_nothing(
     try:
         assert main(["db", "upgrade", "--postgres", postgres_dsn, "--schema", schema]) == 0
         out = capsys.readouterr().out.strip()
-        assert out == f"schema created at version 1 (PostgreSQL schema {schema})"
+        latest = postgres_module.SCHEMA_VERSION
+        assert out == f"schema created at version {latest} (PostgreSQL schema {schema})"
         assert main(args) == 0
-        assert capsys.readouterr().out.strip() == "schema at version 1 (up to date)"
+        assert capsys.readouterr().out.strip() == f"schema at version {latest} (up to date)"
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

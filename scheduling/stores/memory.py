@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 import threading
 from itertools import count
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prana import ExecutionStatus, WorkflowExecution, dumps
 from scheduling._errors import ExecutionNotFound
@@ -63,6 +63,7 @@ class MemoryStore(BaseStore):
         self._rows: dict[str, _Row] = {}
         self._due: dict[str, datetime] = {}
         self._workflows: dict[tuple[str, int], str] = {}
+        self._schedules: dict[str, list[Any]] = {}  # id -> [definition, state, version]
         self._seq = count(1)
         # How many ids start with each prefix followed by ":" (what count_tree reads).
         self._under: dict[str, int] = {}
@@ -236,3 +237,47 @@ class MemoryStore(BaseStore):
 
     def close(self) -> None:
         """Nothing to release; the data stays readable until the store is dropped."""
+
+    # -- schedules (scheduling._schedules: definitions and state as JSON text) ----------
+
+    def schedule_insert(self, schedule_id: str, definition: str, state: str) -> bool:
+        """Store a new schedule; ``False`` if one has this id."""
+        with self._lock:
+            if schedule_id in self._schedules:
+                return False
+            self._schedules[schedule_id] = [definition, state, 1]
+            return True
+
+    def schedule_define(self, schedule_id: str, definition: str) -> bool:
+        """Replace a schedule's definition; ``False`` if there is none."""
+        with self._lock:
+            row = self._schedules.get(schedule_id)
+            if row is None:
+                return False
+            row[0] = definition
+            return True
+
+    def schedule_row(self, schedule_id: str) -> tuple[str, str, int] | None:
+        """A schedule's ``(definition, state, state version)``, or ``None``."""
+        with self._lock:
+            row = self._schedules.get(schedule_id)
+            return None if row is None else (row[0], row[1], row[2])
+
+    def schedule_rows(self) -> builtins.list[tuple[str, str, str, int]]:
+        """Every schedule's ``(id, definition, state, state version)``, by id."""
+        with self._lock:
+            return [(k, r[0], r[1], r[2]) for k, r in sorted(self._schedules.items())]
+
+    def schedule_advance(self, schedule_id: str, state: str, expected_version: int) -> bool:
+        """Replace a schedule's state if its version is still ``expected_version``."""
+        with self._lock:
+            row = self._schedules.get(schedule_id)
+            if row is None or row[2] != expected_version:
+                return False
+            row[1], row[2] = state, expected_version + 1
+            return True
+
+    def schedule_delete(self, schedule_id: str) -> bool:
+        """Forget a schedule (its executions stay); ``False`` if there was none."""
+        with self._lock:
+            return self._schedules.pop(schedule_id, None) is not None

@@ -133,6 +133,18 @@ CREATE TABLE IF NOT EXISTS {workflows} (
 );
 """,
     ),
+    Migration(
+        2,
+        "schedules: definition and state (cursor, buffered slot, recent runs) as JSON",
+        """
+CREATE TABLE IF NOT EXISTS {schedules} (
+    id text PRIMARY KEY,
+    definition text NOT NULL,
+    state text NOT NULL,
+    version bigint NOT NULL
+);
+""",
+    ),
 )
 """The PostgreSQL schema, step by step: add a step at the end, never edit one (_migrations)."""
 check_sequence(POSTGRES_MIGRATIONS)
@@ -800,6 +812,50 @@ class PostgresStore(GroupsMixin, BaseStore):
         version: int | None = row[0] if row is not None else None
         return version
 
+    # -- schedules (scheduling._schedules: definitions and state as JSON text) ----------
+
+    def _schedule_write(self, key: str, params: tuple[Any, ...], what: str) -> bool:
+        with self._connection(what) as conn:
+            return bool(conn.execute(self._q[key], params).rowcount)
+
+    def schedule_insert(self, schedule_id: str, definition: str, state: str) -> bool:
+        """Store a new schedule; ``False`` if one has this id."""
+        return self._schedule_write(
+            "schedule_insert", (schedule_id, definition, state), f"add of schedule {schedule_id!r}"
+        )
+
+    def schedule_define(self, schedule_id: str, definition: str) -> bool:
+        """Replace a schedule's definition; ``False`` if there is none."""
+        return self._schedule_write(
+            "schedule_define", (definition, schedule_id), f"change of schedule {schedule_id!r}"
+        )
+
+    def schedule_row(self, schedule_id: str) -> tuple[str, str, int] | None:
+        """A schedule's ``(definition, state, state version)``, or ``None``."""
+        row = self._read(
+            f"load of schedule {schedule_id!r}", self._q["schedule_row"], (schedule_id,), one=True
+        )
+        return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
+
+    def schedule_rows(self) -> builtins.list[tuple[str, str, str, int]]:
+        """Every schedule's ``(id, definition, state, state version)``, by id."""
+        rows = self._read("list of schedules", self._q["schedule_rows"], (), one=False)
+        return [(str(i), str(d), str(s), int(v)) for i, d, s, v in rows]
+
+    def schedule_advance(self, schedule_id: str, state: str, expected_version: int) -> bool:
+        """Replace a schedule's state if its version is still ``expected_version``."""
+        return self._schedule_write(
+            "schedule_advance",
+            (state, schedule_id, expected_version),
+            f"advance of schedule {schedule_id!r}",
+        )
+
+    def schedule_delete(self, schedule_id: str) -> bool:
+        """Forget a schedule (its executions stay); ``False`` if there was none."""
+        return self._schedule_write(
+            "schedule_delete", (schedule_id,), f"delete of schedule {schedule_id!r}"
+        )
+
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     """Every pooled connection reads times back in UTC."""
@@ -815,6 +871,7 @@ def _queries(schema: str | None) -> dict[str, str]:
     names = {
         "executions": name("prana_executions"),
         "workflows": name("prana_workflows"),
+        "schedules": name("prana_schedules"),
         "schema_version": name("prana_schema_version"),
         # to_regclass reads its text as SQL does: quoted, so a mixed-case schema keeps its case
         "executions_text": sql.Literal(name("prana_executions").as_string(None)),
@@ -839,7 +896,7 @@ def _queries(schema: str | None) -> dict[str, str]:
         "tables_exist": "SELECT to_regclass({schema_version_text}), to_regclass({executions_text})",
         "record_migration": "INSERT INTO {schema_version} (version, description) VALUES (%s, %s)",
         **{f"migration_{m.version}": m.sql for m in POSTGRES_MIGRATIONS},
-        "drop": "DROP TABLE IF EXISTS {executions}, {workflows}, {schema_version}",
+        "drop": "DROP TABLE IF EXISTS {executions}, {workflows}, {schedules}, {schema_version}",
         "insert": "INSERT INTO {executions}"
         " (id, workflow_id, workflow_version, status, due_at, version, updated_at, data)"
         " VALUES (%s, %s, %s, %s, %s, 1, %s, %s) ON CONFLICT (id) DO NOTHING",
@@ -883,5 +940,14 @@ def _queries(schema: str | None) -> dict[str, str]:
         ' ORDER BY workflow_id COLLATE "C", version',
         "insert_workflow": "INSERT INTO {workflows} (workflow_id, version, data)"
         " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+        "schedule_insert": "INSERT INTO {schedules} (id, definition, state, version)"
+        " VALUES (%s, %s, %s, 1) ON CONFLICT DO NOTHING",
+        "schedule_define": "UPDATE {schedules} SET definition = %s WHERE id = %s",
+        "schedule_row": "SELECT definition, state, version FROM {schedules} WHERE id = %s",
+        "schedule_rows": "SELECT id, definition, state, version FROM {schedules}"
+        ' ORDER BY id COLLATE "C"',
+        "schedule_advance": "UPDATE {schedules} SET state = %s, version = version + 1"
+        " WHERE id = %s AND version = %s",
+        "schedule_delete": "DELETE FROM {schedules} WHERE id = %s",
     }
     return {key: sql.SQL(query).format(**names).as_string(None) for key, query in text.items()}

@@ -117,6 +117,18 @@ CREATE TABLE IF NOT EXISTS prana_workflows (
 );
 """,
     ),
+    Migration(
+        2,
+        "schedules: definition and state (cursor, buffered slot, recent runs) as JSON",
+        """
+CREATE TABLE IF NOT EXISTS prana_schedules (
+    id TEXT PRIMARY KEY,
+    definition TEXT NOT NULL,
+    state TEXT NOT NULL,
+    version INTEGER NOT NULL
+);
+""",
+    ),
 )
 """The SQLite schema, step by step: add a step at the end, never edit one (see _migrations)."""
 check_sequence(SQLITE_MIGRATIONS)
@@ -755,6 +767,64 @@ class SQLiteStore(BaseStore):
         with self._lock:
             self._closed = True
             self._conn.close()
+
+    # -- schedules (scheduling._schedules: definitions and state as JSON text) ----------
+
+    def _schedule_write(self, statement: str, params: tuple[Any, ...]) -> bool:
+        with self._lock:
+            if self._group_owner is not None:
+                return bool(self._conn.execute(statement, params).rowcount)
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                changed = self._conn.execute(statement, params).rowcount
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        return bool(changed)
+
+    def schedule_insert(self, schedule_id: str, definition: str, state: str) -> bool:
+        """Store a new schedule; ``False`` if one has this id."""
+        return self._schedule_write(
+            "INSERT INTO prana_schedules (id, definition, state, version) VALUES (?, ?, ?, 1)"
+            " ON CONFLICT (id) DO NOTHING",
+            (schedule_id, definition, state),
+        )
+
+    def schedule_define(self, schedule_id: str, definition: str) -> bool:
+        """Replace a schedule's definition; ``False`` if there is none."""
+        return self._schedule_write(
+            "UPDATE prana_schedules SET definition = ? WHERE id = ?", (definition, schedule_id)
+        )
+
+    def schedule_row(self, schedule_id: str) -> tuple[str, str, int] | None:
+        """A schedule's ``(definition, state, state version)``, or ``None``."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT definition, state, version FROM prana_schedules WHERE id = ?",
+                (schedule_id,),
+            ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
+
+    def schedule_rows(self) -> builtins.list[tuple[str, str, str, int]]:
+        """Every schedule's ``(id, definition, state, state version)``, by id."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, definition, state, version FROM prana_schedules ORDER BY id"
+            ).fetchall()
+        return [(str(i), str(d), str(s), int(v)) for i, d, s, v in rows]
+
+    def schedule_advance(self, schedule_id: str, state: str, expected_version: int) -> bool:
+        """Replace a schedule's state if its version is still ``expected_version``."""
+        return self._schedule_write(
+            "UPDATE prana_schedules SET state = ?, version = version + 1"
+            " WHERE id = ? AND version = ?",
+            (state, schedule_id, expected_version),
+        )
+
+    def schedule_delete(self, schedule_id: str) -> bool:
+        """Forget a schedule (its executions stay); ``False`` if there was none."""
+        return self._schedule_write("DELETE FROM prana_schedules WHERE id = ?", (schedule_id,))
 
 
 def stored_schema_version(path: str | os.PathLike[str]) -> int | None:
