@@ -589,7 +589,12 @@ def test_postgres_tables_live_in_the_schema_and_drop_removes_them(
     postgres_store.setup()
     with psycopg.connect(postgres_dsn) as conn:
         tables = conn.execute(query, (postgres_store.schema,)).fetchall()
-    assert tables == [("prana_executions",), ("prana_schema_version",), ("prana_workflows",)]
+    assert tables == [
+        ("prana_executions",),
+        ("prana_schedules",),
+        ("prana_schema_version",),
+        ("prana_workflows",),
+    ]
     postgres_store.drop()
     with psycopg.connect(postgres_dsn) as conn:
         assert conn.execute(query, (postgres_store.schema,)).fetchall() == []
