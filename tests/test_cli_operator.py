@@ -416,6 +416,14 @@ def test_the_dead_letter_view_shows_where_why_and_how_often(
     assert (failure["type"], failure["message"]) == ("ConnectionError", "down")
     assert failure["failed_at"] is not None
     assert row.split()[6] == failure["failed_at"][:10]
+    # --code keeps the dead letters with that error code (a failed run's list: dead only)
+    code, out, _ = cli(site, capsys, "list", "--code", "action_error", "--json")
+    assert [row["id"] for row in json.loads(out)["executions"]] == [dead["id"]]
+    code, out, _ = cli(site, capsys, "list", "--code", "timeout")
+    assert (code, out) == (0, "no executions\n")
+    code, _, err = cli(site, capsys, "list", "--code", "timeout", "--status", "completed")
+    assert code != 0
+    assert "only failed executions have an error code" in err
 
 
 def test_list_and_show_read_while_another_process_holds_the_write_lock(
