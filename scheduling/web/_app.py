@@ -946,8 +946,25 @@ async def _one_execution_json(request: Request) -> Response:
     return await _GUARDED_JSON(request)
 
 
+async def _metrics(request: Request) -> Response:
+    """The Prometheus text exposition (``scheduling.metrics``): the store's counts, and the
+    runner's ``MetricsObserver``'s when it has one; 404 without ``prometheus_client``."""
+    try:
+        from scheduling.metrics import MetricsObserver, metrics_text
+    except ImportError:
+        return _error(404, "metrics need prometheus_client: pip install 'prana-workflows[metrics]'")
+    runner = _web(request).runner
+    observer = next((o for o in runner.observers if isinstance(o, MetricsObserver)), None)
+    try:
+        body = await asyncio.to_thread(metrics_text, runner.store, observer)
+    except StoreError as exc:
+        return _error(500, _first_line(exc))
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
 _VIEW_ROUTES = [
     Route("/", _guarded(_home, html=True)),
+    Route("/metrics", _guarded(_metrics, html=False)),
     Route("/assets/view.js", _script),
     Route("/api/executions", _guarded(_api_list, html=False)),
     Route("/api/executions/{rest:path}", _one_execution_json),
