@@ -917,6 +917,8 @@ class Runner(Generic[SchedulerT]):
         now = self.clock()
         due = self.store.find_due(now, limit=limit)
         self._arm_all(due)
+        if hasattr(self.store, "schedule_rows"):
+            self.schedules.rearm()  # schedules added or resumed by another process
         if self._repair_at is None or now >= self._repair_at:
             self._repair_at = now + timedelta(seconds=self.lease_seconds / 2)
             self._repair_parents()

@@ -120,16 +120,20 @@ class Schedules:
             found.append(StoredSchedule(schedule, state, self._next(schedule, state, 1)))
         return found
 
-    def _next(self, schedule: Schedule, state: ScheduleState, count: int) -> tuple[datetime, ...]:
+    def _next(
+        self, schedule: Schedule, state: ScheduleState, count: int, *, overdue: bool = False
+    ) -> tuple[datetime, ...]:
+        """The next fire times; with ``overdue``, from the cursor (a missed slot comes first)."""
         if schedule.paused:
             return ()
-        after = max(filter(None, (state.cursor, self._runner.clock())))
+        now = self._runner.clock()
+        after = state.cursor or now if overdue else max(filter(None, (state.cursor, now)))
         return tuple(fire_time(schedule, s) for s in next_slots(schedule, after, count))
 
     def pause(self, schedule_id: str) -> None:
         """Stop starting slots; slots due while paused are skipped, never caught up."""
         self._set_paused(schedule_id, paused=True)
-        self._runner.scheduler.cancel(ALARM_PREFIX + schedule_id)
+        self._disarm(schedule_id)
 
     def resume(self, schedule_id: str) -> None:
         """Start slots again from now on."""
@@ -158,7 +162,7 @@ class Schedules:
         """Forget a schedule; the executions it started stay."""
         if not _rows(self._store, "schedule_delete")(schedule_id):
             raise ScheduleNotFound(f"no schedule {schedule_id!r}; `prana schedule list` shows all")
-        self._runner.scheduler.cancel(ALARM_PREFIX + schedule_id)
+        self._disarm(schedule_id)
 
     def trigger(self, schedule_id: str) -> str:
         """Start the schedule's workflow now, outside its calendar (overlap is not checked)."""
@@ -171,13 +175,29 @@ class Schedules:
         return execution_id
 
     def arm(self, schedule_id: str) -> datetime | None:
-        """Arm the schedule's next slot as an alarm; its fire time, or None (paused, ended)."""
-        stored = self.get(schedule_id, count=1)
-        if not stored.next:
-            self._runner.scheduler.cancel(ALARM_PREFIX + schedule_id)
+        """Arm the schedule's next slot as an alarm (at once if one is overdue); its time.
+
+        ``None`` when paused or ended. A runner not open arms nothing: a worker arms the
+        stored schedules when it opens and at each re-arm round (``rearm_due``).
+        """
+        row = _rows(self._store, "schedule_row")(schedule_id)
+        if row is None or not self._runner._open:
             return None
-        self._runner.scheduler.schedule(ALARM_PREFIX + schedule_id, stored.next[0])
-        return stored.next[0]
+        fires = self._next(load_schedule(row[0]), load_state(row[1]), 1, overdue=True)
+        if not fires:
+            self._disarm(schedule_id)
+            return None
+        self._runner.scheduler.schedule(ALARM_PREFIX + schedule_id, fires[0])
+        return fires[0]
+
+    def _disarm(self, schedule_id: str) -> None:
+        if self._runner._open:  # a stale alarm of a runner elsewhere finds it paused or gone
+            self._runner.scheduler.cancel(ALARM_PREFIX + schedule_id)
+
+    def rearm(self) -> None:
+        """Arm every active schedule's next slot (picks up schedules added elsewhere)."""
+        for schedule_id, _, _, _ in _rows(self._store, "schedule_rows")():
+            self.arm(schedule_id)
 
     def arm_all(self) -> None:
         """Arm every schedule's next slot (a runner opening: slots missed are caught up)."""

@@ -32,6 +32,7 @@ from scheduling._cli import (
     listing,
     redrive,
     run,
+    schedule,
     serve,
     steer,
     worker,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 __all__ = ["CLIError", "load_actions", "load_workflow_file", "main"]
 
 # The command modules, in the order `prana --help` lists them.
-_COMMANDS = (run, worker, serve, listing, steer, redrive, workflows, lint, db, demo)
+_COMMANDS = (run, worker, serve, listing, steer, redrive, workflows, schedule, lint, db, demo)
 
 
 class _Parser(argparse.ArgumentParser):
