@@ -7,6 +7,7 @@ what went wrong into the ``ErrorInfo`` those records keep.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -257,9 +258,15 @@ def traceback_text(exc: BaseException) -> str:
     return "".join(parts).rstrip("\n")
 
 
+_DRIVERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_drivers.py")
+"""Where prana calls actions: its frames lead every action's traceback and are left out."""
+
+
 def _one_traceback(exc: BaseException) -> str:
     frames: list[tuple[str, int, str]] = []
     tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == _DRIVERS:
+        tb = tb.tb_next  # the driver calling the action: not the user's code
     count = 0
     while tb is not None:
         count += 1
