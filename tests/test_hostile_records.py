@@ -153,7 +153,7 @@ def test_a_wait_past_the_last_date_fails_without_retry(node: Node, field: str) -
 )
 def test_a_wait_no_stored_definition_holds_is_invalid(node: Node, field: str) -> None:
     """An integer past 64 bits written in the definition is refused by validation, naming
-    node and field (it could not be saved: ``tests/test_definition_ranges.py``)."""
+    node and field (it could not be saved: ``tests/test_bad_input.py``)."""
     with pytest.raises(InvalidWorkflowError, match=rf"node 'w': params\.{field}: an integer"):
         execute_workflow(workflow(node), clock=ManualClock(T0))
 
