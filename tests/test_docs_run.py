@@ -22,6 +22,7 @@ RUNNABLE = [
     "extending/actions.md",
     "deployment/one-machine.md",
     "concepts/security.md",
+    "tutorial/schedules.md",
 ]
 BLOCK = re.compile(r"^( *)```python[^\n]*\n(.*?)^\1```", re.S | re.M)
 SESSION = re.compile(r"^```(?:pycon|python)\n(>>>.*?)^```", re.S | re.M)
