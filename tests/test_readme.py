@@ -37,3 +37,11 @@ def test_readme_schedule_output_is_current() -> None:
         runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
         runner.run(test)
         assert runner.failures == 0
+
+
+def test_readme_links_work_outside_the_repository() -> None:
+    """Was: a link relative to the repository, broken wherever the README is shown alone
+    (a package index page, an unpacked sdist, a mirror). Every link is absolute."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", README)
+    assert targets
+    assert [t for t in targets if not t.startswith(("https://", "http://", "#", "mailto:"))] == []
