@@ -1480,7 +1480,7 @@ class Runner(Generic[SchedulerT]):
         if execution_id in self._unsaved:
             return self._save_unsaved(execution_id)
         if execution_id.startswith(SCHEDULE_ALARM):
-            self.schedules.tick(execution_id[len(SCHEDULE_ALARM) :])
+            self.schedules.tick_logged(execution_id[len(SCHEDULE_ALARM) :])
             return True
         try:
             self._step(execution_id, self._alarm_check)

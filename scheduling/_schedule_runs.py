@@ -22,8 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from prana import ExecutionStatus
-from scheduling._errors import ExecutionNotFound, StaleVersionError, StoreError
+from prana import ExecutionStatus, PranaError
+from scheduling._errors import (
+    ExecutionNotFound,
+    StaleVersionError,
+    StoreError,
+    WorkflowNotFound,
+)
 from scheduling._schedules import (
     RECENT,
     Schedule,
@@ -48,7 +53,8 @@ _DONE = frozenset({ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionS
 
 @attrs.frozen
 class SlotOutcome:
-    """What a tick did with one slot: ``started``, ``duplicate``, ``skipped``, ``buffered``."""
+    """What a tick did with one slot: ``started``, ``duplicate`` (started elsewhere),
+    ``skipped``, ``buffered`` or ``failed`` (its workflow could not start; logged)."""
 
     slot: datetime
     kind: str
@@ -197,12 +203,26 @@ class Schedules:
     def rearm(self) -> None:
         """Arm every active schedule's next slot (picks up schedules added elsewhere)."""
         for schedule_id, _, _, _ in _rows(self._store, "schedule_rows")():
-            self.arm(schedule_id)
+            try:
+                self.arm(schedule_id)
+            except PranaError as error:  # an unreadable stored schedule
+                logger.error("schedule %r cannot be armed: %s", schedule_id, error)
 
     def arm_all(self) -> None:
-        """Arm every schedule's next slot (a runner opening: slots missed are caught up)."""
-        for stored in self.list():
-            self.tick(stored.schedule.id)
+        """Tick every schedule (a runner opening: slots missed are caught up), then arm it.
+
+        One schedule that cannot be ticked (unreadable, its store failing) is logged and
+        the others still are: a bad schedule never stops a runner from opening.
+        """
+        for schedule_id, _, _, _ in _rows(self._store, "schedule_rows")():
+            self.tick_logged(schedule_id)
+
+    def tick_logged(self, schedule_id: str) -> None:
+        """``tick``, logging what it raises (an alarm's callback and ``arm_all`` use it)."""
+        try:
+            self.tick(schedule_id)
+        except Exception:
+            logger.exception("the tick of schedule %r failed; its next alarm retries", schedule_id)
 
     def _workflow(self, schedule: Schedule) -> Any:
         version = None if schedule.version == "latest" else schedule.version
@@ -257,6 +277,22 @@ class Schedules:
                 )
             except StaleVersionError:
                 outcomes.append(SlotOutcome(slot, kind, "duplicate", execution_id))
+                continue
+            except StoreError as error:
+                if not isinstance(error, WorkflowNotFound):
+                    raise  # the store is down: the cursor stays, the next tick tries again
+                failed: Exception | None = error
+            except PranaError as error:
+                failed = error
+            else:
+                failed = None
+            if failed is not None:
+                # A definition missing or invalid: the slot is lost (said), the schedule
+                # goes on; retrying it at every tick would wedge the schedule.
+                logger.error(
+                    "schedule %r slot %s could not start: %s", schedule.id, slot.isoformat(), failed
+                )
+                outcomes.append(SlotOutcome(slot, kind, "failed", execution_id))
                 continue
             recent.append(execution_id)
             running.extend(self._running([execution_id]))

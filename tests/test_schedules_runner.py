@@ -116,3 +116,17 @@ def test_pause_resume_delete(any_store: Any) -> None:
         h.runner.schedules.get("s")
     h.scheduler.advance(HOUR)
     assert len(ids(h)) == 1
+
+
+def test_a_schedule_of_an_unknown_workflow_loses_its_slot_not_the_runner(
+    any_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = harness(any_store)
+    h.runner.schedule(Schedule("ghost", "nowhere", Every("1h")))
+    h.runner.schedule(Schedule("s", "report", Every("1h")))
+    h.runner.close()
+    h.clock.advance(HOUR + 1)
+    h.runner.open()  # catches up both: the bad one is logged, the good one starts
+    assert ids(h) == [slot_execution_id("s", T0 + timedelta(hours=1))]
+    assert "schedule 'ghost' slot" in caplog.text
+    assert h.runner.schedules.get("ghost").state.cursor == T0 + timedelta(hours=1)
