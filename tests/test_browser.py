@@ -8,6 +8,7 @@ over its SSE stream. Every wait is on a page condition with a bounded timeout.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -121,6 +122,15 @@ def test_list_and_live_execution_page(browser: Any, tmp_path: Path) -> None:
             first = page.locator("div.node[data-node=call] tr.attempt").nth(0)
             assert first.get_attribute("data-outcome") == "failed"
             assert "ConnectionError" in first.inner_text()
+            # the failed attempt's traceback, collapsed until asked for
+            traceback = page.locator("div.node[data-node=call] details.traceback")
+            assert traceback.get_attribute("open") is None
+            traceback.locator("summary").click()
+            assert "ConnectionError: down" in traceback.locator("pre").inner_text()
+            # times to the millisecond in the viewer's zone, the exact ISO time on hover
+            started = first.locator("time").first
+            assert re.search(r"\d\d[.,]\d{3}", started.inner_text()), started.inner_text()
+            assert (started.get_attribute("title") or "").startswith("2")
 
             _advance(scheduler, 5)  # the first retry falls due and fails again
             expect(page.locator("div.node[data-node=call] tr.attempt")).to_have_count(

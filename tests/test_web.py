@@ -1174,3 +1174,45 @@ def test_signing_in_from_an_id_with_a_slash_returns_to_its_page(eid: str) -> Non
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
         assert 'data-status="suspended"' in client.get(f"{page_url}?fragment=1").text
+
+
+def test_the_execution_page_shows_values_collapsed_and_how_to_redrive() -> None:
+    """The input, each run's params and output are collapsed with their size and shown
+    pretty-printed, a large one cut with what is left; a failed execution says how to
+    redrive it."""
+    from doubles import raising
+
+    registry = Registry()
+    registry.register("test.big", lambda params, ctx: {"rows": ["x" * 100] * 500})
+    registry.register("test.boom", raising(KeyError("zip")))
+    wf = Workflow(
+        id="values",
+        nodes=[
+            Node(key="start", type="manual.trigger"),
+            Node(key="big", type="test.big", params={"page": 1}),
+            Node(key="boom", type="test.boom"),
+        ],
+        connections=[
+            Connection(from_node="start", to_node="big"),
+            Connection(from_node="big", to_node="boom"),
+        ],
+    )
+    with (
+        Runner(
+            registry=registry, store=MemoryStore(), scheduler=ManualScheduler(clock=ManualClock())
+        ) as runner,
+        serve(create_app(runner, token=OPERATOR)) as url,
+    ):
+        execution_id = runner.start(wf, {"order": "<b>42</b>"})
+        page = httpx.get(f"{url}/executions/{execution_id}", headers=_auth()).text
+        view = httpx.get(f"{url}/api/executions/{execution_id}", headers=_auth()).json()
+    assert view["input"] == {"order": "<b>42</b>"}
+    assert "<summary>input <code>{&quot;order&quot;: &quot;&lt;b&gt;42&lt;/b&gt;&quot;}" in page
+    assert "<pre>{\n  &quot;order&quot;: &quot;&lt;b&gt;42&lt;/b&gt;&quot;\n}</pre>" in page
+    assert "<summary>params <code>{&quot;page&quot;: 1}</code>" in page
+    big = page[page.index('data-node="big"') :]
+    output = big[big.index("<summary>output") :]
+    size = len(json.dumps({"rows": ["x" * 100] * 500}))
+    assert f"({size:,} characters)</span></summary><pre>" in output
+    assert "more characters not shown)</pre>" in output
+    assert f"<code>prana redrive {execution_id}</code>" in page

@@ -61,6 +61,9 @@ margin:12px 0}
 form.filters{display:flex;gap:8px;margin:0 0 12px;align-items:center}
 input,select,button{font:inherit;padding:4px 8px}
 .pager{display:flex;gap:12px;margin:10px 0}
+details.value summary code{color:var(--muted)}
+details.value pre{background:#f3f4f7;border:1px solid var(--line);padding:8px;overflow:auto;
+max-height:400px;font-size:12px}
 details.traceback pre{background:#f3f4f7;border:1px solid var(--line);padding:8px;
 overflow-x:auto;font-size:12px;white-space:pre}
 .live{font-size:12px;color:var(--muted)}
@@ -70,7 +73,12 @@ SCRIPT = """
 function localTimes(root){
   for (const t of root.querySelectorAll('time[datetime]')) {
     const d = new Date(t.getAttribute('datetime'));
-    if (!isNaN(d)) { t.textContent = d.toLocaleString(); t.title = t.getAttribute('datetime'); }
+    if (!isNaN(d)) {
+      t.textContent = d.toLocaleString(undefined, {year: 'numeric', month: '2-digit',
+        day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit',
+        fractionalSecondDigits: 3});
+      t.title = t.getAttribute('datetime');
+    }
   }
 }
 localTimes(document);
@@ -156,11 +164,23 @@ def _error_text(error: dict[str, Any] | None) -> str:
     return f'<span class="err">{escape(error["type"])}: {escape(error["message"])}</span>'
 
 
-def _json(value: Any, limit: int = 600) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return f"<code>{escape(text)}</code>"
+MAX_SHOWN = 20_000
+"""The most characters of one value (input, params, output) a page shows, pretty-printed."""
+
+
+def _value(label: str, value: Any) -> str:
+    """``value`` collapsed under ``label`` with its size, pretty-printed when opened; a large
+    value is cut to ``MAX_SHOWN`` characters and says how much more there is."""
+    compact = json.dumps(value, ensure_ascii=False, default=str)
+    pretty = json.dumps(value, ensure_ascii=False, default=str, indent=2)
+    if len(pretty) > MAX_SHOWN:
+        pretty = f"{pretty[:MAX_SHOWN]}\n… ({len(pretty) - MAX_SHOWN:,} more characters not shown)"
+    size = f"{len(compact):,} characters"
+    preview = compact if len(compact) <= 80 else compact[:79] + "…"
+    return (
+        f"<details class=value><summary>{escape(label)} <code>{escape(preview)}</code> "
+        f"<span class=muted>({size})</span></summary><pre>{escape(pretty)}</pre></details>"
+    )
 
 
 def list_page(
@@ -362,8 +382,10 @@ def _node_card(node: dict[str, Any], origin: datetime | None, span_s: float) -> 
             f"<details class=traceback><summary>traceback{what}</summary>"
             f"<pre>{escape(error['traceback'])}</pre></details>"
         )
+    if node.get("params") is not None:
+        extra += _value("params", node["params"])
     if node["output"] is not None:
-        extra += f"<p class=muted>output {_json(node['output'])}</p>"
+        extra += _value("output", node["output"])
     return head + bar + attempts + "".join(previews) + extra + "</div>"
 
 
@@ -398,8 +420,18 @@ def execution_fragment(view: dict[str, Any]) -> str:
         )
     if view["error"]:
         facts.append(("error", _error_text(view["error"])))
+    if view["status"] == "failed":
+        command = f"prana redrive {view['id']}"
+        hint = (
+            f"once the cause is fixed: <code>{escape(command)}</code> "
+            "<span class=muted>(add <code>--node KEY</code> to start from an earlier node, "
+            "<code>--reset-attempts</code> to give it its retries again)</span>"
+        )
+        facts.append(("redrive", hint))
+    if view.get("input") is not None:
+        facts.append(("input", _value("input", view["input"])))
     if view["output"] is not None:
-        facts.append(("output", _json(view["output"])))
+        facts.append(("output", _value("output", view["output"])))
     meta = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
     origin = datetime.fromisoformat(view["started_at"]) if view["started_at"] else None
     span_s = 1.0

@@ -218,6 +218,7 @@ def execution_view(
         "completed_at": _iso(execution.completed_at),
         "due_at": _iso(execution.due_at),
         "waiting": waiting,
+        "input": execution.input,
         "resuming": claimed_resume(execution),
         "lease_expires_at": _iso(execution.lease_expires_at),
         "error": _error(execution.error),
