@@ -164,3 +164,33 @@ def test_version_says_what_is_installed(tmp_path: Path, no_httpx: str) -> None:
     assert lines[1].startswith("schema version: SQLite ")
     assert "  [http] not installed (no httpx)" in lines
     assert "  [yaml] installed" in lines
+
+
+def test_bash_completion_completes_commands_and_options(tmp_path: Path) -> None:
+    """``prana completion bash`` (shtab, the completion extra) completes what the parser has."""
+    result = prana(tmp_path, "completion", "bash")
+    assert result.returncode == 0, result.stderr
+    (tmp_path / "prana.bash").write_text(result.stdout)
+    script = (
+        "source ./prana.bash\n"
+        'complete_line() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=();\n'
+        '  _shtab_prana prana "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"; printf "%s\\n" '
+        '"${COMPREPLY[@]}"; }\n'
+        "complete_line prana wor\n"
+        "echo --\n"
+        "complete_line prana db st\n"
+    )
+    out = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout
+    first, second = out.split("--\n")
+    assert first.split() == ["worker", "workflows"]
+    assert second.split() == ["status"]
+
+
+def test_zsh_completion_is_generated(tmp_path: Path) -> None:
+    """The zsh script is shtab's, naming the commands."""
+    result = prana(tmp_path, "completion", "zsh")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("#compdef prana")
+    assert "worker" in result.stdout

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 from prana import PranaError
 from scheduling import _ownership
 from scheduling._cli import (
+    completion,
     db,
     demo,
     lint,
@@ -61,7 +62,20 @@ if TYPE_CHECKING:
 __all__ = ["CLIError", "load_actions", "load_workflow_file", "main"]
 
 # The command modules, in the order `prana --help` lists them.
-_COMMANDS = (run, worker, serve, listing, steer, redrive, workflows, schedule, lint, db, demo)
+_COMMANDS = (
+    run,
+    worker,
+    serve,
+    listing,
+    steer,
+    redrive,
+    workflows,
+    schedule,
+    lint,
+    db,
+    demo,
+    completion,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -259,6 +273,7 @@ _EXTRAS = {
     "uvicorn": "web",
     "httpx": "http",
     "opentelemetry": "otel",
+    "shtab": "completion",
 }
 """The extra of ``pyproject.toml`` that installs each optional top-level module."""
 
