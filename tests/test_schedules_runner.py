@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 from doubles import T0, Harness, workflow
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prana import ExecutionStatus, Node
 from scheduling import Every, Schedule, ScheduleNotFound, StaleVersionError
@@ -130,3 +132,46 @@ def test_a_schedule_of_an_unknown_workflow_loses_its_slot_not_the_runner(
     assert ids(h) == [slot_execution_id("s", T0 + timedelta(hours=1))]
     assert "schedule 'ghost' slot" in caplog.text
     assert h.runner.schedules.get("ghost").state.cursor == T0 + timedelta(hours=1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2 * HOUR)), max_size=12))
+def test_two_runners_on_one_database_start_each_slot_once(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, int]]
+) -> None:
+    """Runners sharing a SQLite file tick in any order, late or stale: one start per slot."""
+    from prana.testing import ManualClock
+    from scheduling.stores.sqlite import SQLiteStore
+
+    path = tmp_path_factory.mktemp("two") / "p.db"
+    clock = ManualClock(T0)
+    stores = [SQLiteStore(path) for _ in range(2)]
+    runners = [Harness(store, clock=clock) for store in stores]
+    for h in runners:
+        h.runner.register_workflow(workflow(wid="report"))
+        h.runner.open()
+    runners[0].runner.schedule(Schedule("s", "report", Every("30m"), catch_up="all"))
+    stale = stores[0].schedule_row("s")
+    for who, seconds in steps:
+        clock.advance(seconds)
+        if who == 2:  # a worker whose state read is older than the last tick's
+            assert stale is not None
+            row = stores[0].schedule_row("s")
+            assert row is not None
+            stores[0].schedule_advance("s", stale[1], row[2])
+        else:
+            runners[who].runner.schedules.tick("s")
+    runners[1].runner.schedules.tick("s")
+    started = sorted(r.id for r in runners[0].store.list(limit=1000))
+    assert len(started) == len(set(started))
+    elapsed = clock() - T0
+    due = [
+        T0 + timedelta(minutes=30 * k) for k in range(1, int(elapsed / timedelta(minutes=30)) + 1)
+    ]
+    assert set(started) <= {slot_execution_id("s", slot) for slot in due}
+    if due:  # the newest slot always starts (catch-up "all", nothing overlaps)
+        assert slot_execution_id("s", due[-1]) in started
+    for h in runners:
+        h.runner.close()
+    for store in stores:
+        store.close()
