@@ -18,7 +18,8 @@ import attrs
 
 log = logging.getLogger("mkdocs.plugins.prana")
 
-MARKER = re.compile(r"^<!-- prana:([a-z-]+) -->$", re.M)
+MARKER = re.compile(r"^<!-- prana:([a-z-]+) -->$(?:\n> \*Generated from the code[^\n]*$)?", re.M)
+"""A marker, with the note after it that stands in for the table where the source is read."""
 
 
 def _doc(obj: Any) -> str:
