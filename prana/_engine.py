@@ -61,7 +61,6 @@ from prana._model import (
     ErrorInfo,
     ExecutionStatus,
     Failed,
-    NodeExecution,
     Outcome,
     Output,
     ParentRef,
@@ -282,7 +281,7 @@ class Run(Frontier):
         What a checkpoint receives. The record stays in ``runs`` (``recorded``), so the
         run's settling replaces it; the status does not change (no transition).
         """
-        self.record(node_run, node_run.running_record())
+        node_run.record(self.runs, node_run.running_record())
         return self.frozen(ExecutionStatus.RUNNING, dict(self.state), None, None, None, None)
 
     def frozen(
@@ -580,15 +579,6 @@ class Run(Frontier):
             self.kept += size
         return problem
 
-    def record(self, node_run: NodeRun, execution: NodeExecution) -> None:
-        """Put ``execution`` as the node run's record: replace it if it has one, else add it."""
-        runs, key = self.runs, node_run.key
-        if node_run.recorded:
-            runs[key] = (*runs[key][:-1], execution)
-        else:
-            runs[key] = (*runs.get(key, ()), execution)
-            node_run.recorded = True
-
     def complete_node(
         self,
         cn: CompiledNode,
@@ -602,9 +592,9 @@ class Run(Frontier):
         """Record the node run completed on ``port`` (kept as ``shown_port``, the name with
         any secret redacted, when given) and deliver its output there."""
         self.now_hint = now = self.clock()
-        node_run.close_attempt(ATTEMPT_COMPLETED if error is None else ATTEMPT_FAILED, now, error)
+        outcome = ATTEMPT_COMPLETED if error is None else ATTEMPT_FAILED
         shown = port if shown_port is None else shown_port
-        self.record(node_run, node_run.freeze(NODE_COMPLETED, output, shown, error, now))
+        node_run.settle(self.runs, outcome, now, NODE_COMPLETED, now, output, shown, error)
         key = cn.key
         self.consume_activation(key)
         self.last_output = output

@@ -116,8 +116,9 @@ def settle_failure(
             # floor, so rounding never puts resume_at past a retry_timeout budget
             delay_ms = math.floor(delay_seconds * 1000) if delay_seconds > 0 else 0
             run.kept += size
-            node_run.close_attempt(ATTEMPT_FAILED, now, error, delay_ms)
-            run.record(node_run, node_run.freeze(NODE_SUSPENDED, None, None, error))
+            node_run.settle(
+                run.runs, ATTEMPT_FAILED, now, NODE_SUSPENDED, None, None, None, error, delay_ms
+            )
             data = new_retry_data(
                 delay_ms,
                 number + 1,
@@ -159,8 +160,7 @@ def settle_failure(
     mode = cn.node.settings.on_error
     if mode == "stop_workflow":
         now = run.clock()
-        node_run.close_attempt(ATTEMPT_FAILED, now, error)
-        run.record(node_run, node_run.freeze(NODE_FAILED, None, None, error, now))
+        node_run.settle(run.runs, ATTEMPT_FAILED, now, NODE_FAILED, now, None, None, error)
         # The activation stays pending: a redrive runs the node again with it.
         return run.fail_execution(error)
     port = "main" if mode == "continue" else "error"

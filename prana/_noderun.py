@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from prana import _state
 from prana._errors import AttemptTimeout, NonRetryable
 from prana._hooks import redact_tokens
 from prana._jsoncheck import json_problem
@@ -26,6 +27,7 @@ from prana._model import (
     new_error_info,
     new_node_execution,
 )
+from prana._noderuns import RunsByNode
 from prana._state import (
     ATTEMPT_RUNNING,
     NODE_RUNNING,
@@ -38,7 +40,7 @@ class NodeRun:
     """The mutable form of a ``NodeExecution`` while its node is running.
 
     ``attempts`` holds the closed attempts; the open one lives in the ``attempt_*`` fields
-    until ``close_attempt`` turns it into a record, so each attempt costs one object.
+    until ``settle`` turns it into a record, so each attempt costs one object.
     ``budget_start`` is when ``retry_timeout`` started counting: the first attempt's start,
     or the start of the first attempt after a redrive that reset the attempts.
     """
@@ -105,15 +107,29 @@ class NodeRun:
         self.attempt_started = started
         self.attempt_due = due
 
-    def close_attempt(
+    def settle(
         self,
+        runs: RunsByNode,
         outcome: AttemptOutcome,
         now: datetime,
+        status: NodeStatus,
+        completed_at: datetime | None = None,
+        output: Any = None,
+        port: str | None = None,
         error: ErrorInfo | None = None,
         retry_delay_ms: int | None = None,
     ) -> None:
-        check_attempt_transition(self.key, self.attempt_number, ATTEMPT_RUNNING, outcome)
-        self.attempts.append(
+        """Close the open attempt with ``outcome`` at ``now`` and record the run settled with
+        ``status`` in ``runs`` (``record``); both changes are checked against their tables.
+
+        One call for what every settling node does (a retry cycle settles three runs).
+        """
+        if outcome._value_ not in _state.ATTEMPT_FROM_RUNNING:
+            check_attempt_transition(self.key, self.attempt_number, ATTEMPT_RUNNING, outcome)
+        if status._value_ not in _state.NODE_FROM_RUNNING:
+            check_node_transition(self.key, NODE_RUNNING, status)
+        attempts = self.attempts
+        attempts.append(
             new_attempt_record(
                 self.attempt_number,
                 self.attempt_started,
@@ -125,6 +141,32 @@ class NodeRun:
                 self.attempt_redrive,
             )
         )
+        self.record(
+            runs,
+            new_node_execution(
+                self.key,
+                status,
+                self.execution_index,
+                self.run_index,
+                self.started_at,
+                completed_at,
+                self.params,
+                output,
+                port,
+                error,
+                tuple(attempts),
+            ),
+        )
+
+    def record(self, runs: RunsByNode, execution: NodeExecution) -> None:
+        """Put ``execution`` as this run's record in ``runs``: replace it if it has one, else
+        add it."""
+        key = self.key
+        if self.recorded:
+            runs[key] = (*runs[key][:-1], execution)
+        else:
+            runs[key] = (*runs.get(key, ()), execution)
+            self.recorded = True
 
     def reopen_paused_attempt(self) -> None:
         """A paused attempt continues on resume: it is the same attempt, not a new one."""
@@ -160,30 +202,6 @@ class NodeRun:
             None,
             None,
             (*self.attempts, open_attempt),
-        )
-
-    def freeze(
-        self,
-        status: NodeStatus,
-        output: Any = None,
-        port: str | None = None,
-        error: ErrorInfo | None = None,
-        completed_at: datetime | None = None,
-    ) -> NodeExecution:
-        """The run's record as it settles with ``status`` (the run was running)."""
-        check_node_transition(self.key, NODE_RUNNING, status)
-        return new_node_execution(
-            self.key,
-            status,
-            self.execution_index,
-            self.run_index,
-            self.started_at,
-            completed_at,
-            self.params,
-            output,
-            port,
-            error,
-            tuple(self.attempts),
         )
 
 

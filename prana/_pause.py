@@ -59,8 +59,7 @@ def settle_suspend(run: Run, cn: CompiledNode, node_run: NodeRun, value: Suspend
         )
         return run.settle_failure(cn, node_run, error)
     now = run.clock()
-    node_run.close_attempt(AttemptOutcome.SUSPENDED, now)
-    run.record(node_run, node_run.freeze(NodeStatus.SUSPENDED))
+    node_run.settle(run.runs, AttemptOutcome.SUSPENDED, now, NodeStatus.SUSPENDED)
     given = None
     if kind == "webhook":
         # The record keeps the token's digest; the plaintext goes only to the caller. A

@@ -122,6 +122,19 @@ _ATTEMPT_EDGES = edges_by_value(ATTEMPT_TRANSITIONS)
 """``ATTEMPT_TRANSITIONS`` by value (``edges_by_value``)."""
 
 
+def values_from(table: Mapping[E, frozenset[E]], current: E) -> frozenset[str]:
+    """What ``current`` may become in ``table``, by value: a hot call site tests
+    ``new._value_ in`` it (read off this module) and calls the check (which raises) only
+    when it is not there, so the table is still the only rule."""
+    return frozenset(s.value for s in table[current])
+
+
+NODE_FROM_RUNNING = values_from(NODE_TRANSITIONS, N.RUNNING)
+"""What a running node run may become, by value (``values_from``; ``NodeRun.settle``)."""
+ATTEMPT_FROM_RUNNING = values_from(ATTEMPT_TRANSITIONS, A.RUNNING)
+"""What a running attempt may become, by value (``values_from``; ``NodeRun.settle``)."""
+
+
 def check_node_transition(key: str, current: NodeStatus, new: NodeStatus) -> None:
     """Raise ``ResumeError`` unless node run ``current -> new`` is an edge of its table."""
     if (current._value_, new._value_) not in _NODE_EDGES:

@@ -411,13 +411,16 @@ def test_removing_an_edge_makes_its_walk_refuse(
     monkeypatch: pytest.MonkeyPatch, table: Any, name: str, edge: Any, walk: Callable[[], None]
 ) -> None:
     """Every status change goes through the tables at run time: without the edge it takes
-    (the table and the pairs the checks read), the walk that takes it is refused."""
+    (the table and the views the checks read), the walk that takes it is refused."""
     from prana import _state
 
     src, dst = edge
     walk()  # the tables as they are: the walk goes through
     monkeypatch.setitem(table, src, table[src] - {dst})
     monkeypatch.setattr(_state, name, _state.edges_by_value(table))
+    if src.value == "running" and table is not TRANSITIONS:  # the hot sites' view of the row
+        view = "NODE_FROM_RUNNING" if table is NODE_TRANSITIONS else "ATTEMPT_FROM_RUNNING"
+        monkeypatch.setattr(_state, view, _state.values_from(table, src))
     with pytest.raises(ResumeError, match="cannot become"):
         walk()
 
