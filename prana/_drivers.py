@@ -32,18 +32,16 @@ def drive_sync(engine: Generator[Call, Result, Outcome]) -> Outcome:
     try:
         call = next(engine)
         while True:
-            call = engine.send(_call_sync(call))
+            around = AROUND_CALL.get()  # read per call: a step's observer sets it
+            call = engine.send(_call_sync_in(call) if around is None else _around(around, call))
     except StopIteration as stop:
         result: Outcome = stop.value
         return result
 
 
-def _call_sync(call: Call) -> Result:
-    around = AROUND_CALL.get()
-    if around is not None:
-        with around(call[3][2]):
-            return _call_sync_in(call)
-    return _call_sync_in(call)
+def _around(around: Callable[[Any], AbstractContextManager[object]], call: Call) -> Result:
+    with around(call[3][2]):
+        return _call_sync_in(call)
 
 
 def _call_sync_in(call: Call) -> Result:
