@@ -252,19 +252,22 @@ def traceback_text(exc: BaseException) -> str:
     """``exc``'s traceback and its chain of causes in Python's layout, without source lines
     (reading files is slow and shows code, not data), bounded by ``MAX_TRACEBACK_FRAMES``
     and ``MAX_TRACEBACK_CHAIN``; the record cuts the text to ``MAX_TRACEBACK``."""
-    chain: list[tuple[BaseException, str]] = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    joint = ""
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        chain.append((current, joint))
+    chain: list[tuple[BaseException, str]] = [(exc, "")]
+    seen: set[int] | None = None  # built only for a chain: most errors have none
+    current = exc
+    while True:
         if current.__cause__ is not None:
             current, joint = current.__cause__, _CAUSE
         elif current.__context__ is not None and not current.__suppress_context__:
             current, joint = current.__context__, _CONTEXT
         else:
-            current = None
+            break
+        if seen is None:
+            seen = {id(item) for item, _ in chain}
+        if id(current) in seen:
+            break
+        seen.add(id(current))
+        chain.append((current, joint))
     parts: list[str] = []
     left = len(chain) - MAX_TRACEBACK_CHAIN
     if left > 0:
@@ -281,7 +284,7 @@ _DRIVERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_drivers.py
 
 
 def _one_traceback(exc: BaseException) -> str:
-    frames: list[tuple[str, int, str]] = []
+    lines = ["Traceback (most recent call last):\n"]
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == _DRIVERS:
         tb = tb.tb_next  # the driver calling the action: not the user's code
@@ -289,15 +292,14 @@ def _one_traceback(exc: BaseException) -> str:
     while tb is not None:
         count += 1
         code = tb.tb_frame.f_code
-        frames.append((code.co_filename, tb.tb_lineno, code.co_name))
-        if len(frames) > MAX_TRACEBACK_FRAMES:
-            del frames[4]  # keep the outermost 4 and the innermost ones
+        lines.append(f'  File "{code.co_filename}", line {tb.tb_lineno}, in {code.co_name}\n')
+        if count > MAX_TRACEBACK_FRAMES:
+            del lines[5]  # keep the outermost 4 and the innermost ones
         tb = tb.tb_next
-    lines = ["Traceback (most recent call last):\n"] if frames else []
-    for i, (file, line, function) in enumerate(frames):
-        if i == 4 and count > MAX_TRACEBACK_FRAMES:
-            lines.append(f"  ... {count - MAX_TRACEBACK_FRAMES:,} more frames not kept\n")
-        lines.append(f'  File "{file}", line {line}, in {function}\n')
+    if count > MAX_TRACEBACK_FRAMES:
+        lines.insert(5, f"  ... {count - MAX_TRACEBACK_FRAMES:,} more frames not kept\n")
+    elif not count:
+        lines.clear()
     cls = type(exc)
     name = cls.__qualname__
     if cls.__module__ != "builtins":
