@@ -414,7 +414,9 @@ class ErrorInfo:
     prana adds (``retry_after_ignored``, ...). ``traceback`` is where the exception was
     raised, as text in Python's own layout (each frame's file, line and function, no
     source; the chain of causes), bounded and redacted as the message is; ``None`` for a
-    failure prana found itself.
+    failure prana found itself. It is not part of equality: where an exception was raised
+    depends on the driver and the caller's stack, not on what happened (as with times, the
+    same outcomes give equal records).
     """
 
     code: str
@@ -423,7 +425,7 @@ class ErrorInfo:
     message: str
     details: ErrorDetails = None
     node_key: str | None = None
-    traceback: str | None = None
+    traceback: str | None = attrs.field(default=None, eq=False)
 
     def as_output(self) -> dict[str, Any]:
         """The error-shaped output a node completes with under ``continue`` modes."""
@@ -653,11 +655,12 @@ class WorkflowExecution:
     The shell sets it on the record it saves before each action call (a checkpoint); past
     it, the process is presumed dead and another runner takes the execution up again
     (``recover_execution``). The core never sets it."""
-    kept_size: int | None = None
+    kept_size: int | None = attrs.field(default=None, eq=False)
     """How much data the execution keeps (its input, every node run's params and output,
     state updates), as ``prana.Limits`` counts it; the executor adds to it as it goes and
     holds it to ``Limits.max_record_size``. ``None`` when not counted yet (a record built
-    by hand): counted when it is resumed."""
+    by hand): counted when it is resumed. Not part of equality: it counts recorded
+    tracebacks, whose length depends on the caller's stack."""
 
     @property
     def due_at(self) -> datetime | None:

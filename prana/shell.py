@@ -16,7 +16,7 @@ from prana._builtins import WAIT_UNITS
 from prana._builtins import _wait_resume as wait_resume
 from prana._checkpoint import CheckpointById
 from prana._drivers import AROUND_CALL
-from prana._durations import format_duration, is_aware
+from prana._durations import format_duration, is_aware, to_seconds
 from prana._entry import _utcnow as utcnow
 from prana._entry import check_clock
 from prana._events import emit
@@ -56,6 +56,7 @@ __all__ = [
     "schedule_head",
     "sub_workflow_too_deep",
     "sub_workflow_tree_too_big",
+    "to_seconds",
     "used_token",
     "utcnow",
     "verify_token",

@@ -688,6 +688,11 @@ class Runner(Generic[SchedulerT]):
         """
         self._definitions.register(workflow)
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the runner is open (entered, or ``open()`` called, and not closed)."""
+        return self._open
+
     def definition(self, workflow_id: str, version: int | None = None) -> Workflow:
         """The stored definition of ``workflow_id`` at ``version`` (``None``: the highest).
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
-from prana import ExecutionStatus, PranaError
+from prana import ExecutionStatus, PranaError, Workflow, WorkflowExecution
 from scheduling._errors import (
     ExecutionNotFound,
     StaleVersionError,
@@ -43,8 +43,24 @@ from scheduling._schedules import (
     slot_execution_id,
 )
 
-if TYPE_CHECKING:
-    from scheduling._runner import Runner
+
+class ScheduleHost(Protocol):
+    """What schedules need of the runner that fires them (``scheduling.Runner`` is one)."""
+
+    clock: Callable[[], datetime]
+
+    @property
+    def store(self) -> Any: ...
+    @property
+    def scheduler(self) -> Any: ...
+    @property
+    def is_open(self) -> bool: ...
+    def start(
+        self, workflow: Workflow, input: Any = None, *, execution_id: str | None = None
+    ) -> str: ...
+    def cancel(self, execution_id: str, reason: str | None = None) -> WorkflowExecution: ...
+    def definition(self, workflow_id: str, version: int | None = None) -> Workflow: ...
+
 
 logger = logging.getLogger("scheduling.schedules")
 ALARM_PREFIX = "schedule:"
@@ -88,7 +104,7 @@ def _rows(store: Any, what: str) -> Any:
 class Schedules:
     """The schedules of one runner's store; every method is safe from several processes."""
 
-    def __init__(self, runner: Runner[Any]) -> None:
+    def __init__(self, runner: ScheduleHost) -> None:
         self._runner = runner
 
     @property
@@ -187,7 +203,7 @@ class Schedules:
         stored schedules when it opens and at each re-arm round (``rearm_due``).
         """
         row = _rows(self._store, "schedule_row")(schedule_id)
-        if row is None or not self._runner._open:
+        if row is None or not self._runner.is_open:
             return None
         fires = self._next(load_schedule(row[0]), load_state(row[1]), 1, overdue=True)
         if not fires:
@@ -197,7 +213,7 @@ class Schedules:
         return fires[0]
 
     def _disarm(self, schedule_id: str) -> None:
-        if self._runner._open:  # a stale alarm of a runner elsewhere finds it paused or gone
+        if self._runner.is_open:  # a stale alarm of a runner elsewhere finds it paused or gone
             self._runner.scheduler.cancel(ALARM_PREFIX + schedule_id)
 
     def rearm(self) -> None:

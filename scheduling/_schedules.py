@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import attrs
 
 from prana import InvalidSettingsError
-from prana._durations import is_aware, to_seconds
+from prana.shell import is_aware, to_seconds
 
 __all__ = [
     "At",

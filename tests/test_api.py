@@ -39,8 +39,8 @@ SHELL_SEAM = {
     "CheckpointById", "ParentRef", "arecover_execution", "check_clock", "check_max_interruptions",
     "closest_types", "compile_workflow", "delivered", "emit", "expire_webhook", "format_duration",
     "is_aware", "parse_token", "recover_execution", "resolve_policies", "schedule_head",
-    "sub_workflow_too_deep", "sub_workflow_tree_too_big", "used_token", "utcnow", "verify_token",
-    "wait_resume", "with_lease",
+    "sub_workflow_too_deep", "sub_workflow_tree_too_big", "to_seconds", "used_token", "utcnow",
+    "verify_token", "wait_resume", "with_lease",
 }  # fmt: skip
 """``prana.shell``: the core's seam for the ``scheduling`` package, outside the user API."""
 

@@ -23,6 +23,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # A fence may be indented (a block inside a list item): its lines are dedented by as much.
 BLOCK = re.compile(r"^( *)```python[^\n]*\n(.*?)^\1```", re.S | re.M)
 FENCE = re.compile(r"^ *```python", re.M)
+SNIPPET = re.compile(r'^--8<-- "[^"]+"\n?', re.M)
 MYPY_CONFIG = """\
 [mypy]
 strict = true
@@ -89,7 +90,9 @@ def module_name(page: Path) -> str:
 def page_module(page: Path) -> str:
     """A page's python blocks joined into one module's source (empty when it has none)."""
     blocks = [dedent(b, i) for i, b in BLOCK.findall(page.read_text())]
-    return "\n\n".join(b for b in blocks if not b.lstrip().startswith(">>>"))
+    # a ``--8<--`` line includes an example file, which is checked as a module of its own
+    blocks = [SNIPPET.sub("", b) for b in blocks if not b.lstrip().startswith(">>>")]
+    return "\n\n".join(b for b in blocks if b.strip())
 
 
 def dedent(block: str, indent: str) -> str:
@@ -107,6 +110,8 @@ def user_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
             (root / module_name(page)).write_text(source)
     for example in sorted((ROOT / "examples").glob("*.py")):
         shutil.copy(example, root / f"example_{example.name}")
+    for backend in sorted((ROOT / "examples" / "backends").glob("*.py")):
+        shutil.copy(backend, root / backend.name)  # imported by name, as the docs show
     (root / "mistakes.py").write_text(MISTAKES)
     (root / "precise.py").write_text(PRECISE)
     return root
