@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         NodeStatus,
         Outcome,
         Output,
+        Pause,
         RetryData,
         SubWorkflowData,
         Suspend,
@@ -106,7 +107,7 @@ _MODULES = {
     "prana._model": (
         "Activation AttemptOutcome AttemptRecord Completed Connection ErrorCode ErrorInfo "
         "ExecutionStatus Failed JSONValue Node NodeExecution NodeSettings NodeStatus Outcome "
-        "Output RetryData SubWorkflowData Suspend TimerData WebhookData Workflow "
+        "Output Pause RetryData SubWorkflowData Suspend TimerData WebhookData Workflow "
         "WorkflowExecution"
     ),
     "prana._policy": "RetryPolicy Schedule ScheduleRow",
@@ -184,6 +185,7 @@ __all__ = [
     "Observer",
     "Outcome",
     "Output",
+    "Pause",
     "PranaError",
     "RecordError",
     "Registry",

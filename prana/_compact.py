@@ -619,4 +619,9 @@ def gen_execution_codec(
     every field but ``node_executions``.
     """
     codec = gen_runs_codec(conv)
-    return gen_fast_hooks(conv, WorkflowExecution, {"node_executions": (codec.write, codec.read)})
+    return gen_fast_hooks(
+        conv,
+        WorkflowExecution,
+        {"node_executions": (codec.write, codec.read)},
+        omit_empty=frozenset({"other_pauses", "resuming"}),
+    )

@@ -19,6 +19,12 @@ offers the execution id first, building the snapshot only if it declines.
 
 Scheduling is depth-first: the most recently activated ready node runs next, ties by key.
 A node with several input ports waits until every port has data or can no longer get any.
+
+Pauses (DESIGN.md section 9). A node that pauses (``Run.pause``) is held: it stays
+pending, so what it feeds keeps waiting for it, but is never picked; the run goes on with
+whatever else is ready and suspends (``suspend_execution``) only when nothing is. A resume
+continues the pauses ``prana._entry.resume_targets`` chose (``resuming``), the first given
+the resume data, before anything else runs.
 """
 
 from __future__ import annotations
@@ -56,7 +62,6 @@ from prana._limits import (
 )
 from prana._model import (
     Activation,
-    Completed,
     ErrorCode,
     ErrorInfo,
     ExecutionStatus,
@@ -64,17 +69,19 @@ from prana._model import (
     Outcome,
     Output,
     ParentRef,
+    Pause,
     RetryData,
     Suspend,
     WebhookData,
     Workflow,
     WorkflowExecution,
+    due_of,
     new_activation,
     new_completed,
     new_suspend,
     new_workflow_execution,
 )
-from prana._noderun import NodeRun, error_info, prana_error
+from prana._noderun import NodeRun, close_paused, error_info, prana_error
 from prana._noderuns import NodeRuns, RunsByNode
 from prana._pause import settle_suspend
 from prana._registry import ActionContext
@@ -102,6 +109,17 @@ Call = tuple[Callable[..., Any], tuple[Any, ...], "float | None", Continuation]
 
 A driver makes ``fn(*args)`` (within ``timeout`` seconds) and sends the ``Result`` back;
 the continuation travels with the call, so the engine settles the result with it."""
+
+Held = tuple[str, Suspend, Any]
+"""A pause the run holds: ``(node key, suspension, what its outcome gives the caller or
+None)``; a ``Pause`` is built only for the record's ``other_pauses``."""
+
+
+def _held_order(entry: Held) -> tuple[bool, datetime | None, str]:
+    """``Pause.order`` for a held pause: by due time (none last), then node key."""
+    due = due_of(entry[1].data)
+    return (due is None, due, entry[0])
+
 
 Step = Call | Outcome | None
 """What the engine's last move produced (see ``Run.drive``)."""
@@ -135,6 +153,8 @@ class Run(Frontier):
         "now_hint",
         "observers",
         "parent",
+        "paused",
+        "resuming",
         "runs",
         "secrets",
         "started_at",
@@ -171,6 +191,11 @@ class Run(Frontier):
         copies that node's runs, at most ``max_iterations``), so ``frozen`` copies the dict
         and no row, and a checkpoint costs the number of nodes, not of records."""
         self.state: dict[str, Any] = {}
+        self.paused: list[Held] = []
+        """The pauses met so far (each with what its outcome gives the caller, or
+        ``None``): the execution suspends when nothing else is ready (``complete``)."""
+        self.resuming: list[tuple[str, Suspend]] = []
+        """The pauses this call resumes, in order (``prana._entry.resume_targets``)."""
         self.init_frontier()
         self.next_index = 0
         self.started_at: datetime | None = None
@@ -260,6 +285,16 @@ class Run(Frontier):
         run.started_at = execution.started_at
         run.last_output = execution.output
         run.status = execution.status
+        first, others = execution.suspended_node, execution.other_pauses
+        if first is not None and execution.suspension is not None:
+            run.paused.append((first, execution.suspension, None))
+            run.held.add(first)
+        for pause in others:
+            run.paused.append((pause.node_key, pause.suspension, None))
+            run.held.add(pause.node_key)
+        if execution.resuming:  # a checkpoint taken while resuming several pauses
+            by_key = {k: suspension for k, suspension, _ in run.paused}
+            run.resuming = [(k, by_key[k]) for k in execution.resuming if k in by_key]
         return run
 
     def freeze(
@@ -294,6 +329,20 @@ class Run(Frontier):
         error: ErrorInfo | None,
     ) -> WorkflowExecution:
         now = self.now_hint or self.clock()
+        others: tuple[Pause, ...] = ()
+        paused = self.paused
+        if paused and (len(paused) > 1 or suspended_node is None):
+            runs = self.runs  # the pauses besides the one ``suspended_node`` names
+            others = tuple(
+                sorted(
+                    (
+                        Pause(node_key=k, run_index=runs[k][-1].run_index, suspension=s)
+                        for k, s, _ in paused
+                        if k != suspended_node
+                    ),
+                    key=Pause.order,
+                )
+            )
         backlog, pending = self.backlog, self.pending
         if not pending:
             activations: tuple[Activation, ...] = ()
@@ -327,6 +376,8 @@ class Run(Frontier):
             self.trace_context,
             None,
             self.kept,
+            others,
+            tuple(k for k, _ in self.resuming) if self.resuming else (),
         )
 
     def event(self, type_: EventType, **fields: Any) -> None:
@@ -362,6 +413,9 @@ class Run(Frontier):
         """
         while True:
             if step is None:
+                if self.resuming:  # the other pauses due with the first (``resume``)
+                    step = self.resume_pause(self.resuming.pop(0), None)
+                    continue
                 key = self.pick_ready()
                 if key is None:
                     return self.complete()
@@ -388,7 +442,10 @@ class Run(Frontier):
                 continue
             return step  # type: ignore[return-value]  # neither None nor a Call: an Outcome
 
-    def complete(self) -> Completed:
+    def complete(self) -> Outcome:
+        """Nothing is ready: suspend on the pauses met, if any, else complete."""
+        if self.paused:
+            return self.suspend_execution()
         output = self.last_output
         check_transition(self.status, EXEC_COMPLETED)
         self.status = EXEC_COMPLETED
@@ -611,10 +668,17 @@ class Run(Frontier):
     def elapsed(self, node_run: NodeRun) -> float:
         return (self.clock() - node_run.budget_start).total_seconds()
 
-    def suspend_execution(
-        self, key: str, suspension: Suspend, given: Any = None
-    ) -> Suspend[Any, WorkflowExecution]:
-        """Freeze the execution suspended; the outcome carries ``given`` data if there is any."""
+    def pause(self, key: str, suspension: Suspend, given: Any = None) -> None:
+        """Node ``key`` pauses: hold it and go on with what else is ready (the outcome, when
+        the execution suspends, carries ``given`` data if there is any)."""
+        self.paused.append((key, suspension, given))
+        self.held.add(key)
+
+    def suspend_execution(self) -> Suspend[Any, WorkflowExecution]:
+        """Freeze the execution suspended on its pauses; the outcome describes the one due
+        first (with the data it was given, if any)."""
+        paused = self.paused
+        key, suspension, given = paused[0] if len(paused) == 1 else min(paused, key=_held_order)
         check_transition(self.status, EXEC_SUSPENDED)
         self.status = EXEC_SUSPENDED
         execution = self.frozen(EXEC_SUSPENDED, self.state, key, suspension, None, None)
@@ -628,6 +692,11 @@ class Run(Frontier):
     (``prana._failure``)."""
 
     def fail_execution(self, error: ErrorInfo) -> Failed:
+        if self.paused:  # a stop closes every other pause
+            now = self.clock()
+            for key, _, _ in self.paused:
+                self.runs[key] = (*self.runs[key][:-1], close_paused(key, self.runs[key][-1], now))
+            self.paused = []
         execution = self.freeze(ExecutionStatus.FAILED, error=error)
         if self.observers:
             self.event(EventType.EXECUTION_FAILED, node_key=error.node_key, error=error)
@@ -636,17 +705,29 @@ class Run(Frontier):
     def resume(
         self, execution: WorkflowExecution, resume_data: Any
     ) -> Generator[Call, Result, Outcome]:
-        """Continue the suspended node of ``execution``, then the rest of the workflow."""
-        suspension = execution.suspension
-        key = execution.suspended_node
-        assert suspension is not None
-        assert key is not None
-        cn = self.graph.nodes[key]
+        """Continue the pauses of ``execution`` chosen to resume (``resuming``, the first
+        given ``resume_data``), then the rest of the workflow."""
         check_transition(self.status, EXEC_RUNNING)
         self.status = EXEC_RUNNING
+        return self.drive(self.resume_pause(self.resuming.pop(0), resume_data))
+
+    def unhold(self, key: str) -> NodeRun:
+        """Take node ``key`` out of the pauses held: its node run, running again."""
+        self.held.discard(key)
+        paused = self.paused
+        if len(paused) == 1:
+            paused.clear()
+        else:
+            self.paused = [entry for entry in paused if entry[0] != key]
+        return self.suspended_node_run(key)
+
+    def resume_pause(self, target: tuple[str, Suspend], resume_data: Any) -> Step:
+        """Continue one paused node run: its retry's next attempt, or its ``resume``."""
+        key, suspension = target
+        cn = self.graph.nodes[key]
         if self.observers:
             self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
-        node_run = self.suspended_node_run(key)
+        node_run = self.unhold(key)
         now = self.now_hint or self.clock()
         self.now_hint = None
         if suspension.kind == "retry":
@@ -660,7 +741,7 @@ class Run(Frontier):
             if suspension.kind == "webhook":
                 self.note_delivery(key, suspension.data, resume_data)
             step = self.resume_node(cn, node_run, suspension, resume_data)
-        return self.drive(step)
+        return step
 
     def note_delivery(self, key: str, data: Any, resume_data: Any) -> None:
         """Keep what identifies this delivery (``prana._hooks.delivered`` checks a repeat)."""
@@ -679,17 +760,15 @@ class Run(Frontier):
 
     def expire(self, execution: WorkflowExecution) -> Generator[Call, Result, Outcome]:
         """Fail the paused webhook node with ``WebhookTimeout``; ``on_error`` decides the rest."""
-        key = execution.suspended_node
-        assert key is not None
-        assert execution.suspension is not None
+        key, suspension = self.resuming.pop(0)
         check_transition(self.status, ExecutionStatus.RUNNING)
         self.status = ExecutionStatus.RUNNING
         if self.observers:
-            self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=execution.suspension.kind)
+            self.event(EventType.EXECUTION_RESUMED, node_key=key, kind=suspension.kind)
         self.now_hint = None
-        node_run = self.suspended_node_run(key)
+        node_run = self.unhold(key)
         node_run.reopen_paused_attempt()
-        data = execution.suspension.data
+        data = suspension.data
         expires = (
             data.expires_at.isoformat()
             if isinstance(data, WebhookData) and data.expires_at

@@ -26,6 +26,7 @@ from prana._model import (
     NodeStatus,
     Outcome,
     ParentRef,
+    Pause,
     RetryData,
     Suspend,
     Workflow,
@@ -192,9 +193,60 @@ def _compiled_for(
     return compile_workflow(workflow, registry if registry is not None else default_registry())
 
 
+_BY_TIME = ("retry", "timer")
+"""The pause kinds that time alone resumes."""
+
+
+def resume_targets(execution: WorkflowExecution, node: str | None, now: datetime) -> list[Pause]:
+    """The pauses a resume continues, in order (section 9 of the design).
+
+    ``node`` names one. Otherwise: the only pause; else every retry and timer due at
+    ``now``; else the one pause waiting for data. Nothing due, or several waiting for data
+    with none named: ``ResumeError`` saying which.
+    """
+    pauses = execution.pauses
+    if node is not None:
+        for pause in pauses:
+            if pause.node_key == node:
+                return [pause]
+        raise ResumeError(
+            f"execution {execution.id!r} has no pause at node {node!r}; its pauses: "
+            f"{', '.join(_described(p) for p in pauses) or 'none'}"
+        )
+    if len(pauses) == 1:
+        return [pauses[0]]
+    due = [p for p in pauses if p.kind in _BY_TIME and p.due_at is not None and p.due_at <= now]
+    if due:
+        return due
+    waiting = [p for p in pauses if p.kind not in _BY_TIME]
+    if len(waiting) == 1:
+        return waiting
+    if waiting:
+        raise ResumeError(
+            f"execution {execution.id!r} waits for data at several nodes: "
+            f"{', '.join(_described(p) for p in waiting)}; name the one to resume (node=...)"
+        )
+    earliest = pauses[0].due_at
+    when = earliest.isoformat() if earliest is not None else "never"
+    raise ResumeError(
+        f"execution {execution.id!r} has nothing due at {now.isoformat()}: its first pause "
+        f"({_described(pauses[0])}) comes due at {when}"
+    )
+
+
+def _described(pause: Pause) -> str:
+    due = pause.due_at
+    return f"{pause.node_key!r} ({pause.kind}" + (f", due {due.isoformat()})" if due else ")")
+
+
 def _prepare_resume(
-    execution: WorkflowExecution, workflow: Workflow, registry: Registry | None, resume_data: Any
-) -> CompiledGraph:
+    execution: WorkflowExecution,
+    workflow: Workflow,
+    registry: Registry | None,
+    resume_data: Any,
+    node: str | None,
+    now: datetime,
+) -> tuple[CompiledGraph, list[tuple[str, Suspend]]]:
     check_execution(execution, "resume")
     if execution.status is not EXEC_SUSPENDED:
         raise ResumeError(
@@ -215,20 +267,36 @@ def _prepare_resume(
         graph = compile_workflow(workflow, registry)
     else:
         graph = _compiled_for(execution, workflow, registry)
-    key = execution.suspended_node
-    runs = execution.node_executions.get(key or "")
-    if key is None or key not in graph.nodes or not runs:
+    first, suspension = execution.suspended_node, execution.suspension
+    if not execution.other_pauses and (node is None or node == first) and first is not None:
+        targets = [(first, suspension)]  # one pause: resumed as it always was
+    else:
+        targets = [(p.node_key, p.suspension) for p in resume_targets(execution, node, now)]
+    for index, (key, pause) in enumerate(targets):
+        _check_pause(execution, graph, key, pause, resume_data if index == 0 else None)
+    return graph, targets
+
+
+def _check_pause(
+    execution: WorkflowExecution,
+    graph: CompiledGraph,
+    key: str,
+    pause: Suspend,
+    resume_data: Any,
+) -> None:
+    """Refuse a pause the record or the workflow cannot resume, or data it cannot take."""
+    runs = execution.node_executions.get(key)
+    if key not in graph.nodes or not runs:
         raise ResumeError(
             f"execution {execution.id!r} names suspended node {key!r}, which the workflow "
             "or the execution's records do not have"
         )
     last = runs[-1]
     check_node_transition(key, last.status, NODE_RUNNING)
-    kind = execution.suspension.kind
-    if kind == "retry":
-        if not isinstance(execution.suspension.data, RetryData):
+    if pause.kind == "retry":
+        if not isinstance(pause.data, RetryData):
             raise ResumeError(f"execution {execution.id!r}: a retry suspension without RetryData")
-        return graph  # a retry ignores resume data
+        return  # a retry ignores resume data
     # a pause: the paused attempt is the one that continues
     if not last.attempts:
         raise ResumeError(
@@ -237,8 +305,7 @@ def _prepare_resume(
         )
     paused = last.attempts[-1]
     check_attempt_transition(key, paused.number, paused.outcome, ATTEMPT_RUNNING)
-    _check_resume_data(execution.suspension, resume_data)
-    return graph
+    _check_resume_data(pause, resume_data)
 
 
 _DEFAULT_REGISTRY: list[Registry] = []
@@ -461,16 +528,18 @@ def loaded_run(
     clock: Clock | None,
     env: Mapping[str, Any] | None,
     observers: Sequence[Observer] | None,
+    node: str | None = None,
 ) -> Run:
-    """Check a resume-like call (arguments, execution, data) and load its working copy."""
+    """Check a resume-like call (arguments, execution, data) and load its working copy,
+    with the pauses it resumes (``resume_targets``) in ``resuming``."""
     checked_registry, checked_clock, checked_env, checked_observers = _checked_run_call(
         registry, clock, env, observers
     )
-    graph = _prepare_resume(execution, workflow, checked_registry, resume_data)
     if checked_clock is _utcnow:  # read_clock's first branch answers for its readings (a test)
         now = _utcnow()
     else:
         checked_clock, now = read_clock(checked_clock)
+    graph, targets = _prepare_resume(execution, workflow, checked_registry, resume_data, node, now)
     run = Run.from_execution(
         graph,
         execution,
@@ -481,6 +550,7 @@ def loaded_run(
     )
     run.use_secrets(checked_registry.secrets)
     run.now_hint = now
+    run.resuming = targets
     return run
 
 

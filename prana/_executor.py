@@ -33,23 +33,19 @@ from prana._entry import (
 from prana._errors import ResumeError
 from prana._events import Event, EventType, Observer, emit
 from prana._model import (
-    AttemptOutcome,
     ErrorCode,
     ErrorInfo,
     ExecutionStatus,
-    NodeStatus,
     Outcome,
     ParentRef,
     Workflow,
     WorkflowExecution,
 )
+from prana._noderun import close_paused
 from prana._recovery import check_max_interruptions, recover
 from prana._registry import Registry
 from prana._state import (
-    ATTEMPT_TRANSITIONS,
     FINAL,
-    check_attempt_transition,
-    check_node_transition,
     check_transition,
 )
 
@@ -98,16 +94,20 @@ def resume_workflow(
     env: Mapping[str, Any] | None = None,
     observers: Sequence[Observer] | None = None,
     checkpoint: Checkpoint | None = None,
+    node: str | None = None,
 ) -> Outcome:
     """Continue a suspended execution; returns a new execution, the given one is untouched.
 
     A retry suspension re-runs its node with input rebuilt from ``execution`` (resume data
-    is ignored); a pause hands ``resume_data`` to the node's ``resume`` callback.
+    is ignored); a pause hands ``resume_data`` to the node's ``resume`` callback. With
+    several pauses, ``node`` names the one to resume; with none named, every retry and
+    timer due at the clock's now resumes, or else the one pause waiting for data
+    (``ResumeError`` when nothing is due, or several wait for data).
     ``checkpoint`` as for ``execute_workflow`` (not called before a ``resume`` callback,
     whose resume data a checkpoint does not keep: the execution stays suspended until the
     outcome is saved).
     """
-    run = loaded_run(execution, resume_data, workflow, registry, clock, env, observers)
+    run = loaded_run(execution, resume_data, workflow, registry, clock, env, observers, node)
     if checkpoint is not None:  # a run starts with none
         run.checkpoint = check_checkpoint(checkpoint)
     return drive_sync(run.resume(execution, resume_data))
@@ -145,9 +145,10 @@ async def aresume_workflow(
     env: Mapping[str, Any] | None = None,
     observers: Sequence[Observer] | None = None,
     checkpoint: Checkpoint | None = None,
+    node: str | None = None,
 ) -> Outcome:
     """``resume_workflow`` for async code."""
-    run = loaded_run(execution, resume_data, workflow, registry, clock, env, observers)
+    run = loaded_run(execution, resume_data, workflow, registry, clock, env, observers, node)
     if checkpoint is not None:  # a run starts with none
         run.checkpoint = check_checkpoint(checkpoint)
     return await drive_async(run.resume(execution, resume_data))
@@ -250,7 +251,9 @@ def expire_webhook(
         raise ResumeError(
             f"execution {execution.id!r} is not waiting on a webhook (suspension kind {kind!r})"
         )
-    run = loaded_run(execution, None, workflow, registry, clock, env, observers)
+    run = loaded_run(
+        execution, None, workflow, registry, clock, env, observers, execution.suspended_node
+    )
     if checkpoint is not None:  # a run starts with none
         run.checkpoint = check_checkpoint(checkpoint)
     return drive_sync(run.expire(execution))
@@ -282,29 +285,22 @@ def cancel_execution(
     check_transition(execution.status, ExecutionStatus.CANCELLED)
     now = check_clock(checked_clock)()
     runs = dict(execution.node_executions)
-    key = execution.suspended_node
     if execution.status is ExecutionStatus.RUNNING:
-        key = running_node(execution)  # a checkpoint: the attempt in flight is cancelled
-    if key is not None and runs.get(key):
-        last = runs[key][-1]
-        check_node_transition(key, last.status, NodeStatus.CANCELLED)
-        attempts = list(last.attempts)
-        if attempts and ATTEMPT_TRANSITIONS[attempts[-1].outcome]:  # still open: cancelled
-            check_attempt_transition(
-                key, attempts[-1].number, attempts[-1].outcome, AttemptOutcome.CANCELLED
-            )
-            attempts[-1] = attrs.evolve(
-                attempts[-1], ended_at=now, outcome=AttemptOutcome.CANCELLED
-            )
-        closed = attrs.evolve(
-            last, status=NodeStatus.CANCELLED, completed_at=now, attempts=tuple(attempts)
-        )
-        runs[key] = (*runs[key][:-1], closed)
+        # a checkpoint: the attempt in flight is cancelled, and the pauses met so far
+        keys = [running_node(execution), *(p.node_key for p in execution.other_pauses)]
+    else:
+        keys = [p.node_key for p in execution.pauses]
+    for key in keys:
+        if key is not None and runs.get(key):
+            runs[key] = (*runs[key][:-1], close_paused(key, runs[key][-1], now))
+    key = keys[0] if keys else None
     message = reason or "cancelled"
     cancelled = attrs.evolve(
         execution,
         status=ExecutionStatus.CANCELLED,
         node_executions=runs,
+        other_pauses=(),
+        resuming=(),
         lease_expires_at=None,
         error=ErrorInfo(
             code=ErrorCode.CANCELLED.value,

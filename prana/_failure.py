@@ -138,7 +138,8 @@ def settle_failure(
                     delay_ms=delay_ms,
                     error=error,
                 )
-            return run.suspend_execution(key, new_suspend("retry", data, None))
+            run.pause(key, new_suspend("retry", data, None))
+            return None
     if exhausted and run.observers:
         run.event(
             EventType.NODE_RETRY_EXHAUSTED,

@@ -61,6 +61,7 @@ def gen_fast_hooks(
     conv: OrjsonConverter,
     cl: type[Any],
     special: Mapping[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] | None = None,
+    omit_empty: frozenset[str] = frozenset(),
 ) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]:
     """Generate an unstructure and a structure function for a plain attrs class.
 
@@ -72,7 +73,8 @@ def gen_fast_hooks(
     is refused). A field with a default may be left out (as cattrs' own
     hooks allow); any other shape raises, and the caller falls back to the detailed
     converter. ``special`` maps a field name to its own ``(write, read)`` functions (the
-    node runs). ``bench/bench_speed.py``'s roundtrip row: an execution body read and
+    node runs); a field named in ``omit_empty`` (defaulting to an empty value) is written
+    only when it is not empty. ``bench/bench_speed.py``'s roundtrip row: an execution body read and
     written by cattrs' generic hooks instead took 1.14x the time (0.88x with these).
     """
     twin = slot_twin(cl)
@@ -88,7 +90,8 @@ def gen_fast_hooks(
     # ``n`` counts the keys read plus the defaulted ones missing: it equals the number of
     # fields exactly when ``d`` has no key that is not a field.
     load = [f"def structure_{cl.__name__}(d, _):", "  n = len(d)", "  o = _twin()"]
-    dump = [f"def unstructure_{cl.__name__}(o):", "  return {"]
+    dump = [f"def unstructure_{cl.__name__}(o):", "  d = {"]
+    tail: list[str] = []
     for a in fields:
         n = a.name
         if special and n in special:
@@ -113,9 +116,12 @@ def gen_fast_hooks(
                 *(["  else:", *(f"    {line}" for line in lines)] if lines else []),
             ]
         load.append(f"  o.{n} = v")
-        dump.append(f"    {n!r}: {written},")
+        if n in omit_empty:
+            tail += [f"  if o.{n}:", f"    d[{n!r}] = {written}"]
+        else:
+            dump.append(f"    {n!r}: {written},")
     load += [f"  if n != {len(fields)}: raise _Mismatch", "  o.__class__ = _cl", "  return o"]
-    dump.append("  }")
+    dump += ["  }", *tail, "  return d"]
     source = "\n".join(load) + "\n\n" + "\n".join(dump) + "\n"
     generate(source, names, what=f"fast hooks {cl.__name__}")
     return names[f"unstructure_{cl.__name__}"], names[f"structure_{cl.__name__}"]

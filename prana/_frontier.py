@@ -161,6 +161,7 @@ class Frontier:
         "blocked",
         "feeds",
         "heap",
+        "held",
         "joins",
         "keys",
         "live",
@@ -193,6 +194,9 @@ class Frontier:
     blocked: dict[str, int]
     """Per pending AND-join: its ports without data in the head activation that can still
     get some (a live feeder). The join is ready when this is 0."""
+    held: set[str]
+    """Nodes paused (a retry wait, a webhook, a timer, ...): still pending, so what they
+    feed keeps waiting for them, but never picked; the engine resumes them."""
     parked: dict[str, int]
     """AND-joins found not ready, by the ``seq`` of their head, out of the heap: one goes
     back when its ``blocked`` count reaches 0 or it gets a delivery (a new heap entry),
@@ -203,6 +207,7 @@ class Frontier:
         self.pending = {}
         self.backlog = {}
         self.heap = []
+        self.held = set()
         graph = self.graph
         feeds = graph._feeds  # join_feeds(), read without a call once computed
         if feeds is None:
@@ -323,9 +328,11 @@ class Frontier:
         """
         pending = self.pending
         heap = self.heap
+        held = self.held
         if len(pending) == 1:
             heap.clear()  # every other entry is stale: only this node is pending
-            return next(iter(pending))
+            key = next(iter(pending))
+            return None if key in held else key
         parked, blocked = self.parked, self.blocked
         keys, width = self.keys, self.width  # loaded by the push of any entry
         while heap:
@@ -333,14 +340,19 @@ class Frontier:
             rank = entry % width
             key = keys[rank]
             p = pending.get(key)
-            if p is None or rank - p.seq * width != entry:
-                continue  # stale: the node ran, or has a later activation
+            if p is None or rank - p.seq * width != entry or key in held:
+                continue  # stale (the node ran, or has a later activation), or paused
             if key not in blocked or self._ready(key):  # only an AND-join may wait
                 return key
             parked[key] = p.seq
         # Every pending node waits on another: run the most recent one, never deadlock.
         waiting = [(-seq, key) for key, seq in parked.items() if pending[key].seq == seq]
         if not waiting:
+            return None
+        if held:  # a join may wait for a paused branch: the execution pauses instead
+            for _, key in waiting:
+                self.push(parked.pop(key), key)
+            parked.clear()
             return None
         _, chosen = min(waiting)
         for _, key in waiting:

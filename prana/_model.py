@@ -616,6 +616,47 @@ def _state_compared(state: Mapping[str, Any]) -> Mapping[str, Any]:
     return state
 
 
+def due_of(data: Any) -> datetime | None:
+    """When a pause with ``data`` comes due: a retry's or timer's ``resume_at``, a webhook's
+    ``expires_at``; ``None`` for what only data resumes."""
+    cls = type(data)
+    if cls is RetryData or cls is TimerData:
+        return data.resume_at  # type: ignore[no-any-return]
+    if cls is WebhookData:
+        return data.expires_at  # type: ignore[no-any-return]
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class Pause:
+    """One pending pause of a suspended execution: a node run waiting for its time or its
+    data. ``suspension`` is what it waits for (kind and typed data, as ``Suspend``)."""
+
+    node_key: str
+    run_index: int
+    suspension: Suspend
+
+    @property
+    def kind(self) -> str:
+        """``retry``, ``timer``, ``webhook``, ``sub_workflow`` or an action's own kind."""
+        return self.suspension.kind
+
+    @property
+    def data(self) -> Any:
+        """The suspension's data (``RetryData``, ``TimerData``, ...)."""
+        return self.suspension.data
+
+    @property
+    def due_at(self) -> datetime | None:
+        """When it comes due by itself (``due_of``); ``None``: only data resumes it."""
+        return due_of(self.suspension.data)
+
+    def order(self) -> tuple[bool, datetime | None, str]:
+        """Its place among pauses: by due time (none last), then node key."""
+        due = self.due_at
+        return (due is None, due, self.node_key)
+
+
 # Hot record: the rules above ErrorCode apply.
 @attrs.frozen(kw_only=True, weakref_slot=False)
 class WorkflowExecution:
@@ -661,23 +702,42 @@ class WorkflowExecution:
     holds it to ``Limits.max_record_size``. ``None`` when not counted yet (a record built
     by hand): counted when it is resumed. Not part of equality: it counts recorded
     tracebacks, whose length depends on the caller's stack."""
+    other_pauses: tuple[Pause, ...] = ()
+    """The pending pauses besides ``suspended_node``'s, which comes due first (section 9 of
+    the design: a pause holds only its own branch); in a ``running`` checkpoint, every
+    pause so far. Read them all, in order, as ``pauses``. Left out of the stored record
+    when empty, so a record with one pause reads and writes as before."""
+
+    resuming: tuple[str, ...] = ()
+    """In a ``running`` checkpoint: the paused nodes this step still has to resume (a
+    resume continues every pause due, one after another), so a recovery continues them
+    in the same order. Left out of the stored record when empty."""
+
+    @property
+    def pauses(self) -> tuple[Pause, ...]:
+        """Every pending pause, the one due first first (by due time, then node key); none
+        once the execution has ended."""
+        if self.status is not _SUSPENDED and self.status is not _RUNNING:
+            return ()
+        key, suspension = self.suspended_node, self.suspension
+        if key is None or suspension is None:
+            return self.other_pauses
+        runs = self.node_executions.get(key)
+        run_index = runs[-1].run_index if runs else 0
+        first = Pause(node_key=key, run_index=run_index, suspension=suspension)
+        return (first, *self.other_pauses)
 
     @property
     def due_at(self) -> datetime | None:
         """When this execution needs an alarm: a retry's or timer's due time, a webhook's
-        expiry, or a running execution's lease expiry (when it is taken up if still running).
+        expiry (the earliest of its pauses: the first), or a running execution's lease
+        expiry (when it is taken up if still running).
         """
         if self.status is not _SUSPENDED or self.suspension is None:
             if self.status is _RUNNING:
                 return self.lease_expires_at
             return None
-        data = self.suspension.data
-        cls = type(data)
-        if cls is RetryData or cls is TimerData:
-            return data.resume_at  # type: ignore[no-any-return]
-        if cls is WebhookData:
-            return data.expires_at  # type: ignore[no-any-return]
-        return None
+        return due_of(self.suspension.data)
 
     def node(self, key: str) -> NodeExecution | None:
         """The latest run of node ``key``, or ``None`` if it never ran."""
@@ -890,7 +950,8 @@ redrive)``."""
 new_workflow_execution: Callable[..., WorkflowExecution] = _fast_constructor(WorkflowExecution)
 """``new_workflow_execution(id, workflow_id, workflow_version, status, input, node_executions,
 state, pending, next_index, suspended_node, suspension, output, error, parent, started_at,
-updated_at, completed_at, trace_context, lease_expires_at, kept_size)``."""
+updated_at, completed_at, trace_context, lease_expires_at, kept_size, other_pauses,
+resuming)``."""
 new_activation: Callable[..., Activation] = _fast_constructor(Activation)
 """``new_activation(node_key, seq, sources)``."""
 new_error_info: Callable[..., ErrorInfo] = _fast_constructor(ErrorInfo)

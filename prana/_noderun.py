@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+import attrs
+
 from prana import _state
 from prana._errors import AttemptTimeout, NonRetryable
 from prana._hooks import redact_tokens
@@ -30,10 +32,26 @@ from prana._model import (
 from prana._noderuns import RunsByNode
 from prana._state import (
     ATTEMPT_RUNNING,
+    ATTEMPT_TRANSITIONS,
     NODE_RUNNING,
     check_attempt_transition,
     check_node_transition,
 )
+
+
+def close_paused(key: str, last: NodeExecution, now: datetime) -> NodeExecution:
+    """Node ``key``'s latest run ``last`` (paused, or running in a checkpoint) closed
+    ``cancelled``, its open attempt with it: what a stop or a cancel does to a pause."""
+    check_node_transition(key, last.status, NodeStatus.CANCELLED)
+    attempts = list(last.attempts)
+    if attempts and ATTEMPT_TRANSITIONS[attempts[-1].outcome]:  # still open: cancelled
+        check_attempt_transition(
+            key, attempts[-1].number, attempts[-1].outcome, AttemptOutcome.CANCELLED
+        )
+        attempts[-1] = attrs.evolve(attempts[-1], ended_at=now, outcome=AttemptOutcome.CANCELLED)
+    return attrs.evolve(
+        last, status=NodeStatus.CANCELLED, completed_at=now, attempts=tuple(attempts)
+    )
 
 
 class NodeRun:

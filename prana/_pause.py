@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def settle_suspend(run: Run, cn: CompiledNode, node_run: NodeRun, value: Suspend) -> Outcome | None:
-    """The action asked to pause: record it and hand the suspension to the caller."""
+    """The action asked to pause: record it; the run goes on with what else is ready."""
     key = cn.key
     kind, data = value.kind, value.data
     problem: str | None = None
@@ -86,7 +86,8 @@ def settle_suspend(run: Run, cn: CompiledNode, node_run: NodeRun, value: Suspend
             attempt=node_run.attempt_number,
             kind=kind,
         )
-    return run.suspend_execution(key, suspension, given)
+    run.pause(key, suspension, given)
+    return None
 
 
 _UTC = timezone.utc

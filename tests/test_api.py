@@ -24,7 +24,7 @@ PRANA_PUBLIC = {
     "ErrorInfo", "Event", "EventType", "ExecutionStatus", "Failed", "InvalidSettingsError",
     "InvalidWorkflowError", "JSONValue", "Limits", "LintWarning", "Node", "NodeExecution",
     "NodeSettings", "NodeStatus",
-    "NonRetryable", "Observer", "Outcome", "Output", "PranaError", "RecordError",
+    "NonRetryable", "Observer", "Outcome", "Output", "Pause", "PranaError", "RecordError",
     "Registry", "ResumeError", "RetryAfter", "RetryData", "RetryPolicy", "SCHEMA_VERSION",
     "Schedule", "ScheduleRow", "SubWorkflowData", "Suspend", "TimerData", "WebhookData",
     "WebhookTimeout", "Workflow", "WorkflowExecution", "aexecute_workflow",

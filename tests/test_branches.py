@@ -46,7 +46,7 @@ from prana import (
 from prana._model import NodeStatus, OnError
 from prana.testing import ManualClock
 
-SECTION_9 = "issue 23: DESIGN.md section 9 (branches side by side) is not built yet"
+SECTION_9 = "issue 23: async branches do not overlap yet (DESIGN.md section 9)"
 HOUR = timedelta(hours=1)
 
 _resume: Any = resume_workflow
@@ -107,7 +107,6 @@ def _record(execution: WorkflowExecution) -> list[tuple[Any, ...]]:
 # -- (a) a retry parks only its own branch ----------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_four_branches_run_before_the_fifth_s_retry_suspends() -> None:
     """Five independent branches, the first failing once under a 1-hour backoff: the other
     four complete before ``execute_workflow`` returns its ``Suspend(kind="retry")``."""
@@ -124,7 +123,6 @@ def test_four_branches_run_before_the_fifth_s_retry_suspends() -> None:
     assert _pauses(execution) == [("a", 0, "retry", outcome.data, T0 + HOUR)]
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_pauses_are_ordered_by_due_time_then_node_key() -> None:
     """Three retries due at 1 h, 30 min, 30 min: the record lists them by due time, ties by
     key; the outcome describes the first; ``due_at`` is the earliest."""
@@ -146,22 +144,22 @@ def test_pauses_are_ordered_by_due_time_then_node_key() -> None:
     assert _completed(outcome.execution) == {"start", "d"}
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_resume_resumes_every_pause_due_and_only_those() -> None:
-    """At 30 min the two retries due then run; the 1-hour one stays; before its time a
-    resume names it; at 1 h the execution completes."""
+    """Before anything is due a resume says when the first pause comes due; at 30 min the
+    two retries due then run, the 1-hour one stays; at 1 h the execution completes."""
     clock = ManualClock(T0)
     wf = _fan_out(["a", "b", "c"], {"a": 3600.0, "b": 1800.0, "c": 1800.0})
     registry = _registry(Flaky(fails=3))
     first = execute_workflow(wf, {}, registry=registry, clock=clock)
     assert isinstance(first, Suspend)
+    with pytest.raises(ResumeError, match=(T0 + HOUR / 2).isoformat()[:16]):
+        resume_workflow(first.execution, None, workflow=wf, registry=registry, clock=clock)
     clock.set(T0 + HOUR / 2)
     second = resume_workflow(first.execution, None, workflow=wf, registry=registry, clock=clock)
     assert isinstance(second, Suspend)
     assert _completed(second.execution) == {"start", "b", "c"}
     assert [p[0] for p in _pauses(second.execution)] == ["a"]
-    with pytest.raises(ResumeError, match=(T0 + HOUR).isoformat()[:16]):
-        resume_workflow(second.execution, None, workflow=wf, registry=registry, clock=clock)
+    assert second.execution.due_at == T0 + HOUR
     clock.set(T0 + HOUR)
     third = resume_workflow(second.execution, None, workflow=wf, registry=registry, clock=clock)
     assert isinstance(third, Completed)
@@ -182,7 +180,6 @@ def _wait_and_chain() -> Workflow:
     )
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_a_webhook_wait_does_not_park_the_chain_beside_it() -> None:
     """The sync driver runs ``b`` and then ``c`` (made ready by ``b``) before it pauses."""
     outcome = execute_workflow(_wait_and_chain(), {}, registry=_registry(), clock=ManualClock(T0))
@@ -192,7 +189,6 @@ def test_a_webhook_wait_does_not_park_the_chain_beside_it() -> None:
     assert [(k, kind) for k, _, kind, _, _ in _pauses(outcome.execution)] == [("w", "webhook")]
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_several_webhook_waits_need_a_name_and_each_has_its_own_token() -> None:
     """Two waits: a resume naming none lists both; naming one resumes it alone."""
     wf = workflow(
@@ -257,7 +253,6 @@ def _boom_registry() -> Registry:
     return registry
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_a_stop_closes_the_other_pauses() -> None:
     """``b`` fails under ``stop_workflow`` while ``a`` waits: the execution fails and
     ``a``'s wait is closed ``cancelled``, no pause left."""
@@ -273,7 +268,6 @@ def test_a_stop_closes_the_other_pauses() -> None:
     assert _pauses(outcome.execution) == []
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_continue_leaves_the_sibling_pause_waiting() -> None:
     """``b`` fails under ``continue``: it completes with an error output, ``c`` runs, and
     the execution still waits on ``a``."""
@@ -298,7 +292,6 @@ def _two_waits() -> Workflow:
     )
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_cancel_closes_every_pause() -> None:
     """A webhook wait and a timer: ``cancel_execution`` closes both node runs."""
     outcome = execute_workflow(_two_waits(), {}, registry=_registry(), clock=ManualClock(T0))
@@ -313,7 +306,6 @@ def test_cancel_closes_every_pause() -> None:
     assert _pauses(cancelled) == []
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_several_pauses_survive_dumps_and_loads() -> None:
     """The pauses (a timer due in 5 minutes first, then the webhook wait, due when it
     expires in 24 hours) come back from ``loads(dumps(...))`` equal, typed data and due
@@ -332,7 +324,6 @@ def test_several_pauses_survive_dumps_and_loads() -> None:
     assert _pauses(again) == pauses
 
 
-@pytest.mark.xfail(strict=True, reason=SECTION_9)
 def test_ninety_nine_branches_complete_before_the_hundredth_s_retry_suspends() -> None:
     """The bench's fan-out with one branch failing once under a 1-hour backoff, async: the
     other 99 complete before ``aexecute_workflow`` returns the ``Suspend``."""

@@ -41,6 +41,7 @@ from prana import (
     RetryData,
     RetryPolicy,
     Suspend,
+    TimerData,
     Workflow,
     WorkflowExecution,
     aexecute_workflow,
@@ -131,9 +132,13 @@ def drive(
                     checkpoint=None if checkpoint is None else checkpoint(),
                 )
             else:
+                # several pauses: a retry or timer resumes with every one due, data goes
+                # to the pause the outcome describes (the first), named
+                by_time = isinstance(outcome.data, RetryData | TimerData)
                 outcome = resume(
                     execution,
                     resume_data,
+                    node=None if by_time else execution.suspended_node,
                     workflow=workflow,
                     registry=registry,
                     clock=clock,
@@ -515,7 +520,9 @@ def test_or_join_runs_once_per_delivery(scenario: Scenario) -> None:
 @PROPERTY_SETTINGS
 @given(scenarios())
 def test_retry_suspensions_carry_consistent_retry_data(scenario: Scenario) -> None:
-    """RetryData names the next attempt, is due delay ms from now, and keeps to the policy."""
+    """RetryData names the next attempt, is due delay ms after the failed attempt ended
+    (when the pause was met: with several pauses the outcome may describe one met at an
+    earlier resume), and keeps to the policy."""
     workflow = scenario.workflow
     for step in drive(scenario):
         outcome = step.outcome
@@ -534,7 +541,9 @@ def test_retry_suspensions_carry_consistent_retry_data(scenario: Scenario) -> No
         assert data.attempt_number == failed.number + 1
         assert failed.retry_delay_ms == data.retry_delay_ms
         assert data.original_error == failed.error == record.error
-        assert data.resume_at == step.now + timedelta(milliseconds=data.retry_delay_ms)
+        assert failed.ended_at is not None
+        assert failed.ended_at <= step.now
+        assert data.resume_at == failed.ended_at + timedelta(milliseconds=data.retry_delay_ms)
         assert execution.due_at == data.resume_at
         policy = policy_of(workflow, key)
         assert policy is not None

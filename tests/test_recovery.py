@@ -32,8 +32,10 @@ from prana import (
     Outcome,
     Registry,
     ResumeError,
+    RetryData,
     RetryPolicy,
     Suspend,
+    TimerData,
     WorkflowExecution,
     aexecute_workflow,
     dumps,
@@ -310,8 +312,10 @@ def drive_dying_at(scenario: Scenario, death: int) -> Outcome:
         try:
             result: Outcome = call()
         except Died:
-            result = recover_execution(saved[-1], workflow=wf, **common)
-        return result
+            pass  # recovered outside the handler: a traceback kept must not chain Died
+        else:
+            return result
+        return recover_execution(saved[-1], workflow=wf, **common)
 
     with set_testing(False):
         outcome = guarded(
@@ -328,8 +332,13 @@ def drive_dying_at(scenario: Scenario, death: int) -> Outcome:
             if expire:
                 outcome = guarded(lambda e=execution: expire_webhook(e, workflow=wf, **common))
             else:
+                # several pauses: data goes to the one the outcome describes, named
+                by_time = isinstance(outcome.data, RetryData | TimerData)
+                node = None if by_time else execution.suspended_node
                 outcome = guarded(
-                    lambda e=execution, d=resume_data: resume_workflow(e, d, workflow=wf, **common)
+                    lambda e=execution, d=resume_data, n=node: resume_workflow(
+                        e, d, workflow=wf, node=n, **common
+                    )
                 )
     raise AssertionError("the run never ends")
 
