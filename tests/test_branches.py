@@ -1,14 +1,11 @@
 """Branches side by side (DESIGN.md section 9): a pause holds only its own branch.
 
-The tests marked ``xfail(strict=True)`` are the contract of section 9 that main does not
-meet yet (issue 23): each passes once the engine runs ready work before it pauses, keeps
-every pending pause in the record and runs async branches side by side. ``strict`` makes
-the first one that starts passing fail the suite, so whoever lands the engine removes its
-mark in the same commit. The others hold today and must keep holding.
-
-The record shape these tests name (``execution.pauses``, each pause ``node_key``,
-``run_index``, ``kind``, ``data``, ``due_at``; ``resume_workflow(node=...)``;
-``Workflow.max_concurrency``, default 10) is docs/concepts/branches.md's plan.
+The tests marked ``xfail(strict=True)`` are the part of section 9 not built yet: async
+branches overlapping under ``Workflow.max_concurrency`` (planned default 10: a fan-out of
+a few calls overlaps fully, one of thousands does not open thousands of connections; 1
+keeps today's order) and a stop cancelling the attempts in flight. ``strict`` makes the
+first one that starts passing fail the suite, so whoever builds it removes its mark in
+the same commit. docs/design/branches.md is the plan.
 """
 
 from __future__ import annotations
