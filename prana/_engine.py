@@ -20,7 +20,7 @@ offers the execution id first, building the snapshot only if it declines.
 Scheduling is depth-first: the most recently activated ready node runs next, ties by key.
 A node with several input ports waits until every port has data or can no longer get any.
 
-Pauses (DESIGN.md section 9). A node that pauses (``Run.pause``) is held: it stays
+Pauses (section 9 of the design card). A node that pauses (``Run.pause``) is held: it stays
 pending, so what it feeds keeps waiting for it, but is never picked; the run goes on with
 whatever else is ready and suspends (``suspend_execution``) only when nothing is. A resume
 continues the pauses ``prana._entry.resume_targets`` chose (``resuming``), the first given

@@ -268,7 +268,13 @@ def _prepare_resume(
     else:
         graph = _compiled_for(execution, workflow, registry)
     first, suspension = execution.suspended_node, execution.suspension
-    if not execution.other_pauses and (node is None or node == first) and first is not None:
+    if first is None:
+        raise ResumeError(
+            f"execution {execution.id!r} names suspended node None, which the workflow or the "
+            "execution's records do not have (the record is inconsistent: was it edited by "
+            "hand?)"
+        )
+    if not execution.other_pauses and (node is None or node == first):
         targets = [(first, suspension)]  # one pause: resumed as it always was
     else:
         targets = [(p.node_key, p.suspension) for p in resume_targets(execution, node, now)]
