@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -504,7 +505,20 @@ def test_deliveries_past_the_cap_get_503_and_change_nothing(runner: Runner) -> N
 # --- a forged token costs no load of the record it names ------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(
+            "sqlite",
+            marks=pytest.mark.skipif(
+                sys.version_info < (3, 11),
+                reason="sqlite3's blobopen is Python 3.11+; on 3.10 the check loads the record "
+                "(documented in docs/reference/web.md)",
+            ),
+        ),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
 def test_a_forged_token_is_refused_without_loading_the_record(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, kind: str, request: pytest.FixtureRequest
 ) -> None:
