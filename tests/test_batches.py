@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from doubles import T0, fails_first, flaky_node, sub_node, workflow
-from test_stores import execution, retry
 
 from prana import ActionContext, ExecutionStatus, Node, Registry, Suspend, cancel_execution
 from prana.testing import ManualClock
@@ -28,6 +27,7 @@ from scheduling.abc import BatchingScheduler, GroupingStore
 from scheduling.adapters.apscheduler import BUCKET_ID_PREFIX, APSchedulerAdapter
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores.sqlite import SQLiteStore
+from scheduling.testing import execution, retry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence

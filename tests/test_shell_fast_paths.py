@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pytest
 from doubles import T0
-from test_stores import retry
 
 from prana import (
     ActionContext,
@@ -40,6 +39,7 @@ from scheduling._leases import Claim, Leases
 from scheduling.adapters.manual import ManualScheduler
 from scheduling.stores._sql import to_micros
 from scheduling.stores.sqlite import SQLiteStore
+from scheduling.testing import retry
 
 if TYPE_CHECKING:
     from collections.abc import Callable

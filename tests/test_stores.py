@@ -9,7 +9,6 @@ follows at the end.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -22,18 +21,8 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from prana import (
-    AttemptOutcome,
-    AttemptRecord,
-    Connection,
-    ErrorInfo,
     ExecutionStatus,
     InvalidSettingsError,
-    Node,
-    NodeExecution,
-    NodeStatus,
-    RetryData,
-    Suspend,
-    Workflow,
     WorkflowExecution,
 )
 from scheduling import (
@@ -47,90 +36,17 @@ from scheduling import (
 from scheduling.stores.memory import MemoryStore
 from scheduling.stores.postgres import SCHEMA_VERSION, PostgresStore
 from scheduling.stores.sqlite import SQLiteStore
-from scheduling.testing import StoreConformance
+from scheduling.testing import (
+    StoreConformance,
+    definition,
+    execution,
+    retry,
+    run_together,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
-
-BOOM = ErrorInfo(code="action_error", type="RuntimeError", module="builtins", message="boom")
-
-
-def node_run(status: NodeStatus = NodeStatus.COMPLETED) -> NodeExecution:
-    """One run of node ``a`` whose first attempt failed."""
-    return NodeExecution(
-        node_key="a",
-        status=status,
-        execution_index=1,
-        run_index=0,
-        started_at=T0,
-        params={"url": "https://example.test"},
-        attempts=(
-            AttemptRecord(
-                number=1,
-                started_at=T0,
-                ended_at=at(1),
-                outcome=AttemptOutcome.FAILED,
-                error=BOOM,
-                retry_delay_ms=1000,
-            ),
-        ),
-    )
-
-
-def execution(
-    eid: str = "e1",
-    *,
-    status: ExecutionStatus = ExecutionStatus.COMPLETED,
-    suspension: Suspend | None = None,
-    updated: datetime = T0,
-    workflow_id: str = "wf",
-    state: dict[str, Any] | None = None,
-) -> WorkflowExecution:
-    """A record built by hand; ``suspension`` implies status ``suspended``."""
-    if suspension is not None:
-        status = ExecutionStatus.SUSPENDED
-    return WorkflowExecution(
-        id=eid,
-        workflow_id=workflow_id,
-        workflow_version=1,
-        status=status,
-        input={"n": 1},
-        node_executions={
-            "a": (node_run(NodeStatus.SUSPENDED if suspension else NodeStatus.COMPLETED),)
-        },
-        state=state or {},
-        next_index=2,
-        suspended_node="a" if suspension else None,
-        suspension=suspension,
-        output=None if suspension else {"ok": True},
-        started_at=T0,
-        updated_at=updated,
-        completed_at=None if suspension else updated,
-    )
-
-
-def retry(eid: str, due: datetime, **kwargs: Any) -> WorkflowExecution:
-    """A suspended execution waiting for its retry at ``due``."""
-    data = RetryData(
-        retry_delay_ms=1000, attempt_number=2, max_attempts=3, original_error=BOOM, resume_at=due
-    )
-    return execution(eid, suspension=Suspend("retry", data), **kwargs)
-
-
-def definition(version: int = 1, url: str = "https://example.test") -> Workflow:
-    """A two-node workflow definition."""
-    # Passed through a dict: mypy cannot type Workflow's ``converter=tuple`` fields.
-    graph: dict[str, Any] = {
-        "nodes": (
-            Node(key="start", type="manual.trigger"),
-            Node(key="a", type="http.request", params={"url": url}),
-        ),
-        "connections": (Connection(from_node="start", to_node="a"),),
-    }
-    return Workflow(
-        id="wf", version=version, name="fetch", variables={"region": "eu", "limit": 3}, **graph
-    )
 
 
 def corrupt(store: ExecutionStore, eid: str, text: str) -> None:
@@ -149,34 +65,6 @@ def corrupt(store: ExecutionStore, eid: str, text: str) -> None:
             pg.execute(sql.SQL("UPDATE {} SET data = %s WHERE id = %s").format(table), (text, eid))
     else:  # pragma: no cover - a new backend must teach the suite how to corrupt it
         raise NotImplementedError(type(store).__name__)
-
-
-def run_together(*jobs: Callable[[], object]) -> list[object]:
-    """Run each job in its own thread, released together by a barrier; return results or errors."""
-    return run_in_step(*(lambda meet, job=job: (meet(), job())[1] for job in jobs))
-
-
-def run_in_step(*jobs: Callable[[Callable[[], None]], object]) -> list[object]:
-    """Run each job in its own thread; a job calls ``meet()`` to wait until all others do too."""
-    barrier = threading.Barrier(len(jobs))
-    results: list[object] = [None] * len(jobs)
-
-    def meet() -> None:
-        barrier.wait(timeout=10)
-
-    def worker(i: int, job: Callable[[Callable[[], None]], object]) -> None:
-        try:
-            results[i] = job(meet)
-        except Exception as exc:  # noqa: BLE001 - the test inspects what each thread got
-            results[i] = exc
-
-    threads = [threading.Thread(target=worker, args=(i, job)) for i, job in enumerate(jobs)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-        assert not thread.is_alive()
-    return results
 
 
 # -- the conformance kit over the built-in stores ---------------------------------------
